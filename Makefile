@@ -1,0 +1,55 @@
+# The two set-up commands of the README: `make run` and `make test`.
+# Each creates .venv when missing and installs what it needs into it; Debian
+# packages the tests or benchmarks use are installed only when missing (and only
+# as root), never upgraded.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+CONFIG ?= conf/mtad.toml
+
+.PHONY: run test lint bench clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "mtad needs Python >= 3.11 (set PYTHON=...)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.run-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@ $(VENV)/.run-installed
+
+# $(call debian,COMMAND,PACKAGE): install PACKAGE when COMMAND is missing.
+define debian
+	@command -v $(1) >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" != 0 ]; then echo "note: $(2) is not installed (root installs it); what needs it is skipped"; \
+	  else echo "installing $(2) from Debian"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q --no-install-recommends --no-upgrade $(2) >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends --no-upgrade $(2) >/dev/null 2>&1; } || \
+	    echo "note: could not install $(2); what needs it is skipped"; fi; }
+endef
+
+run: $(VENV)/.run-installed
+	$(BIN)/mtad run --config $(CONFIG)
+
+test: $(VENV)/.test-installed
+	$(call debian,swaks,swaks)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check mtad tests bench
+	$(BIN)/ruff format --check mtad tests bench
+	$(BIN)/mypy
+
+bench: $(VENV)/.test-installed
+	$(call debian,smtp-source,postfix)
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+from mtad.cli import entry_point
+
+entry_point()

@@ -1,0 +1,295 @@
+"""The command line: `mtad run`, `migrate`, `check-config`, `tenants`, `queue`.
+
+Every command takes --config PATH (default: conf/mtad.toml when present, else
+/etc/mtad/mtad.toml) and works while the daemon runs, the embedded PostgreSQL
+included: a command attaches to the running server, or starts it and stops it
+again when it is done. Exit status: 0 done, 1 failed, 2 bad usage or config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from mtad import __version__, config, daemon, errors, log, spool, tenants
+from mtad.db import migrate
+from mtad.lifecycle import State
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    command: Callable[..., Any] | None = getattr(args, "command", None)
+    if command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        settings = _load(args.config)
+    except errors.ConfigError as exc:
+        print(f"mtad: {args.config or 'configuration'}: {len(exc.problems)} problem(s)", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if command is check_config or command is run:
+        return int(command(args, settings))
+    log.configure("console", "warning", stream=sys.stderr)
+    try:
+        return int(asyncio.run(command(args, settings)))
+    except errors.MtadError as exc:
+        print(f"mtad: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_FAILED
+
+
+def _load(path: Path | None) -> config.Settings:
+    if path is None:
+        path = config.default_path()
+        if path is None:
+            candidates = " or ".join(map(str, config.DEFAULT_PATHS))
+            raise errors.ConfigError([f"no configuration file: give --config PATH or create {candidates}"])
+    return config.load(path)
+
+
+# --- commands -------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
+    """Run the daemon in the foreground until SIGTERM or SIGINT."""
+    import structlog
+    import uvloop
+
+    log.configure(settings.log.format, settings.log.level)
+    logger = structlog.get_logger("mtad.cli")
+    try:
+        uvloop.run(daemon.Daemon(settings).run())
+    except errors.MtadError as exc:
+        logger.error("startup_failed", error=str(exc))
+        return EXIT_FAILED
+    except OSError as exc:
+        logger.error("startup_failed", error=f"{exc.strerror or exc} ({exc.filename or 'listen address'})")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def check_config(args: argparse.Namespace, settings: config.Settings) -> int:
+    """Say the configuration is fine (main() has printed every problem otherwise)."""
+    db_desc = "dsn" if settings.database.dsn else f"embedded PostgreSQL in {settings.database.data_dir}"
+    listen = ", ".join(str(a) for a in settings.submission.listen)
+    print(f"{settings.source}: ok (database: {db_desc}; submission: {listen})")
+    return EXIT_OK
+
+
+async def migrate_cmd(args: argparse.Namespace, settings: config.Settings) -> int:
+    """Apply pending schema migrations (open_spool applies them) and list the schema version."""
+    async with daemon.open_spool(settings, pool_size=2):
+        versions = migrate.available()
+    print(f"schema at version {versions[-1].version} ({versions[-1].name})")
+    return EXIT_OK
+
+
+async def tenants_add(args: argparse.Namespace, settings: config.Settings) -> int:
+    password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        print("mtad: give the password on standard input (one line)", file=sys.stderr)
+        return EXIT_USAGE
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        await tenants.add(opened.database, args.name, password, replace=args.replace)
+    print(f"tenant {args.name} {'updated' if args.replace else 'added'}")
+    return EXIT_OK
+
+
+async def tenants_ls(args: argparse.Namespace, settings: config.Settings) -> int:
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        rows = await tenants.list_all(opened.database)
+    if args.json:
+        for row in rows:
+            print(_json(row))
+    else:
+        _table(rows, ["name", "state", "has_password", "created_at"])
+    return EXIT_OK
+
+
+async def queue_ls(args: argparse.Namespace, settings: config.Settings) -> int:
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        rows = spool.deliveries(opened.database, state=args.state)
+        if args.json:
+            async for row in rows:
+                print(_json(_delivery_json(row)))
+        else:
+            _table([_delivery_text(r) async for r in rows], _DELIVERY_COLUMNS)
+    return EXIT_OK
+
+
+async def queue_show(args: argparse.Namespace, settings: config.Settings) -> int:
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        view = await spool.show(opened.database, args.id)
+    message = {k: v for k, v in view.message.items() if k != "head"}
+    head = bytes(view.message["head"])
+    header_block = head.split(b"\r\n\r\n", 1)[0].decode("utf-8", "replace")
+    if args.json:
+        print(
+            _json(
+                {
+                    **message,
+                    "queue_id": message.pop("id"),
+                    "headers": header_block,
+                    "deliveries": [_delivery_json(d) for d in view.deliveries],
+                    "events": [{**e, "data": json.loads(e["data"])} for e in view.events],
+                }
+            )
+        )
+        return EXIT_OK
+    for key, value in message.items():
+        print(f"{'queue_id' if key == 'id' else key:>16}: {_text(value)}")
+    print("\nheaders:")
+    for line in header_block.splitlines():
+        print(f"  {line}")
+    print("\ndeliveries:")
+    _table([_delivery_text(d) for d in view.deliveries], _DELIVERY_COLUMNS, indent="  ")
+    print("\nevents:")
+    for event in view.events:
+        print(f"  {_text(event['at'])}  {event['kind']:<10} delivery={_text(event['delivery'])}  {event['data']}")
+    return EXIT_OK
+
+
+# --- output ---------------------------------------------------------------------
+
+_DELIVERY_COLUMNS = ["id", "queue_id", "state", "attempts", "next_attempt", "sender", "recipient", "last_reply"]
+
+
+def _delivery_json(row: dict[str, Any]) -> dict[str, Any]:
+    """One delivery as `mtad queue ls --json` prints it (a line per delivery)."""
+    reply = None
+    if row["last_code"] is not None:
+        reply = {"code": row["last_code"], "enhanced": row["last_enhanced"], "text": row["last_text"]}
+    return {
+        "id": row["id"],
+        "queue_id": str(row["message"]),
+        "message_id": row["message_id"],
+        "tenant": row["tenant"],
+        "sender": row["sender"],
+        "recipient": row["recipient"],
+        "state": row["state"],
+        "priority": row["priority"],
+        "attempts": row["attempts"],
+        "next_attempt_at": row["next_attempt_at"].isoformat(),
+        "reason": row["reason"],
+        "last_reply": reply,
+        "lease_owner": row["lease_owner"],
+        "created_at": row["created_at"].isoformat(),
+    }
+
+
+def _delivery_text(row: dict[str, Any]) -> dict[str, Any]:
+    reply = ""
+    if row["last_code"] is not None:
+        reply = f"{row['last_code']} {row['last_enhanced'] or ''} {row['last_text'] or ''}".strip()
+    return {
+        "id": row["id"],
+        "queue_id": str(row["message"]),
+        "state": row["state"],
+        "attempts": row["attempts"],
+        "next_attempt": row["next_attempt_at"].strftime("%Y-%m-%d %H:%M:%S"),
+        "sender": row["sender"],
+        "recipient": row["recipient"],
+        "last_reply": reply[:60],
+    }
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, default=_text, ensure_ascii=False, separators=(",", ":"))
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if value is None:
+        return "-"
+    return str(value)
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str], *, indent: str = "") -> None:
+    cells = [[_text(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    print(indent + "  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for r in cells:
+        print(indent + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    if not rows:
+        print(f"{indent}(none)")
+
+
+# --- argument parsing -----------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    config_help = "configuration file (default: conf/mtad.toml when present, else /etc/mtad/mtad.toml)"
+    parser = argparse.ArgumentParser(
+        prog="mtad", description="mtad: a mail transfer agent that keeps its spool in PostgreSQL."
+    )
+    parser.add_argument("--config", type=Path, metavar="PATH", help=config_help)
+    # The same option after the command; SUPPRESS keeps a value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", type=Path, metavar="PATH", help=config_help, default=argparse.SUPPRESS)
+    parser.add_argument("--version", action="version", version=f"mtad {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    def add(name: str, func: Callable[..., Any], help: str, **kw: Any) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=help, description=help, **kw)
+        sub.set_defaults(command=func)
+        return sub
+
+    add("run", run, "Run the daemon in the foreground until SIGTERM or SIGINT.")
+    add("migrate", migrate_cmd, "Apply pending schema migrations (mtad run does this at start too).")
+    add("check-config", check_config, "Check the configuration and print every problem at once.")
+
+    tenant_parser = commands.add_parser("tenants", parents=[common], help="Manage the tenants that may submit mail.")
+    tenant_commands = tenant_parser.add_subparsers(title="tenant commands", metavar="COMMAND", required=True)
+    tadd = tenant_commands.add_parser(
+        "add",
+        parents=[common],
+        help="Add a tenant; its password is read from standard input.",
+        description="Add a tenant that authenticates with AUTH PLAIN or LOGIN. "
+        "The password is the first line of standard input, e.g. `echo secret | mtad tenants add shop`.",
+    )
+    tadd.add_argument("name", help="tenant name: letters, digits, '.', '_', '-'")
+    tadd.add_argument("--replace", action="store_true", help="set a new password if the tenant exists")
+    tadd.set_defaults(command=tenants_add)
+    tls = tenant_commands.add_parser("ls", parents=[common], help="List the tenants.")
+    tls.add_argument("--json", action="store_true", help="one JSON object per line")
+    tls.set_defaults(command=tenants_ls)
+
+    queue_parser = commands.add_parser("queue", parents=[common], help="See the messages and deliveries in the spool.")
+    queue_commands = queue_parser.add_subparsers(title="queue commands", metavar="COMMAND", required=True)
+    qls = queue_commands.add_parser(
+        "ls",
+        parents=[common],
+        help="List deliveries (one per recipient), oldest first.",
+        description="List deliveries, oldest first. With --json: one JSON object per delivery and line "
+        "(id, queue_id, message_id, sender, recipient, state, attempts, next_attempt_at, last_reply, ...).",
+    )
+    qls.add_argument("--state", choices=[s.value for s in State], help="only deliveries in this state")
+    qls.add_argument("--json", action="store_true", help="one JSON object per delivery and line")
+    qls.set_defaults(command=queue_ls)
+    qshow = queue_commands.add_parser(
+        "show", parents=[common], help="Show a message with its headers, deliveries and events."
+    )
+    qshow.add_argument("id", help="a queue id (UUID) or a delivery id (number)")
+    qshow.add_argument("--json", action="store_true", help="one JSON object")
+    qshow.set_defaults(command=queue_show)
+    return parser
+
+
+def entry_point() -> None:
+    sys.exit(main())

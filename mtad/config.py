@@ -1,0 +1,409 @@
+"""Configuration: one TOML file, overridable by MTAD_<SECTION>_<KEY> variables.
+
+Values parse into typed settings at load ("25MiB" becomes an int, "2ms" a float
+of seconds, "10.0.0.0/8" a network). Every problem is collected and raised at
+once as ConfigError; a bad value never falls back to a default. A key absent
+from both the file and the environment takes the default documented in
+conf/mtad.toml.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import re
+import socket
+import ssl
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mtad import errors, submission, tenants
+from mtad.submission import HostPort
+
+DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseSettings:
+    dsn: str | None  # None: run the embedded PostgreSQL under data_dir
+    data_dir: Path
+    pool_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolSettings:
+    commit_window: float
+    commit_max_batch: int
+    commit_timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    listen: HostPort | None  # None: no HTTP endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    format: str
+    level: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSettings:
+    id: str
+    heartbeat_interval: float
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    database: DatabaseSettings
+    submission: submission.Settings
+    spool: SpoolSettings
+    http: HttpSettings
+    log: LogSettings
+    node: NodeSettings
+    source: Path | None
+
+
+# --- value parsers: each takes the raw TOML (or environment) value, returns the
+# typed value or raises ValueError with a message for the operator.
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _optional_string(value: Any) -> str | None:
+    return _string(value) or None
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _integer(low: int, high: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a whole number, got {value!r}")
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}, got {value}")
+        return value
+
+    return parse
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(value: Any) -> float:
+    """Seconds from a number of seconds or a string such as "250ms", "5m", "1h30m"."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip():
+        text = value.strip().replace(" ", "")
+        parts = _DURATION_PART.findall(text)
+        if "".join(n + u for n, u in parts) != text:
+            raise ValueError(f'expected a duration such as "250ms", "30s", "5m", "2h" or "7d", got {value!r}')
+        seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    else:
+        raise ValueError(f'expected a duration such as "30s", got {value!r}')
+    if seconds < 0:
+        raise ValueError("a duration must not be negative")
+    return seconds
+
+
+def _positive_duration(value: Any) -> float:
+    seconds = duration(value)
+    if seconds <= 0:
+        raise ValueError("must be longer than zero")
+    return seconds
+
+
+_SIZE = re.compile(r"^(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?$")
+_SIZE_UNITS = {None: 1, "B": 1, "KB": 10**3, "KiB": 2**10, "MB": 10**6, "MiB": 2**20, "GB": 10**9, "GiB": 2**30}
+
+
+def size(value: Any) -> int:
+    """Octets from a number or a string such as "25MiB", "10MB", "512KiB"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        octets = value
+    elif isinstance(value, str) and (match := _SIZE.match(value.strip())):
+        octets = int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+    else:
+        raise ValueError(f'expected a size such as 26214400, "25MiB" or "10MB", got {value!r}')
+    if octets <= 0:
+        raise ValueError("a size must be larger than zero")
+    return octets
+
+
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+
+
+def _hostname(value: Any) -> str:
+    text: str = _string(value) or socket.getfqdn()
+    if not _HOSTNAME.match(text):
+        raise ValueError(f"{text!r} is not a valid host name")
+    return text
+
+
+def host_port(value: Any) -> HostPort:
+    """ "127.0.0.1:2525", "[::1]:2525" or "localhost:2525"; port 0 picks a free port."""
+    text = _string(value).strip()
+    match = re.match(r"^\[([0-9A-Fa-f:.]+)\]:(\d+)$", text) or re.match(r"^([^:\[\]]+):(\d+)$", text)
+    if not match:
+        raise ValueError(f'expected "host:port" or "[ipv6]:port", got {text!r}')
+    host, port = match.group(1), int(match.group(2))
+    if port > 65535:
+        raise ValueError(f"port {port} is out of range")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not _HOSTNAME.match(host):
+            raise ValueError(f"{host!r} is neither an IP address nor a host name") from None
+    return HostPort(host, port)
+
+
+def _optional_host_port(value: Any) -> HostPort | None:
+    return host_port(value) if _string(value) else None
+
+
+def _list_of(item: Callable[[Any], Any], *, allow_empty: bool = False) -> Callable[[Any], tuple[Any, ...]]:
+    def parse(value: Any) -> tuple[Any, ...]:
+        if isinstance(value, str):  # from the environment: "a, b"
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ValueError(f"expected a list, got {value!r}")
+        if not value and not allow_empty:
+            raise ValueError("must not be empty")
+        return tuple(item(v) for v in value)
+
+    return parse
+
+
+def _network(value: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(_string(value), strict=True)
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a network: {exc}") from None
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = _string(value).lower()
+        if text not in options:
+            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
+        return text
+
+    return parse
+
+
+def _path(value: Any) -> Path:
+    text = _string(value)
+    if not text:
+        raise ValueError("must not be empty")
+    return Path(text).expanduser()
+
+
+def _optional_path(value: Any) -> Path | None:
+    return _path(value) if _string(value) else None
+
+
+def _tenant(value: Any) -> str:
+    try:
+        return tenants.check_name(_string(value))
+    except errors.MtadError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _node_id(value: Any) -> str:
+    text = _string(value) or socket.gethostname()
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", text):
+        raise ValueError(f"{text!r} is not a valid node id (letters, digits, '.', '_', '-')")
+    return text
+
+
+# section -> key -> (parser, default). The defaults are the ones conf/mtad.toml documents.
+SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
+    "database": {
+        "dsn": (_optional_string, ""),
+        "data_dir": (_path, "./var/pgdata"),
+        "pool_size": (_integer(2, 500), 10),
+    },
+    "submission": {
+        "listen": (_list_of(host_port), ["127.0.0.1:2525"]),
+        "hostname": (_hostname, ""),
+        "max_message_size": (size, "25MiB"),
+        "max_recipients": (_integer(1, 100_000), 100),
+        "trusted_networks": (_list_of(_network, allow_empty=True), ["127.0.0.0/8", "::1/128"]),
+        "require_auth": (_boolean, False),
+        "default_tenant": (_tenant, "default"),
+        "idle_timeout": (_positive_duration, "5m"),
+        "auth_max_failures": (_integer(1, 1000), 5),
+        "auth_failure_window": (_positive_duration, "10m"),
+        "shutdown_timeout": (duration, "30s"),
+    },
+    "spool": {
+        "commit_window": (duration, "2ms"),
+        "commit_max_batch": (_integer(1, 10_000), 200),
+        "commit_timeout": (_positive_duration, "15s"),
+    },
+    "tls": {
+        "cert": (_optional_path, ""),
+        "key": (_optional_path, ""),
+    },
+    "http": {
+        "listen": (_optional_host_port, "127.0.0.1:9108"),
+    },
+    "log": {
+        "format": (_choice("json", "console"), "json"),
+        "level": (_choice("debug", "info", "warning", "error"), "info"),
+    },
+    "node": {
+        "id": (_node_id, ""),
+        "heartbeat_interval": (_positive_duration, "10s"),
+    },
+}
+
+
+def default_path() -> Path | None:
+    """conf/mtad.toml when present, else /etc/mtad/mtad.toml when present."""
+    for candidate in DEFAULT_PATHS:
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Read, override from the environment, parse and check; ConfigError lists every problem."""
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+    document: dict[str, Any] = {}
+    if path is not None:
+        try:
+            document = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise errors.ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise errors.ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    raw, origin = _merge(document, env, problems)
+    values: dict[str, dict[str, Any]] = {}
+    for section, fields in SCHEMA.items():
+        values[section] = {}
+        for key, (parse, default) in fields.items():
+            value = raw.get(section, {}).get(key, default)
+            try:
+                values[section][key] = parse(value)
+            except ValueError as exc:
+                problems.append(f"{origin.get((section, key), f'[{section}] {key}')}: {exc}")
+    if problems:
+        raise errors.ConfigError(problems)
+    settings = _build(values, path)
+    _check(settings, origin, problems)
+    if problems:
+        raise errors.ConfigError(problems)
+    return settings
+
+
+def _merge(
+    document: dict[str, Any], env: Mapping[str, str], problems: list[str]
+) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], str]]:
+    raw: dict[str, dict[str, Any]] = {}
+    origin: dict[tuple[str, str], str] = {}
+    for section, table in document.items():
+        if section not in SCHEMA:
+            problems.append(f"[{section}]: unknown section{_did_you_mean(section, SCHEMA)}")
+            continue
+        if not isinstance(table, dict):
+            problems.append(f"{section}: expected a [{section}] table")
+            continue
+        for key, value in table.items():
+            if key not in SCHEMA[section]:
+                problems.append(f"[{section}] {key}: unknown key{_did_you_mean(key, SCHEMA[section])}")
+                continue
+            raw.setdefault(section, {})[key] = value
+    for name, text in env.items():
+        if not name.startswith("MTAD_"):
+            continue
+        rest = name[5:].lower()
+        env_section = next((s for s in SCHEMA if rest.startswith(s + "_")), None)
+        if env_section is None:
+            continue  # not a configuration variable (MTAD_TEST_DSN, ...)
+        key = rest[len(env_section) + 1 :]
+        if key not in SCHEMA[env_section]:
+            problems.append(f"{name}: unknown key {key!r} in [{env_section}]{_did_you_mean(key, SCHEMA[env_section])}")
+            continue
+        raw.setdefault(env_section, {})[key] = _env_value(text)
+        origin[(env_section, key)] = name
+    return raw, origin
+
+
+def _env_value(text: str) -> Any:
+    """A TOML value if the text is one (true, 10, ["a"], "x"), else the text itself."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _did_you_mean(word: str, options: Mapping[str, Any]) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _build(values: dict[str, dict[str, Any]], path: Path | None) -> Settings:
+    sub = values["submission"]
+    return Settings(
+        database=DatabaseSettings(**values["database"]),
+        submission=submission.Settings(
+            listen=sub["listen"],
+            hostname=sub["hostname"],
+            max_message_size=sub["max_message_size"],
+            max_recipients=sub["max_recipients"],
+            trusted_networks=sub["trusted_networks"],
+            require_auth=sub["require_auth"],
+            default_tenant=sub["default_tenant"],
+            idle_timeout=sub["idle_timeout"],
+            auth_max_failures=sub["auth_max_failures"],
+            auth_failure_window=sub["auth_failure_window"],
+            shutdown_timeout=sub["shutdown_timeout"],
+            tls_cert=values["tls"]["cert"],
+            tls_key=values["tls"]["key"],
+        ),
+        spool=SpoolSettings(**values["spool"]),
+        http=HttpSettings(**values["http"]),
+        log=LogSettings(**values["log"]),
+        node=NodeSettings(**values["node"]),
+        source=path,
+    )
+
+
+def _check(settings: Settings, origin: dict[tuple[str, str], str], problems: list[str]) -> None:
+    """Checks that span keys or touch the file system."""
+    sub = settings.submission
+    cert, key = sub.tls_cert, sub.tls_key
+    if (cert is None) != (key is None):
+        problems.append("[tls] cert and key: set both or neither")
+    elif cert is not None and key is not None:
+        try:
+            submission.tls_context(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            problems.append(f"[tls] cert/key: cannot load {cert} and {key}: {exc}")
+    listen = [str(a) for a in sub.listen]
+    if len(set(listen)) != len(listen):
+        problems.append("[submission] listen: the same address is listed twice")
+    http = settings.http.listen
+    if http is not None and http.port != 0 and str(http) in listen:
+        problems.append("[http] listen: the same address as a [submission] listen address")
+    if settings.spool.commit_window > 1.0:
+        problems.append("[spool] commit_window: longer than 1s would hold every 250 back for that long")

@@ -1,0 +1,218 @@
+"""The composition root: builds everything from the settings, runs it in one
+TaskGroup, and shuts it down in order on SIGTERM or SIGINT.
+
+Start: database (embedded or DSN) -> migrations -> pool -> node registration ->
+group committer -> submission and HTTP listeners -> READY=1.
+
+Shutdown, in order:
+ 1. STOPPING=1; close the listening sockets (no new sessions).
+ 2. Let sessions in DATA finish, bounded by [submission] shutdown_timeout;
+    refuse new DATA commands meanwhile.
+ 3. Tell the remaining sessions 421 and close them.
+ 4. Close the group committer: what it holds is committed, then it returns.
+ 5. Stop the background loops, deregister the node, close HTTP and the pool.
+ 6. Stop the embedded PostgreSQL, if mtad runs one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import structlog
+
+from mtad import config, db, errors, http, nodes, spool, submission, tenants
+from mtad.db import embedded, migrate
+
+log = structlog.get_logger("mtad.daemon")
+
+HOUSEKEEPING_INTERVAL = 600.0
+
+
+def notify(message: str) -> None:
+    """Tell systemd (sd_notify protocol) when NOTIFY_SOCKET is set; otherwise nothing."""
+    path = os.environ.get("NOTIFY_SOCKET")
+    if not path:
+        return
+    if path.startswith("@"):
+        path = "\0" + path[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.connect(path)
+            sock.sendall(message.encode())
+    except OSError as exc:
+        log.warning("sd_notify_failed", error=str(exc))
+
+
+@dataclass(slots=True)
+class Spool:
+    """An open spool database, and the embedded server behind it if there is one."""
+
+    database: db.Database
+    server: embedded.EmbeddedPostgres | None
+
+
+@contextlib.asynccontextmanager
+async def open_spool(
+    settings: config.Settings, *, stop_embedded: bool | None = None, pool_size: int | None = None
+) -> AsyncIterator[Spool]:
+    """Connect to the configured database, or start (or attach to) the embedded one,
+    apply pending migrations, and yield a pool.
+
+    On exit the pool is closed and the embedded server stopped when stop_embedded
+    is true; None means "only if this call started it and no other client is
+    connected" (what a command-line tool wants while the daemon may be running).
+    """
+    server: embedded.EmbeddedPostgres | None = None
+    if settings.database.dsn is not None:
+        dsn = settings.database.dsn
+    else:
+        server = embedded.EmbeddedPostgres(settings.database.data_dir)
+        admin_dsn = await asyncio.to_thread(server.start)
+        await db.ensure_database(admin_dsn, embedded.DATABASE)
+        dsn = server.dsn(admin_dsn)
+    database: db.Database | None = None
+    try:
+        applied = await migrate.apply(dsn)
+        for migration in applied:
+            log.info("migrated", version=migration.version, name=migration.name)
+        database = await db.Database.connect(dsn, max_size=pool_size or settings.database.pool_size)
+        yield Spool(database, server)
+    finally:
+        stop = False
+        if server is not None:
+            if stop_embedded is not None:
+                stop = stop_embedded
+            else:
+                stop = server.started_here and (database is None or not await _others_connected(database))
+        if database is not None:
+            await database.close()
+        if server is not None and stop:
+            await asyncio.to_thread(server.stop)
+            log.info("embedded_postgres_stopped", data_dir=str(server.data_dir))
+
+
+async def _others_connected(database: db.Database) -> bool:
+    try:
+        return bool(await database.fetchval("admin/other_clients"))
+    except errors.SpoolError:
+        return True
+
+
+class Daemon:
+    """One mtad node: the submission port, the spool writer, HTTP and housekeeping."""
+
+    def __init__(self, settings: config.Settings) -> None:
+        self.settings = settings
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Run until stop() (or a signal); raises what made start-up fail."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+        try:
+            async with open_spool(self.settings, stop_embedded=True) as opened:
+                await self._serve(opened.database)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+    async def _serve(self, database: db.Database) -> None:
+        settings = self.settings
+        node_id = settings.node.id
+        await nodes.register(database, node_id, _now())
+        committer = spool.GroupCommitter(
+            database,
+            window=settings.spool.commit_window,
+            max_batch=settings.spool.commit_max_batch,
+            timeout=settings.spool.commit_timeout,
+        )
+        sub = settings.submission
+        tls = submission.tls_context(sub.tls_cert, sub.tls_key) if sub.tls_cert and sub.tls_key else None
+        handler = submission.Handler(sub, committer, tenants.Authenticator(database))
+        smtp = submission.Server(sub, handler, tls)
+        web = None
+        if settings.http.listen is not None:
+            web = http.Server(
+                settings.http.listen,
+                depth=lambda: spool.depth(database),
+                healthy=lambda: _healthy(database),
+            )
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                committing = tasks.create_task(committer.run(), name="group-commit")
+                background = [
+                    tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),
+                    tasks.create_task(self._housekeeping(database), name="housekeeping"),
+                ]
+                await smtp.start()
+                if web is not None:
+                    await web.start()
+                log.info(
+                    "ready",
+                    node=node_id,
+                    smtp=[str(a) for a in smtp.addresses],
+                    http=str(web.address) if web is not None else None,
+                    pid=os.getpid(),
+                )
+                notify(f"READY=1\nSTATUS=accepting on {', '.join(str(a) for a in smtp.addresses)}")
+                await self._stop.wait()
+
+                log.info("stopping", sessions=len(smtp.sessions()))
+                notify("STOPPING=1")
+                smtp.stop_accepting()
+                if not await smtp.wait_data_done(sub.shutdown_timeout):
+                    log.warning("shutdown_timeout", in_data=sum(s.in_data for s in smtp.sessions()))
+                await smtp.close_sessions()
+                committer.close()
+                await committing
+                for task in background:
+                    task.cancel()
+        finally:
+            committer.close()
+            if web is not None:
+                await web.close()
+            with contextlib.suppress(errors.SpoolError):
+                await nodes.deregister(database, node_id)
+        log.info("stopped", committed=committer.statistics().messages)
+
+    async def _heartbeat(self, database: db.Database, node_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.settings.node.heartbeat_interval)
+            try:
+                await nodes.heartbeat(database, node_id, _now())
+            except errors.SpoolError as exc:
+                log.warning("heartbeat_failed", error=str(exc))
+
+    async def _housekeeping(self, database: db.Database) -> None:
+        while True:
+            try:
+                purged = await spool.purge_expired_keys(database, _now())
+                if purged:
+                    log.info("idempotency_keys_purged", count=purged)
+            except errors.SpoolError as exc:
+                log.warning("housekeeping_failed", error=str(exc))
+            await asyncio.sleep(HOUSEKEEPING_INTERVAL)
+
+
+async def _healthy(database: db.Database) -> bool:
+    try:
+        async with asyncio.timeout(2.0):
+            await database.fetchval("admin/ping")
+    except (errors.SpoolError, TimeoutError):
+        return False
+    return True
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,233 @@
+"""PostgreSQL access: the asyncpg pool, named SQL, and error translation.
+
+This package is the only place that imports asyncpg. Every statement lives in a
+file under mtad/sql/ and is referred to by its name (`"spool/insert_messages"`);
+files are read once. asyncpg and socket errors are translated here, once, into
+errors.DatabaseUnavailable (connection-level, retryable), errors.OutcomeUnknown
+(lost during COMMIT), errors.Conflict (unique violation) or errors.SpoolError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from importlib import resources
+from typing import Any, TypeVar, cast
+
+import asyncpg
+
+from mtad import errors
+
+Row = Mapping[str, Any]  # an asyncpg.Record: read-only, by column name
+T = TypeVar("T")
+
+CONNECT_TIMEOUT = 5.0
+
+
+@functools.cache
+def sql(name: str) -> str:
+    """The text of mtad/sql/<name>.sql, read once."""
+    return (resources.files("mtad") / "sql" / f"{name}.sql").read_text()
+
+
+def translate(exc: BaseException) -> errors.MtadError | None:
+    """The mtad error for a foreign exception, or None if it is not ours to translate."""
+    if isinstance(exc, asyncpg.UniqueViolationError):
+        return errors.Conflict(str(exc))
+    if isinstance(
+        exc,
+        (
+            OSError,
+            TimeoutError,
+            asyncpg.PostgresConnectionError,
+            asyncpg.exceptions.OperatorInterventionError,
+            asyncpg.TooManyConnectionsError,
+        ),
+    ):
+        return errors.DatabaseUnavailable(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, asyncpg.InterfaceError) and not isinstance(exc, asyncpg.exceptions.DataError):
+        return errors.DatabaseUnavailable(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, (asyncpg.PostgresError, asyncpg.InterfaceError)):
+        return errors.SpoolError(f"{type(exc).__name__}: {exc}")
+    return None
+
+
+@contextlib.contextmanager
+def _translated() -> Any:
+    try:
+        yield
+    except errors.MtadError:
+        raise
+    except Exception as exc:
+        mtad_error = translate(exc)
+        if mtad_error is None:
+            raise
+        raise mtad_error from exc
+
+
+class Connection:
+    """One connection (inside or outside a transaction) running named SQL."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+
+    async def execute(self, name: str, *args: Any) -> str:
+        with _translated():
+            return cast(str, await self._conn.execute(sql(name), *args))
+
+    async def fetch(self, name: str, *args: Any) -> list[Row]:
+        with _translated():
+            return cast(list[Row], await self._conn.fetch(sql(name), *args))
+
+    async def fetchrow(self, name: str, *args: Any) -> Row | None:
+        with _translated():
+            return cast(Row | None, await self._conn.fetchrow(sql(name), *args))
+
+    async def fetchval(self, name: str, *args: Any) -> Any:
+        with _translated():
+            return await self._conn.fetchval(sql(name), *args)
+
+    async def execute_text(self, text: str, *args: Any) -> str:
+        """Run SQL text that is not a named statement (migrations, DDL)."""
+        with _translated():
+            return cast(str, await self._conn.execute(text, *args))
+
+    async def cursor(self, name: str, *args: Any, prefetch: int = 500) -> AsyncIterator[Row]:
+        """Stream the rows of a named query; must run inside a transaction."""
+        with _translated():
+            async for row in self._conn.cursor(sql(name), *args, prefetch=prefetch):
+                yield row
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Connection]:
+        """A transaction on this connection; a lost COMMIT raises OutcomeUnknown."""
+        with _translated():
+            tx = self._conn.transaction()
+            await tx.start()
+        try:
+            yield self
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await tx.rollback()
+            raise
+        try:
+            await tx.commit()
+        except Exception as exc:
+            mtad_error = translate(exc)
+            if isinstance(mtad_error, errors.DatabaseUnavailable):
+                raise errors.OutcomeUnknown(str(mtad_error)) from exc
+            if mtad_error is None:
+                raise
+            raise mtad_error from exc
+
+
+class Database:
+    """An asyncpg pool. Create with `await Database.connect(dsn)`; close with `close()`."""
+
+    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
+        self._pool = pool
+        self.dsn = dsn
+
+    @classmethod
+    async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Database:
+        """Open the pool; raises DatabaseUnavailable if the server cannot be reached."""
+        with _translated():
+            pool = await asyncpg.create_pool(
+                dsn,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=CONNECT_TIMEOUT,
+                # Recycle connections now and then, so that plans cached while a
+                # table was empty (a seq-scan plan for a lookup) do not live forever.
+                max_queries=100_000,
+                max_inactive_connection_lifetime=300.0,
+            )
+        assert pool is not None
+        return cls(pool, dsn)
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._pool.close()
+
+    def terminate(self) -> None:
+        self._pool.terminate()
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Connection]:
+        """A pooled connection for several statements."""
+        with _translated():
+            conn = await self._pool.acquire(timeout=CONNECT_TIMEOUT)
+        try:
+            yield Connection(conn)
+        finally:
+            with contextlib.suppress(Exception):
+                await self._pool.release(conn)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Connection]:
+        """A pooled connection inside a transaction: committed on clean exit."""
+        async with self.connection() as conn, conn.transaction():
+            yield conn
+
+    async def execute(self, name: str, *args: Any) -> str:
+        async with self.connection() as conn:
+            return await conn.execute(name, *args)
+
+    async def fetch(self, name: str, *args: Any) -> list[Row]:
+        async with self.connection() as conn:
+            return await conn.fetch(name, *args)
+
+    async def fetchrow(self, name: str, *args: Any) -> Row | None:
+        async with self.connection() as conn:
+            return await conn.fetchrow(name, *args)
+
+    async def fetchval(self, name: str, *args: Any) -> Any:
+        async with self.connection() as conn:
+            return await conn.fetchval(name, *args)
+
+
+async def connect_once(dsn: str) -> Connection:
+    """A single connection outside any pool (for administrative work); close with close()."""
+    with _translated():
+        conn = await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT)
+    return Connection(conn)
+
+
+async def close(conn: Connection) -> None:
+    with contextlib.suppress(Exception):
+        await conn._conn.close()
+
+
+async def ensure_database(admin_dsn: str, name: str) -> None:
+    """Create database `name` on the server of admin_dsn unless it exists."""
+    if not name.replace("_", "").isalnum():
+        raise errors.SpoolError(f"refusing to create a database named {name!r}")
+    conn = await connect_once(admin_dsn)
+    try:
+        if not await conn.fetchval("admin/database_exists", name):
+            try:
+                await conn.execute_text(f'CREATE DATABASE "{name}"')
+            except errors.SpoolError:
+                if not await conn.fetchval("admin/database_exists", name):
+                    raise  # not merely a concurrent creation
+    finally:
+        await close(conn)
+
+
+async def retrying(op: Callable[[], Awaitable[T]], *, attempts: int = 2) -> T:
+    """Run op again on a fresh connection if it failed before COMMIT was sent.
+
+    A pooled connection can be dead without the pool knowing (the server
+    restarted); the first use fails and the pool replaces it. OutcomeUnknown is
+    never retried here: the caller must decide.
+    """
+    for attempt in range(attempts):
+        try:
+            return await op()
+        except errors.OutcomeUnknown:
+            raise
+        except errors.DatabaseUnavailable:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")

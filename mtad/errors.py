@@ -1,0 +1,72 @@
+"""Every error mtad raises on purpose, as one tree.
+
+Foreign exceptions (asyncpg, aiosmtpd, ssl, OSError from sockets) are translated
+into these once, at the module that owns the foreign library; nothing above that
+module catches a foreign exception.
+
+    MtadError
+     +-- ConfigError               bad configuration; carries every problem found
+     +-- SpoolError
+     |    +-- DatabaseUnavailable  PostgreSQL cannot be reached or dropped the
+     |    |                        connection; the operation may be retried
+     |    +-- OutcomeUnknown       the connection was lost while COMMIT was in
+     |    |                        flight: the write may or may not have landed
+     |    +-- NotFound             a queue id, delivery or tenant that does not exist
+     |    +-- Conflict             a row that must be unique already exists
+     +-- EmbeddedDatabaseError     the embedded PostgreSQL could not be started
+     +-- IllegalTransition         a delivery state change the table forbids
+     +-- AddressError              an address that is not a valid mailbox
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class MtadError(Exception):
+    """The root of every error mtad raises on purpose."""
+
+
+class ConfigError(MtadError):
+    """The configuration has one or more problems; `problems` lists them all."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class SpoolError(MtadError):
+    """A spool operation failed."""
+
+
+class DatabaseUnavailable(SpoolError):
+    """PostgreSQL could not be reached, or the connection broke before COMMIT."""
+
+
+class OutcomeUnknown(DatabaseUnavailable):
+    """The connection broke while COMMIT was in flight; the write may have landed."""
+
+
+class NotFound(SpoolError):
+    """The thing asked for does not exist."""
+
+
+class Conflict(SpoolError):
+    """A row that must be unique already exists."""
+
+
+class EmbeddedDatabaseError(MtadError):
+    """The embedded PostgreSQL server could not be initialised or started."""
+
+
+class IllegalTransition(MtadError):
+    """A delivery state change that lifecycle.TRANSITIONS does not allow."""
+
+
+class AddressError(MtadError):
+    """An address that is not a valid mailbox; `reason` is a short machine key."""
+
+    def __init__(self, reason: str, text: str) -> None:
+        self.reason = reason
+        self.text = text
+        super().__init__(text)

@@ -1,0 +1,84 @@
+"""The delivery state machine, as a table.
+
+`State` mirrors the Postgres enum `delivery_state` and `Reason` mirrors
+`delivery_reason` (migrations/0001_spool.sql); tests/unit/test_lifecycle.py and
+tests/integration/test_schema.py check that they agree. Sync, no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+from mtad import errors
+
+
+class State(enum.StrEnum):
+    QUEUED = "queued"  # waiting for next_attempt_at; leasable
+    LEASED = "leased"  # owned by lease_owner until lease_expires_at
+    DEFERRED = "deferred"  # a transient outcome; due again at next_attempt_at
+    DELIVERED = "delivered"  # the receiver said 2xx (final)
+    BOUNCED = "bounced"  # permanent reply, or older than max age (final)
+    FAILED = "failed"  # non-SMTP failure after repeated tries: dead letter (final)
+    CANCELLED = "cancelled"  # suppressed, cancelled by tenant or admin (final)
+
+
+class Reason(enum.StrEnum):
+    """Why a delivery was deferred, bounced, failed, cancelled or requeued."""
+
+    THROTTLED = "throttled"  # the receiver asked us to slow down (421, 4.7.x)
+    MX_TEMPFAIL = "mx_tempfail"  # a transient reply from the receiver
+    DNS_TEMPFAIL = "dns_tempfail"  # SERVFAIL or timeout resolving the route
+    CONNECT_FAILED = "connect_failed"  # no MX host accepted a connection
+    TLS_FAILED = "tls_failed"  # STARTTLS failed or was required and absent
+    TIMEOUT = "timeout"  # the receiver stopped answering
+    DISCONNECTED = "disconnected"  # the connection dropped mid-transaction
+    RECIPIENT_REJECTED = "recipient_rejected"  # 5.1.x: no such mailbox
+    CONTENT_REJECTED = "content_rejected"  # 5.7.x policy or content refusal
+    PERMANENT_REPLY = "permanent_reply"  # any other 5xx
+    NO_ROUTE = "no_route"  # NXDOMAIN, null MX, no address at all
+    EXPIRED = "expired"  # older than max age
+    LEASE_EXPIRED = "lease_expired"  # the owning node stopped renewing
+    RELEASED = "released"  # handed back unstarted at shutdown
+    MAILBOX_COOLDOWN = "mailbox_cooldown"  # the sending mailbox must wait
+    SUPPRESSED = "suppressed"  # the recipient is on the suppression list
+    ADMIN = "admin"  # an operator acted on it
+    INTERNAL = "internal"  # mtad itself failed (never counts as throttling)
+
+
+TRANSITIONS: Mapping[State, frozenset[State]] = {
+    State.QUEUED: frozenset({State.LEASED, State.CANCELLED}),
+    State.LEASED: frozenset({State.DELIVERED, State.DEFERRED, State.BOUNCED, State.FAILED, State.QUEUED}),
+    State.DEFERRED: frozenset({State.QUEUED, State.LEASED, State.CANCELLED}),
+    State.DELIVERED: frozenset(),
+    State.BOUNCED: frozenset(),
+    State.FAILED: frozenset(),
+    State.CANCELLED: frozenset(),
+}
+
+FINAL: frozenset[State] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+
+# Moves that must say why.
+_NEEDS_REASON = frozenset(
+    {
+        (State.LEASED, State.DEFERRED),
+        (State.LEASED, State.BOUNCED),
+        (State.LEASED, State.FAILED),
+        (State.LEASED, State.QUEUED),
+        (State.QUEUED, State.CANCELLED),
+        (State.DEFERRED, State.CANCELLED),
+    }
+)
+
+
+def can_move(old: State, new: State) -> bool:
+    return new in TRANSITIONS[old]
+
+
+def transition(old: State, new: State, reason: Reason | None = None) -> State:
+    """Return `new` if the table allows old -> new, else raise IllegalTransition."""
+    if new not in TRANSITIONS[old]:
+        raise errors.IllegalTransition(f"{old} -> {new} is not allowed")
+    if reason is None and (old, new) in _NEEDS_REASON:
+        raise errors.IllegalTransition(f"{old} -> {new} needs a reason")
+    return new

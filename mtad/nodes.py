@@ -1,0 +1,30 @@
+"""Nodes: every running mtad registers in `nodes` and heartbeats.
+
+Later stages read the table to share bucket rates among live nodes; a node
+whose heartbeat is older than a few intervals is taken for dead.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import datetime
+from typing import Any
+
+from mtad import db
+
+
+async def register(database: db.Database, node_id: str, now: datetime) -> None:
+    await database.execute("nodes/register", node_id, socket.gethostname(), os.getpid(), now)
+
+
+async def heartbeat(database: db.Database, node_id: str, now: datetime) -> None:
+    await database.execute("nodes/heartbeat", node_id, now)
+
+
+async def deregister(database: db.Database, node_id: str) -> None:
+    await database.execute("nodes/deregister", node_id)
+
+
+async def list_all(database: db.Database) -> list[dict[str, Any]]:
+    return [dict(row) for row in await database.fetch("nodes/list")]

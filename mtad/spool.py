@@ -1,0 +1,353 @@
+"""The spool: accepted messages, their deliveries and events, in PostgreSQL.
+
+`GroupCommitter` is the durable accept path: concurrent SMTP sessions hand it
+messages, it writes them in batches (one transaction for a batch: claim
+idempotency keys, insert messages, deliveries and `received` events) and
+resolves each session's wait only after COMMIT. A batch closes after a short
+window or at a maximum size, whichever comes first, so durability costs one
+fsync per batch rather than per message.
+
+The rest are the queries behind `mtad queue`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+
+from mtad import db, errors, events, metrics
+from mtad.envelope import Address
+
+log = structlog.get_logger("mtad.spool")
+
+IDEMPOTENCY_TTL = timedelta(hours=24)
+
+
+def new_queue_id(now: float | None = None) -> uuid.UUID:
+    """A time-ordered UUID (RFC 9562 version 7): 48 bits of ms, then random bits."""
+    ms = int((time.time() if now is None else now) * 1000) & ((1 << 48) - 1)
+    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
+    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
+    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
+    return uuid.UUID(int=value)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message ready to be spooled, with everything delivery will need."""
+
+    id: uuid.UUID
+    tenant: str
+    sender: str
+    recipients: tuple[Address, ...]
+    message_id: str
+    idempotency_key: str | None  # "key:<Idempotency-Key>" or "msgid:<Message-ID>"
+    body: bytes
+    client_address: str
+    received_at: datetime
+    smtputf8: bool = False
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    queue_id: uuid.UUID
+    duplicate: bool
+
+
+@dataclass(slots=True)
+class _Pending:
+    message: NewMessage
+    future: asyncio.Future[Accepted]
+    followers: list[_Pending] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CommitterStats:
+    batches: int = 0
+    messages: int = 0
+    duplicates: int = 0
+    failures: int = 0
+    queued: int = 0
+
+
+class GroupCommitter:
+    """Batches concurrent accepts into few transactions.
+
+    `commit()` returns after COMMIT, or raises DatabaseUnavailable (nothing was
+    written) or OutcomeUnknown (the connection broke during COMMIT: the message
+    may be spooled; a resubmission is recognised by its idempotency key).
+    """
+
+    def __init__(
+        self,
+        database: db.Database,
+        *,
+        window: float = 0.002,
+        max_batch: int = 200,
+        timeout: float = 15.0,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._db = database
+        self._window = window
+        self._max_batch = max_batch
+        self._timeout = timeout
+        self._now = now
+        self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue()
+        self._closed = False
+        self._stats = CommitterStats()
+
+    def statistics(self) -> CommitterStats:
+        self._stats.queued = self._queue.qsize()
+        return self._stats
+
+    async def commit(self, message: NewMessage) -> Accepted:
+        if self._closed:
+            raise errors.DatabaseUnavailable("the spool is shutting down")
+        pending = _Pending(message, asyncio.get_running_loop().create_future())
+        self._queue.put_nowait(pending)
+        return await pending.future
+
+    def close(self) -> None:
+        """Refuse new messages; `run()` returns once what is queued is written."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put_nowait(None)
+
+    async def run(self) -> None:
+        """Write batches until close(); owned by the daemon's TaskGroup."""
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is None:
+                break
+            if self._window > 0 and self._queue.qsize() < self._max_batch - 1:
+                await asyncio.sleep(self._window)
+            batch = [first]
+            while len(batch) < self._max_batch and not self._queue.empty():
+                item = self._queue.get_nowait()
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            await self._write(batch)
+
+    async def run_until_idle(self) -> None:
+        """Write what is queued now, then return (for tests and tools)."""
+        batch: list[_Pending] = []
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is not None:
+                batch.append(item)
+        for start in range(0, len(batch), self._max_batch):
+            await self._write(batch[start : start + self._max_batch])
+
+    async def _write(self, batch: list[_Pending]) -> None:
+        primaries = _fold_duplicates(batch)
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self._timeout):
+                results = await db.retrying(lambda: self._write_batch([p.message for p in primaries]))
+        except TimeoutError:
+            self._fail(batch, errors.OutcomeUnknown("the group commit timed out"), "unknown_outcome")
+            return
+        except errors.OutcomeUnknown as exc:
+            self._fail(batch, exc, "unknown_outcome")
+            return
+        except errors.DatabaseUnavailable as exc:
+            self._fail(batch, exc, "unavailable")
+            return
+        except errors.SpoolError as exc:
+            log.error("group_commit_failed", error=str(exc), batch=len(batch))
+            self._fail(batch, exc, "error")
+            return
+        metrics.COMMIT_LATENCY.observe(time.perf_counter() - started)
+        metrics.COMMIT_BATCH.observe(len(batch))
+        self._stats.batches += 1
+        for pending, accepted in zip(primaries, results, strict=True):
+            self._stats.messages += not accepted.duplicate
+            _resolve(pending.future, accepted)
+            for follower in pending.followers:
+                _resolve(follower.future, Accepted(accepted.queue_id, duplicate=True))
+            self._stats.duplicates += len(pending.followers) + accepted.duplicate
+
+    def _fail(self, batch: list[_Pending], exc: errors.SpoolError, kind: str) -> None:
+        metrics.COMMIT_FAILURES.labels(kind=kind).inc()
+        self._stats.failures += 1
+        for pending in batch:
+            if not pending.future.done():
+                pending.future.set_exception(exc)
+
+    async def _write_batch(self, messages: Sequence[NewMessage]) -> list[Accepted]:
+        now = self._now()
+        async with self._db.transaction() as tx:
+            owners = await _claim_keys(tx, messages, now)
+            new = [m for m in messages if m.idempotency_key is None or owners[(m.tenant, m.idempotency_key)] == m.id]
+            if new:
+                await _insert(tx, new)
+        return [
+            Accepted(m.id, False)
+            if m.idempotency_key is None
+            else Accepted(owners[(m.tenant, m.idempotency_key)], owners[(m.tenant, m.idempotency_key)] != m.id)
+            for m in messages
+        ]
+
+
+def _fold_duplicates(batch: list[_Pending]) -> list[_Pending]:
+    """One primary per (tenant, idempotency key); later ones follow its outcome."""
+    primaries: list[_Pending] = []
+    by_key: dict[tuple[str, str], _Pending] = {}
+    for pending in batch:
+        key = pending.message.idempotency_key
+        if key is None:
+            primaries.append(pending)
+            continue
+        primary = by_key.get((pending.message.tenant, key))
+        if primary is None:
+            by_key[(pending.message.tenant, key)] = pending
+            primaries.append(pending)
+        else:
+            primary.followers.append(pending)
+    return primaries
+
+
+def _resolve(future: asyncio.Future[Accepted], accepted: Accepted) -> None:
+    if not future.done():  # the session may have gone away meanwhile
+        future.set_result(accepted)
+
+
+async def _claim_keys(
+    tx: db.Connection, messages: Sequence[NewMessage], now: datetime
+) -> dict[tuple[str, str], uuid.UUID]:
+    """The owning message of every idempotency key in the batch."""
+    keyed = [m for m in messages if m.idempotency_key is not None]
+    if not keyed:
+        return {}
+    tenants = [m.tenant for m in keyed]
+    keys = [m.idempotency_key for m in keyed]
+    claimed = await tx.fetch(
+        "spool/claim_keys", tenants, keys, [m.id for m in keyed], [now + IDEMPOTENCY_TTL] * len(keyed), now
+    )
+    owners: dict[tuple[str, str], uuid.UUID] = {}
+    claimed_keys = {(row["tenant"], row["key"]) for row in claimed}
+    for m in keyed:
+        assert m.idempotency_key is not None
+        if (m.tenant, m.idempotency_key) in claimed_keys:
+            owners[(m.tenant, m.idempotency_key)] = m.id
+    lost = [m for m in keyed if (m.tenant, m.idempotency_key) not in owners]
+    if lost:
+        rows = await tx.fetch("spool/find_keys", [m.tenant for m in lost], [m.idempotency_key for m in lost])
+        for row in rows:
+            owners[(row["tenant"], row["key"])] = row["message"]
+    if len(owners) < len({(m.tenant, m.idempotency_key) for m in keyed}):
+        raise errors.DatabaseUnavailable("an idempotency key vanished while it was being claimed")
+    return owners
+
+
+async def _insert(tx: db.Connection, messages: Sequence[NewMessage]) -> None:
+    await tx.execute(
+        "spool/insert_messages",
+        [m.id for m in messages],
+        [m.tenant for m in messages],
+        [m.sender for m in messages],
+        [m.message_id for m in messages],
+        [m.idempotency_key for m in messages],
+        [len(m.body) for m in messages],
+        [m.body for m in messages],
+        [m.smtputf8 for m in messages],
+        [m.client_address for m in messages],
+        [m.received_at for m in messages],
+    )
+    owners, recipients, domains, priorities, times = [], [], [], [], []
+    for m in messages:
+        for rcpt in m.recipients:
+            owners.append(m.id)
+            recipients.append(str(rcpt))
+            domains.append(rcpt.domain)
+            priorities.append(m.priority)
+            times.append(m.received_at)
+    await tx.execute("spool/insert_deliveries", owners, recipients, domains, priorities, times)
+    received = [
+        events.Event(
+            events.Kind.RECEIVED,
+            m.tenant,
+            message=m.id,
+            data={
+                "sender": m.sender,
+                "recipients": len(m.recipients),
+                "size": len(m.body),
+                "message_id": m.message_id,
+                "client": m.client_address,
+            },
+        )
+        for m in messages
+    ]
+    await tx.execute(
+        "spool/insert_events",
+        [m.received_at for m in messages],
+        [e.kind.value for e in received],
+        [e.message for e in received],
+        [e.delivery for e in received],
+        [e.tenant for e in received],
+        [e.data_json() for e in received],
+    )
+
+
+# --- queries behind `mtad queue` -------------------------------------------------
+
+
+async def depth(database: db.Database) -> dict[str, int]:
+    """Deliveries per state (states with none are absent)."""
+    return {row["state"]: row["n"] for row in await database.fetch("spool/depth")}
+
+
+async def purge_expired_keys(database: db.Database, now: datetime) -> int:
+    status = await database.execute("spool/purge_keys", now)
+    return int(status.rsplit(" ", 1)[-1])
+
+
+async def deliveries(
+    database: db.Database, *, state: str | None = None, message: uuid.UUID | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """Stream deliveries (with their envelope), oldest first."""
+    async with database.transaction() as tx:
+        async for row in tx.cursor("spool/list_deliveries", state, message):
+            yield dict(row)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageView:
+    message: dict[str, Any]
+    deliveries: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+
+
+async def show(database: db.Database, ident: str, *, head_bytes: int = 4096) -> MessageView:
+    """A message with its deliveries and events, by queue id or delivery id."""
+    message_id = await _resolve_ident(database, ident)
+    row = await database.fetchrow("spool/get_message", message_id, head_bytes)
+    if row is None:
+        raise errors.NotFound(f"no message with queue id {ident}")
+    found = [d async for d in deliveries(database, message=message_id)]
+    found_events = [dict(e) for e in await database.fetch("spool/events_of_message", message_id)]
+    return MessageView(dict(row), found, found_events)
+
+
+async def _resolve_ident(database: db.Database, ident: str) -> uuid.UUID:
+    if ident.isdigit():
+        message = await database.fetchval("spool/message_of_delivery", int(ident))
+        if message is None:
+            raise errors.NotFound(f"no delivery with id {ident}")
+        return uuid.UUID(str(message))
+    try:
+        return uuid.UUID(ident)
+    except ValueError:
+        raise errors.NotFound(f"{ident!r} is neither a queue id (a UUID) nor a delivery id (a number)") from None

@@ -1,0 +1,1 @@
+DELETE FROM nodes WHERE id = $1

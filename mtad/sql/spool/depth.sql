@@ -1,0 +1,1 @@
+SELECT state::text AS state, count(*) AS n FROM deliveries GROUP BY state

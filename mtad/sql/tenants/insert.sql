@@ -1,0 +1,1 @@
+INSERT INTO tenants (name, password_hash) VALUES ($1, $2)

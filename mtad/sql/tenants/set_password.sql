@@ -1,0 +1,1 @@
+UPDATE tenants SET password_hash = $2, updated_at = now() WHERE name = $1
