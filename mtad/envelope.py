@@ -64,7 +64,7 @@ def parse_path(arg: str) -> tuple[str, str] | None:
             if colon < 0:
                 return None
             inner = inner[colon + 1 :]
-        if "<" in inner or ">" in inner:
+        if _closing(inner, 0, "<") >= 0 or _closing(inner, 0, ">") >= 0:
             return None
         return inner, rest.strip()
     end = _closing(text, 0, " ")

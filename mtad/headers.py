@@ -13,7 +13,7 @@ from collections.abc import Iterable
 CRLF = b"\r\n"
 _BARE = re.compile(rb"\r(?!\n)|(?<!\r)\n")
 # One header field: a name, a colon, the value with its folded continuation lines.
-_FIELD = re.compile(rb"^([!-9;-~]+)[ \t]*:(.*(?:\r\n[ \t].*)*)", re.MULTILINE)
+_FIELD = re.compile(rb"^([!-9;-~]+)[ \t]*:([^\r\n]*(?:\r\n[ \t][^\r\n]*)*)", re.MULTILINE)
 
 
 def has_bare_line_ending(data: bytes) -> bool:

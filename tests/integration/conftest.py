@@ -1,0 +1,70 @@
+"""A submission server on the test's own event loop, with its group committer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import ssl
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mtad import db, spool, submission, tenants
+from mtad.submission import HostPort
+
+
+@dataclasses.dataclass
+class Submission:
+    server: submission.Server
+    committer: spool.GroupCommitter
+    database: db.Database
+
+    @property
+    def port(self) -> int:
+        return self.server.addresses[0].port
+
+
+@contextlib.asynccontextmanager
+async def submission_server(
+    database: db.Database, tls: tuple[Path, Path] | None = None, **overrides: Any
+) -> AsyncIterator[Submission]:
+    fields: dict[str, Any] = {"listen": (HostPort("127.0.0.1", 0),), "hostname": "mtad.test", **overrides}
+    if tls is not None:
+        fields["tls_cert"], fields["tls_key"] = tls
+    settings = submission.Settings(**fields)
+    committer = spool.GroupCommitter(database, window=0.001)
+    context = submission.tls_context(*tls) if tls else None
+    server = submission.Server(settings, submission.Handler(settings, committer, tenants.Authenticator(database)), context)
+    task = asyncio.create_task(committer.run())
+    await server.start()
+    try:
+        yield Submission(server, committer, database)
+    finally:
+        server.stop_accepting()
+        await server.close_sessions()
+        committer.close()
+        await task
+
+
+@pytest.fixture
+def client_tls() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+Factory = Callable[..., contextlib.AbstractAsyncContextManager[Submission]]
+
+
+@pytest.fixture
+def make_submission(database: db.Database, tls_files: tuple[Path, Path]) -> Factory:
+    """make_submission(tls=True, **settings) -> async context manager of a running server."""
+
+    def make(*, tls: bool = False, **overrides: Any) -> contextlib.AbstractAsyncContextManager[Submission]:
+        return submission_server(database, tls_files if tls else None, **overrides)
+
+    return make

@@ -1,0 +1,89 @@
+"""The migrations produce the schema the code expects, once, even when raced."""
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from mtad import db, errors, events, lifecycle
+from mtad.db import migrate
+from tests.conftest import admin, query, with_database
+
+
+async def enum_values(database: db.Database, name: str) -> list[str]:
+    rows = await query(database, f"SELECT unnest(enum_range(NULL::{name}))::text AS v")
+    return [r["v"] for r in rows]
+
+
+async def test_postgres_enums_mirror_the_python_enums(database: db.Database) -> None:
+    assert await enum_values(database, "delivery_state") == [s.value for s in lifecycle.State]
+    assert await enum_values(database, "delivery_reason") == [r.value for r in lifecycle.Reason]
+
+
+EXPECTED_COLUMNS = {
+    "messages": {
+        "id", "tenant", "sender", "message_id", "idempotency_key", "size", "body", "smtputf8",
+        "client_address", "received_at",
+    },
+    "deliveries": {
+        "id", "message", "recipient", "domain", "state", "priority", "attempts", "next_attempt_at",
+        "lease_owner", "lease_expires_at", "attempt_id", "last_code", "last_enhanced", "last_text",
+        "reason", "created_at", "updated_at",
+    },
+    "events": {"id", "at", "kind", "message", "delivery", "tenant", "data"},
+    "tenants": {"name", "password_hash", "state", "created_at", "updated_at"},
+    "nodes": {"id", "hostname", "pid", "started_at", "heartbeat_at"},
+    "idempotency_keys": {"tenant", "key", "message", "expires_at"},
+    "schema_migrations": {"version", "name", "applied_at"},
+}  # fmt: skip
+
+
+async def test_migrations_produce_the_expected_tables_and_indexes(database: db.Database) -> None:
+    rows = await query(
+        database, "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public'"
+    )
+    indexes = {r["indexname"] for r in await query(database, "SELECT indexname FROM pg_indexes")}
+    found: dict[str, set[str]] = {}
+    for row in rows:
+        found.setdefault(row["table_name"], set()).add(row["column_name"])
+    assert found == EXPECTED_COLUMNS
+    assert {"deliveries_due", "deliveries_lease_expiry", "deliveries_message", "events_message"} <= indexes
+
+
+async def test_migrations_apply_once_even_when_two_nodes_race(pg_admin_dsn: str) -> None:
+    name = f"race_{uuid.uuid4().hex[:12]}"
+    await admin(pg_admin_dsn, f"CREATE DATABASE {name}")
+    dsn = with_database(pg_admin_dsn, name)
+    try:
+        first, second = await asyncio.gather(migrate.apply(dsn), migrate.apply(dsn))
+        assert sorted(m.version for m in first + second) == [m.version for m in migrate.available()]
+        assert await migrate.apply(dsn) == []
+        database = await db.Database.connect(dsn)
+        try:
+            rows = await database.fetch("migrate/applied")
+        finally:
+            await database.close()
+        assert [r["version"] for r in rows] == [m.version for m in migrate.available()]
+    finally:
+        await admin(pg_admin_dsn, f"DROP DATABASE {name} WITH (FORCE)")
+
+
+async def test_events_are_append_only(database: db.Database) -> None:
+    event = events.Event(events.Kind.RECEIVED, "t", message=uuid.uuid4(), data={"a": 1})
+    async with database.transaction() as tx:
+        await tx.execute(
+            "spool/insert_events", [datetime.now(UTC)], [event.kind.value], [event.message], [None], ["t"], [event.data_json()]
+        )
+    with pytest.raises(errors.SpoolError, match="append-only"):
+        async with database.transaction() as tx:
+            await tx.execute_text("UPDATE events SET kind = 'delivered'")
+
+
+async def test_a_leased_delivery_must_have_an_owner(database: db.Database) -> None:
+    with pytest.raises(errors.SpoolError, match="leased_has_owner"):
+        async with database.transaction() as tx:
+            await tx.execute_text(
+                "INSERT INTO deliveries (message, recipient, domain, state, next_attempt_at, created_at, updated_at)"
+                " VALUES (gen_random_uuid(), 'a@b.c', 'b.c', 'leased', now(), now(), now())"
+            )

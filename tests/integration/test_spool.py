@@ -1,0 +1,156 @@
+"""The group-committed accept path and the queue queries, against real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from mtad import db, envelope, errors, spool
+from tests.conftest import query
+from tests.proxy import PgProxy
+
+
+def message(
+    *recipients: str, tenant: str = "t1", key: str | None = None, body: bytes = b"Subject: x\r\n\r\nhi\r\n"
+) -> spool.NewMessage:
+    queue_id = spool.new_queue_id()
+    return spool.NewMessage(
+        id=queue_id,
+        tenant=tenant,
+        sender="app@example.org",
+        recipients=tuple(envelope.parse_mailbox(r) for r in recipients or ("a@example.com",)),
+        message_id=f"<{queue_id.hex}@test>",
+        idempotency_key=key,
+        body=body,
+        client_address="127.0.0.1",
+        received_at=datetime.now(UTC),
+    )
+
+
+@contextlib.asynccontextmanager
+async def running(committer: spool.GroupCommitter) -> AsyncIterator[spool.GroupCommitter]:
+    task = asyncio.create_task(committer.run())
+    try:
+        yield committer
+    finally:
+        committer.close()
+        await task
+
+
+async def test_a_commit_writes_message_deliveries_and_event_together(database: db.Database) -> None:
+    async with running(spool.GroupCommitter(database)) as committer:
+        msg = message("a@example.com", "B@Bücher.example")
+        accepted = await committer.commit(msg)
+    assert accepted == spool.Accepted(msg.id, duplicate=False)
+    [stored] = await query(database, "SELECT * FROM messages")
+    assert stored["id"] == msg.id
+    assert bytes(stored["body"]) == msg.body
+    assert stored["size"] == len(msg.body)
+    rows = await query(database, "SELECT recipient, domain, state::text, attempts FROM deliveries ORDER BY id")
+    assert [tuple(r) for r in rows] == [
+        ("a@example.com", "example.com", "queued", 0),
+        ("B@xn--bcher-kva.example", "xn--bcher-kva.example", "queued", 0),
+    ]
+    [event] = await query(database, "SELECT kind, message, tenant, data FROM events")
+    assert (event["kind"], event["message"], event["tenant"]) == ("received", msg.id, "t1")
+
+
+async def test_concurrent_commits_share_transactions(database: db.Database) -> None:
+    committer = spool.GroupCommitter(database, window=0.05, max_batch=64)
+    async with running(committer):
+        results = await asyncio.gather(*(committer.commit(message()) for _ in range(150)))
+    assert len({r.queue_id for r in results}) == 150
+    stats = committer.statistics()
+    assert stats.messages == 150
+    assert stats.batches <= 10, stats  # 150 messages at most 64 a batch, not 150 transactions
+    [count] = await query(database, "SELECT count(*) AS n FROM deliveries")
+    assert count["n"] == 150
+
+
+async def test_the_same_key_is_accepted_once_per_tenant(database: db.Database) -> None:
+    async with running(spool.GroupCommitter(database)) as committer:
+        first = await committer.commit(message(key="key:order-1"))
+        again = await committer.commit(message(key="key:order-1"))
+        other_tenant = await committer.commit(message(key="key:order-1", tenant="t2"))
+        # Two submissions of one key in the same batch: one message.
+        same_batch = await asyncio.gather(*(committer.commit(message(key="key:order-2")) for _ in range(3)))
+    assert not first.duplicate
+    assert again == spool.Accepted(first.queue_id, duplicate=True)
+    assert not other_tenant.duplicate
+    assert len({r.queue_id for r in same_batch}) == 1
+    assert sorted(r.duplicate for r in same_batch) == [False, True, True]
+    [count] = await query(database, "SELECT count(*) AS n FROM messages")
+    assert count["n"] == 3
+    [count] = await query(database, "SELECT count(*) AS n FROM deliveries")
+    assert count["n"] == 3
+
+
+async def test_a_key_is_free_again_after_24_hours(database: db.Database) -> None:
+    clock = [datetime.now(UTC)]
+    async with running(spool.GroupCommitter(database, now=lambda: clock[0])) as committer:
+        first = await committer.commit(message(key="key:k"))
+        clock[0] += timedelta(hours=23)
+        assert (await committer.commit(message(key="key:k"))).duplicate
+        clock[0] += timedelta(hours=2)
+        later = await committer.commit(message(key="key:k"))
+    assert not later.duplicate
+    assert later.queue_id != first.queue_id
+    assert await spool.purge_expired_keys(database, clock[0] + timedelta(hours=25)) == 1
+
+
+async def test_unreachable_database_fails_cleanly_and_accept_resumes(dsn: str) -> None:
+    with PgProxy(dsn) as proxy:
+        database = await db.Database.connect(proxy.dsn, max_size=3)
+        try:
+            async with running(spool.GroupCommitter(database)) as committer:
+                assert not (await committer.commit(message())).duplicate
+                proxy.cut()
+                with pytest.raises(errors.DatabaseUnavailable):
+                    await committer.commit(message())
+                proxy.restore()
+                assert not (await committer.commit(message())).duplicate
+        finally:
+            await database.close()
+    direct = await db.Database.connect(dsn)
+    try:
+        [count] = await query(direct, "SELECT count(*) AS n FROM messages")
+        [deliveries] = await query(direct, "SELECT count(*) AS n FROM deliveries")
+    finally:
+        await direct.close()
+    assert (count["n"], deliveries["n"]) == (2, 2)  # nothing half-written
+
+
+async def test_commit_after_close_is_refused(database: db.Database) -> None:
+    committer = spool.GroupCommitter(database)
+    async with running(committer):
+        pass
+    with pytest.raises(errors.DatabaseUnavailable, match="shutting down"):
+        await committer.commit(message())
+
+
+async def test_queue_queries(database: db.Database) -> None:
+    async with running(spool.GroupCommitter(database)) as committer:
+        msg = message("a@example.com", "b@example.com")
+        await committer.commit(msg)
+        await committer.commit(message("c@example.com"))
+    everything = [d async for d in spool.deliveries(database)]
+    assert [d["recipient"] for d in everything] == ["a@example.com", "b@example.com", "c@example.com"]
+    assert [d async for d in spool.deliveries(database, state="delivered")] == []
+    assert await spool.depth(database) == {"queued": 3}
+
+    view = await spool.show(database, str(msg.id))
+    assert view.message["sender"] == "app@example.org"
+    assert bytes(view.message["head"]).startswith(b"Subject: x")
+    assert [d["recipient"] for d in view.deliveries] == ["a@example.com", "b@example.com"]
+    assert [e["kind"] for e in view.events] == ["received"]
+    by_delivery = await spool.show(database, str(view.deliveries[1]["id"]))
+    assert by_delivery.message["id"] == msg.id
+
+    for missing in (str(uuid.uuid4()), "999999", "not-an-id"):
+        with pytest.raises(errors.NotFound):
+            await spool.show(database, missing)

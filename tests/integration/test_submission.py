@@ -1,0 +1,290 @@
+"""The submission port against real sockets and real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import ssl
+
+import aiosmtplib
+import pytest
+
+from mtad import db, tenants
+from tests.conftest import query
+from tests.integration.conftest import Factory
+from tests.proxy import PgProxy
+from tests.smtpclient import RawClient
+
+MESSAGE = b"From: app@example.org\r\nTo: rcpt@example.com\r\nSubject: hi\r\n\r\nHello.\r\n"
+ONLY_LOCALHOST = (ipaddress.ip_network("127.0.0.1/32"),)
+UNTRUSTED = "127.0.0.2"  # a client address outside ONLY_LOCALHOST
+
+
+async def stored(database: db.Database) -> list[dict[str, object]]:
+    return [dict(r) for r in await query(database, "SELECT * FROM messages ORDER BY received_at")]
+
+
+async def test_ehlo_advertises_the_extensions(make_submission: Factory) -> None:
+    async with make_submission(tls=True, trusted_networks=ONLY_LOCALHOST, max_message_size=1000) as srv:
+        trusted = await RawClient.connect("127.0.0.1", srv.port)
+        lines = (await trusted.ehlo()).splitlines()
+        for ext in ["SIZE 1000", "8BITMIME", "PIPELINING", "ENHANCEDSTATUSCODES", "SMTPUTF8", "STARTTLS"]:
+            assert f"250-{ext}" in lines
+        assert "250-AUTH LOGIN PLAIN" in lines  # trusted: AUTH without STARTTLS
+        await trusted.close()
+
+        untrusted = await RawClient.connect("127.0.0.1", srv.port, source=UNTRUSTED)
+        assert "AUTH" not in await untrusted.ehlo()
+        assert (await untrusted.auth_plain("shop", "pw")).startswith("538 5.7.11")
+        await untrusted.close()
+
+
+async def test_trusted_client_submits_and_mtad_adds_its_headers(make_submission: Factory) -> None:
+    async with make_submission() as srv:
+        client = aiosmtplib.SMTP(hostname="127.0.0.1", port=srv.port, start_tls=False)
+        await client.connect()
+        errors, reply = await client.sendmail("app@example.org", ["rcpt@example.com", "two@example.com"], MESSAGE)
+        await client.quit()
+        assert errors == {}
+        assert reply.startswith("2.0.0 Ok: queued as ")
+        [row] = await stored(srv.database)
+    assert str(row["id"]) == reply.rsplit(" ", 1)[1]
+    assert (row["tenant"], row["sender"], row["client_address"]) == ("default", "app@example.org", "127.0.0.1")
+    body = bytes(row["body"])  # type: ignore[arg-type]
+    assert body.startswith(b"Received: from ")
+    assert b"by mtad.test (mtad) with ESMTP id " in body
+    assert row["message_id"] == f"<{row['id'].hex}@mtad.test>"  # type: ignore[attr-defined]
+    # Message-ID and Date are added at the end of the header block.
+    assert f"Subject: hi\r\nMessage-ID: {row['message_id']}\r\nDate: ".encode() in body
+    assert body.endswith(b"\r\n\r\nHello.\r\n")
+    assert row["idempotency_key"] is None  # no Message-ID of the client's own: nothing to recognise
+
+
+async def test_untrusted_client_must_authenticate(make_submission: Factory, client_tls: ssl.SSLContext) -> None:
+    async with make_submission(tls=True, trusted_networks=ONLY_LOCALHOST) as srv:
+        await tenants.add(srv.database, "shop", "s3cret")
+        raw = await RawClient.connect("127.0.0.1", srv.port, source=UNTRUSTED)
+        await raw.ehlo()
+        assert (await raw.command("MAIL FROM:<app@example.org>")).startswith("530 5.7.0")
+        await raw.close()
+
+        client = aiosmtplib.SMTP(
+            hostname="127.0.0.1", port=srv.port, source_address=(UNTRUSTED, 0), start_tls=False, tls_context=client_tls
+        )
+        await client.connect()
+        await client.starttls()
+        await client.ehlo()
+        assert "auth" in client.esmtp_extensions
+        with pytest.raises(aiosmtplib.SMTPAuthenticationError) as info:
+            await client.login("shop", "wrong")
+        assert info.value.code == 535
+        assert "5.7.8" in info.value.message
+        await client.login("shop", "s3cret")
+        _, reply = await client.sendmail("app@example.org", ["rcpt@example.com"], MESSAGE)
+        await client.quit()
+        [row] = await stored(srv.database)
+    assert row["tenant"] == "shop"
+    assert b"with ESMTPSA id" in bytes(row["body"])  # type: ignore[arg-type]
+
+
+async def test_require_auth_applies_to_trusted_networks_too(make_submission: Factory) -> None:
+    async with make_submission(require_auth=True) as srv:
+        await tenants.add(srv.database, "shop", "s3cret")
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        assert (await raw.command("MAIL FROM:<app@example.org>")).startswith("530 5.7.0")
+        # AUTH LOGIN, challenge by challenge (trusted: no STARTTLS needed).
+        assert (await raw.command("AUTH LOGIN")).startswith("334 ")
+        assert (await raw.command("c2hvcA==")).startswith("334 ")  # "shop"
+        assert (await raw.command("czNjcmV0")).startswith("235 2.7.0")  # "s3cret"
+        assert (await raw.command("MAIL FROM:<app@example.org>")).startswith("250 2.1.0")
+        await raw.close()
+
+
+async def test_failed_auth_is_rate_limited_per_client(make_submission: Factory) -> None:
+    async with make_submission(auth_max_failures=3) as srv:
+        await tenants.add(srv.database, "shop", "s3cret")
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        for _ in range(3):
+            assert (await raw.auth_plain("shop", "nope")).startswith("535 5.7.8")
+        assert (await raw.auth_plain("shop", "s3cret")).startswith("454 4.7.0")  # even the right password
+        await raw.close()
+
+
+@pytest.mark.parametrize(
+    ("commands", "expected"),
+    [
+        (["MAIL FROM:<a..b@example.org>"], "553 5.1.3"),
+        (["MAIL FROM:<app@example.org"], "553 5.1.3"),
+        (["MAIL FROM:<>"], "501 5.5.4"),
+        (["MAIL FROM:<jösé@example.org>"], "553 5.6.7"),  # needs SMTPUTF8
+        (["MAIL FROM:<app@example.org> SIZE=2000"], "552 5.3.4"),
+        (["MAIL FROM:<app@example.org>", "RCPT TO:<rcpt@localhost>"], "553 5.1.2"),
+        (["MAIL FROM:<app@example.org>", "RCPT TO:<rcpt@[192.0.2.1]>"], "553 5.1.2"),
+        (["MAIL FROM:<app@example.org>", "RCPT TO:<rc pt@example.com>"], "553 5.1.3"),
+        (["RCPT TO:<rcpt@example.com>"], "503 5.5.1"),
+        (["DATA"], "503 5.5.1"),
+        (["FROB"], "500 5.5.2"),
+        (["MAIL FROM:<app@example.org> FOO=BAR"], "555 5.5.4"),
+    ],
+)
+async def test_refusals_carry_enhanced_codes(make_submission: Factory, commands: list[str], expected: str) -> None:
+    async with make_submission(max_message_size=1000) as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        for command in commands[:-1]:
+            assert (await raw.command(command)).startswith("250")
+        reply = await raw.command(commands[-1])
+        assert reply.startswith(expected + " "), reply
+        assert len(reply) > len(expected) + 5  # with a text that says why
+        await raw.close()
+
+
+async def test_recipient_count_is_limited(make_submission: Factory) -> None:
+    async with make_submission(max_recipients=2) as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        await raw.envelope("app@example.org", "a@example.com", "b@example.com")
+        assert (await raw.command("RCPT TO:<c@example.com>")).startswith("452 4.5.3")
+        assert (await raw.data(MESSAGE + b".\r\n")).startswith("250 2.0.0")
+        await raw.close()
+        [row] = await query(srv.database, "SELECT count(*) AS n FROM deliveries")
+    assert row["n"] == 2
+
+
+async def test_idna_and_smtputf8_addresses(make_submission: Factory) -> None:
+    async with make_submission() as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        assert (await raw.command("MAIL FROM:<jösé@example.org> SMTPUTF8")).startswith("250")
+        assert (await raw.command("RCPT TO:<ünï@Bücher.Example>")).startswith("250")
+        assert (await raw.data(MESSAGE + b".\r\n")).startswith("250 2.0.0")
+        await raw.close()
+        [row] = await query(srv.database, "SELECT recipient, domain FROM deliveries")
+        [msg] = await stored(srv.database)
+    assert (row["recipient"], row["domain"]) == ("ünï@xn--bcher-kva.example", "xn--bcher-kva.example")
+    assert msg["smtputf8"] is True
+    assert b"with UTF8SMTP id" in bytes(msg["body"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"Subject: x\r\n\r\n" + b"a" * 1100 + b"\r\n.\r\n", "500 5.5.6"),  # line too long
+        (b"Subject: x\r\n\r\n" + b"a" * 990 + b"\r\n" + b"b" * 990 + b"\r\n.\r\n", "552 5.3.4"),  # too big
+        (b"Subject: x\r\n\r\nbare\nLF\r\n.\r\n", "550 5.5.2"),
+        (b"Subject: x\r\n\r\nbare\rCR\r\n.\r\n", "550 5.5.2"),
+    ],
+)
+async def test_data_limits_and_line_endings(make_submission: Factory, data: bytes, expected: str) -> None:
+    async with make_submission(max_message_size=1500) as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        await raw.envelope()
+        assert (await raw.data(data)).startswith(expected + " ")
+        # The session goes on: a clean message is accepted after the refusal.
+        await raw.envelope()
+        assert (await raw.data(MESSAGE + b".\r\n")).startswith("250 2.0.0")
+        await raw.close()
+        assert len(await stored(srv.database)) == 1
+
+
+SMUGGLED = b"MAIL FROM:<evil@example.org>\r\nRCPT TO:<victim@example.com>\r\nDATA\r\nSubject: smuggled\r\n\r\nx\r\n"
+
+
+@pytest.mark.parametrize("fake_end", [b"\n.\r\n", b"\r\n.\n", b"\n.\n", b"\r.\r\n", b"\r\n.\r"])
+async def test_smtp_smuggling_is_refused(make_submission: Factory, fake_end: bytes) -> None:
+    async with make_submission() as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        await raw.envelope()
+        reply = await raw.data(b"Subject: outer\r\n\r\nouter body" + fake_end + SMUGGLED + b".\r\n")
+        assert reply.startswith("550 5.5.2"), reply
+        assert (await raw.command("NOOP")).startswith("250 2.0.0")  # nothing smuggled is pending
+        await raw.close()
+        assert await stored(srv.database) == []
+
+
+async def test_pipelined_commands_get_replies_in_order(make_submission: Factory) -> None:
+    async with make_submission() as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        await raw.send(b"MAIL FROM:<app@example.org>\r\nRCPT TO:<a@example.com>\r\nRCPT TO:<bad@localhost>\r\nDATA\r\n")
+        replies = [await raw.reply() for _ in range(4)]
+        assert [r[:3] for r in replies] == ["250", "250", "553", "354"]
+        await raw.send(MESSAGE + b".\r\nQUIT\r\n")
+        assert (await raw.reply()).startswith("250 2.0.0 Ok: queued as ")
+        assert (await raw.reply()).startswith("221 2.0.0")
+        await raw.close()
+
+
+async def test_resubmission_with_the_same_key_gets_the_original_queue_id(make_submission: Factory) -> None:
+    with_key = b"Idempotency-Key: order-42\r\n" + MESSAGE
+    with_msgid = b"Message-ID: <fixed@example.org>\r\n" + MESSAGE
+    async with make_submission() as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        results = []
+        for data in (with_key, with_key, with_msgid, with_msgid):
+            await raw.envelope()
+            results.append(await raw.data(data + b".\r\n"))
+        await raw.close()
+        assert len(await stored(srv.database)) == 2
+    first, second, third, fourth = results
+    assert first.startswith("250 2.0.0 Ok: queued as ")
+    assert second == f"250 2.0.0 Ok: already queued as {first.rsplit(' ', 1)[1]} (duplicate submission)"
+    assert fourth.startswith(f"250 2.0.0 Ok: already queued as {third.rsplit(' ', 1)[1]}")
+
+
+async def test_database_down_gives_451_and_accept_resumes(dsn: str, tls_files: object) -> None:
+    from tests.integration.conftest import submission_server
+
+    with PgProxy(dsn) as proxy:
+        database = await db.Database.connect(proxy.dsn, max_size=3)
+        try:
+            async with submission_server(database) as srv:
+                raw = await RawClient.connect("127.0.0.1", srv.port)
+                await raw.ehlo()
+                proxy.cut()
+                await raw.envelope()
+                assert (await raw.data(MESSAGE + b".\r\n")).startswith("451 4.3.0")
+                proxy.restore()
+                await raw.envelope()
+                assert (await raw.data(MESSAGE + b".\r\n")).startswith("250 2.0.0")
+                await raw.close()
+                assert len(await stored(database)) == 1
+        finally:
+            await database.close()
+
+
+async def test_shutdown_lets_data_in_flight_finish_and_closes_idle_sessions(make_submission: Factory) -> None:
+    async with make_submission() as srv:
+        port = srv.port
+        idle = await RawClient.connect("127.0.0.1", port)
+        await idle.ehlo()
+        busy = await RawClient.connect("127.0.0.1", srv.port)
+        await busy.ehlo()
+        await busy.envelope()
+        assert (await busy.command("DATA")).startswith("354")
+        await busy.send(b"Subject: half\r\n\r\nfirst half\r\n")
+        await asyncio.wait_for(_until(lambda: any(s.in_data for s in srv.server.sessions())), 5)
+
+        srv.server.stop_accepting()
+        drained = asyncio.create_task(srv.server.wait_data_done(10))
+        with pytest.raises(OSError):
+            await RawClient.connect("127.0.0.1", port)  # no new sessions
+        await busy.send(b"second half\r\n.\r\n")
+        assert (await busy.reply()).startswith("250 2.0.0")
+        assert await drained
+        await srv.server.close_sessions()
+        assert (await idle.reply()).startswith("421 4.3.2")
+        await idle.close()
+        await busy.close()
+        assert len(await stored(srv.database)) == 1
+
+
+async def _until(condition: object) -> None:
+    assert callable(condition)
+    while not condition():
+        await asyncio.sleep(0)

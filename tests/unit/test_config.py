@@ -1,0 +1,153 @@
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from mtad import config, errors
+from mtad.submission import HostPort
+
+REFERENCE = Path(__file__).parents[2] / "conf" / "mtad.toml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mtad.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_reference_file_loads_with_its_documented_values() -> None:
+    settings = config.load(REFERENCE, environ={})
+    assert settings.database.dsn is None
+    assert settings.database.data_dir == Path("var/pgdata")
+    assert settings.submission.listen == (HostPort("127.0.0.1", 2525),)
+    assert settings.submission.max_message_size == 25 * 1024 * 1024
+    assert settings.submission.max_recipients == 100
+    assert ipaddress.ip_network("127.0.0.0/8") in settings.submission.trusted_networks
+    assert settings.submission.require_auth is False
+    assert settings.spool.commit_window == pytest.approx(0.002)
+    assert settings.http.listen == HostPort("127.0.0.1", 9108)
+    assert (settings.log.format, settings.log.level) == ("json", "info")
+    assert settings.node.id
+
+
+def test_every_key_of_the_schema_is_in_the_reference_file() -> None:
+    text = REFERENCE.read_text()
+    for section, keys in config.SCHEMA.items():
+        assert f"[{section}]" in text
+        for key in keys:
+            assert f"\n{key} = " in text, f"[{section}] {key} is not documented in conf/mtad.toml"
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+[database]
+pool_size = "many"
+[submission]
+listen = ["127.0.0.1"]
+max_message_size = "25 parsecs"
+trusted_networks = ["10.0.0.1/8"]
+require_auth = "yes"
+idle_timout = "5m"
+[log]
+format = "xml"
+[bogus]
+x = 1
+""",
+    )
+    with pytest.raises(errors.ConfigError) as info:
+        config.load(path, environ={})
+    problems = "\n".join(info.value.problems)
+    for expected in [
+        "[database] pool_size: expected a whole number",
+        "[submission] listen: expected \"host:port\"",
+        "[submission] max_message_size: expected a size",
+        "[submission] trusted_networks: '10.0.0.1/8' is not a network",
+        "[submission] require_auth: expected true or false",
+        "[submission] idle_timout: unknown key (did you mean 'idle_timeout'?)",
+        "[log] format: expected one of json, console",
+        "[bogus]: unknown section",
+    ]:
+        assert expected in problems
+    assert len(info.value.problems) == 8
+
+
+def test_environment_overrides_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, '[database]\ndsn = "postgresql://file/db"\n[submission]\nmax_recipients = 5\n')
+    settings = config.load(
+        path,
+        environ={
+            "MTAD_DATABASE_DSN": "postgresql://env/db",
+            "MTAD_SUBMISSION_MAX_RECIPIENTS": "7",
+            "MTAD_SUBMISSION_LISTEN": '["127.0.0.1:25", "[::1]:25"]',
+            "MTAD_SUBMISSION_TRUSTED_NETWORKS": "10.0.0.0/8, 192.168.0.0/16",
+            "MTAD_SUBMISSION_REQUIRE_AUTH": "true",
+            "MTAD_SPOOL_COMMIT_WINDOW": "5ms",
+            "MTAD_TEST_DSN": "ignored: not a configuration variable",
+        },
+    )
+    assert settings.database.dsn == "postgresql://env/db"
+    assert settings.submission.max_recipients == 7
+    assert settings.submission.listen == (HostPort("127.0.0.1", 25), HostPort("::1", 25))
+    assert len(settings.submission.trusted_networks) == 2
+    assert settings.submission.require_auth is True
+    assert settings.spool.commit_window == pytest.approx(0.005)
+
+
+def test_a_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
+    path = write(tmp_path, "")
+    with pytest.raises(errors.ConfigError) as info:
+        config.load(path, environ={"MTAD_SUBMISSION_MAX_RECIPIENTS": "lots", "MTAD_LOG_COLOUR": "red"})
+    problems = "\n".join(info.value.problems)
+    assert "MTAD_SUBMISSION_MAX_RECIPIENTS: expected a whole number" in problems
+    assert "MTAD_LOG_COLOUR: unknown key 'colour' in [log]" in problems
+
+
+def test_tls_needs_both_files_and_they_must_load(tmp_path: Path) -> None:
+    with pytest.raises(errors.ConfigError, match="set both or neither"):
+        config.load(write(tmp_path, '[tls]\ncert = "/nonexistent/cert.pem"\n'), environ={})
+    with pytest.raises(errors.ConfigError, match="cannot load"):
+        config.load(write(tmp_path, '[tls]\ncert = "/nonexistent/c.pem"\nkey = "/nonexistent/k.pem"\n'), environ={})
+
+
+def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
+    with pytest.raises(errors.ConfigError, match="cannot read"):
+        config.load(tmp_path / "missing.toml", environ={})
+    with pytest.raises(errors.ConfigError, match="not valid TOML"):
+        config.load(write(tmp_path, "[database\n"), environ={})
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("250ms", 0.25), ("30s", 30), ("5m", 300), ("2h", 7200), ("7d", 604800), ("1h30m", 5400), (12, 12), (0.5, 0.5)],
+)
+def test_durations(text: str | float, seconds: float) -> None:
+    assert config.duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["5 minutes", "", "-3s", "1x", True])
+def test_bad_durations(text: object) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        config.duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "octets"), [(1000, 1000), ("25MiB", 25 * 2**20), ("10MB", 10**7), ("512KiB", 2**19), ("7", 7)]
+)
+def test_sizes(text: str | int, octets: int) -> None:
+    assert config.size(text) == octets
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("127.0.0.1:25", HostPort("127.0.0.1", 25)), ("[::1]:2525", HostPort("::1", 2525)), ("mx.example:0", None)],
+)
+def test_host_port(text: str, expected: HostPort | None) -> None:
+    assert config.host_port(text) == (expected or HostPort("mx.example", 0))
+
+
+@pytest.mark.parametrize("text", ["127.0.0.1", "127.0.0.1:99999", "::1:25", "bad host:25"])
+def test_bad_host_port(text: str) -> None:
+    with pytest.raises(ValueError, match=r"host|port|range|IP"):
+        config.host_port(text)

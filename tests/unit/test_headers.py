@@ -1,0 +1,42 @@
+import pytest
+
+from mtad import headers
+
+
+@pytest.mark.parametrize(
+    ("data", "bare"),
+    [
+        (b"a: b\r\n\r\nbody\r\n", False),
+        (b"a: b\r\n\r\nbo\ndy\r\n", True),
+        (b"a: b\r\n\r\nbo\rdy\r\n", True),
+        (b"body\r\n\n.\r\n", True),  # a smuggled end of data
+        (b"body\r\n.\n", True),
+        (b"\n", True),
+        (b"", False),
+    ],
+)
+def test_bare_line_endings(data: bytes, bare: bool) -> None:
+    assert headers.has_bare_line_ending(data) is bare
+
+
+def test_header_end() -> None:
+    assert headers.header_end(b"A: 1\r\nB: 2\r\n\r\nbody\r\n") == len(b"A: 1\r\nB: 2\r\n")
+    assert headers.header_end(b"\r\nbody only\r\n") == 0
+    assert headers.header_end(b"A: 1\r\n") == len(b"A: 1\r\n")
+
+
+def test_find_unfolds_and_takes_the_first() -> None:
+    block = (
+        b"Subject: hello\r\n"
+        b"Message-ID:\r\n <folded@example.com>\r\n"
+        b"X-Other: 1\r\n"
+        b"message-id: <second@example.com>\r\n"
+        b"Idempotency-Key:  order-42 \r\n"
+    )
+    found = headers.find(block, [b"Message-ID", b"idempotency-key", b"date"])
+    assert found == {b"message-id": b"<folded@example.com>", b"idempotency-key": b"order-42"}
+
+
+def test_field_and_fold() -> None:
+    assert headers.field("Date", "x") == b"Date: x\r\n"
+    assert headers.fold("Received", ["a", "b"]) == b"Received: a\r\n\tb\r\n"

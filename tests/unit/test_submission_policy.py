@@ -1,0 +1,30 @@
+from mtad import spool, submission
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_auth_throttle_blocks_after_max_failures_and_forgets_after_the_window() -> None:
+    clock = Clock()
+    throttle = submission.AuthThrottle(max_failures=3, window=60, now=clock)
+    for _ in range(2):
+        throttle.failed("192.0.2.1")
+        clock.now += 1
+    assert not throttle.blocked("192.0.2.1")
+    throttle.failed("192.0.2.1")
+    assert throttle.blocked("192.0.2.1")
+    assert not throttle.blocked("192.0.2.2")
+    clock.now += 58  # the first failure leaves the window
+    assert not throttle.blocked("192.0.2.1")
+
+
+def test_queue_ids_are_version_7_and_time_ordered() -> None:
+    ids = [spool.new_queue_id(1_700_000_000 + i) for i in range(50)]
+    assert all(i.version == 7 for i in ids)
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
