@@ -37,7 +37,8 @@ async def submission_server(
     settings = submission.Settings(**fields)
     committer = spool.GroupCommitter(database, window=0.001)
     context = submission.tls_context(*tls) if tls else None
-    server = submission.Server(settings, submission.Handler(settings, committer, tenants.Authenticator(database)), context)
+    handler = submission.Handler(settings, committer, tenants.Authenticator(database))
+    server = submission.Server(settings, handler, context)
     task = asyncio.create_task(committer.run())
     await server.start()
     try:

@@ -72,9 +72,8 @@ async def test_migrations_apply_once_even_when_two_nodes_race(pg_admin_dsn: str)
 async def test_events_are_append_only(database: db.Database) -> None:
     event = events.Event(events.Kind.RECEIVED, "t", message=uuid.uuid4(), data={"a": 1})
     async with database.transaction() as tx:
-        await tx.execute(
-            "spool/insert_events", [datetime.now(UTC)], [event.kind.value], [event.message], [None], ["t"], [event.data_json()]
-        )
+        at, kind, data = [datetime.now(UTC)], [event.kind.value], [event.data_json()]
+        await tx.execute("spool/insert_events", at, kind, [event.message], [None], ["t"], data)
     with pytest.raises(errors.SpoolError, match="append-only"):
         async with database.transaction() as tx:
             await tx.execute_text("UPDATE events SET kind = 'delivered'")

@@ -61,7 +61,7 @@ x = 1
     problems = "\n".join(info.value.problems)
     for expected in [
         "[database] pool_size: expected a whole number",
-        "[submission] listen: expected \"host:port\"",
+        '[submission] listen: expected "host:port"',
         "[submission] max_message_size: expected a size",
         "[submission] trusted_networks: '10.0.0.1/8' is not a network",
         "[submission] require_auth: expected true or false",

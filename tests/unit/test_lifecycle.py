@@ -6,7 +6,7 @@ from mtad.lifecycle import Reason, State
 
 def test_every_state_has_a_row_and_final_states_lead_nowhere() -> None:
     assert set(lifecycle.TRANSITIONS) == set(State)
-    assert lifecycle.FINAL == {State.DELIVERED, State.BOUNCED, State.FAILED, State.CANCELLED}
+    assert {State.DELIVERED, State.BOUNCED, State.FAILED, State.CANCELLED} == lifecycle.FINAL
     for state in lifecycle.FINAL:
         assert not lifecycle.TRANSITIONS[state]
 
