@@ -1,0 +1,106 @@
+"""kill -9 during a burst of submissions, then a restart: nothing that got a 250 is lost
+or doubled, and the embedded PostgreSQL left running is reattached, not duplicated."""
+
+from __future__ import annotations
+
+import smtplib
+import threading
+from email.policy import SMTP
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acceptance.conftest import Mtad
+from tests.acceptance.test_run import email, rows
+
+pytestmark = pytest.mark.slow
+
+SENDERS = 8
+PER_SENDER = 1_000  # bounded: each sender stops by itself
+KILL_AFTER = 300
+
+
+class Burst:
+    """Senders that submit until the server goes away, recording every 250."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.accepted: dict[str, str] = {}  # Message-ID -> queue id, for every 250
+        self.attempted: set[str] = set()
+        self.errors: list[Exception] = []
+        self.enough = threading.Condition()
+        self.threads = [threading.Thread(target=self.send, args=(n,)) for n in range(SENDERS)]
+
+    def send(self, sender: int) -> None:
+        try:
+            with smtplib.SMTP("127.0.0.1", self.port, timeout=30) as client:
+                for i in range(PER_SENDER):
+                    message_id = f"<burst-{sender}-{i}@example.org>"
+                    with self.enough:
+                        self.attempted.add(message_id)
+                    queue_id = submit(client, message_id)
+                    with self.enough:
+                        self.accepted[message_id] = queue_id
+                        self.enough.notify_all()
+        except (smtplib.SMTPException, OSError) as exc:
+            self.errors.append(exc)  # the server was killed (or something to report)
+        finally:
+            with self.enough:
+                self.enough.notify_all()
+
+
+def submit(client: smtplib.SMTP, message_id: str) -> str:
+    """One message; returns the queue id of the 250 (original or duplicate)."""
+    client.ehlo_or_helo_if_needed()
+    assert client.mail("app@example.org")[0] == 250
+    assert client.rcpt("someone@example.com")[0] == 250
+    code, reply = client.data(email("burst", message_id).as_bytes(policy=SMTP))
+    if code != 250:
+        raise smtplib.SMTPDataError(code, reply)
+    return reply.decode().split(" as ", 1)[1].split(" ", 1)[0]
+
+
+def test_kill_9_during_a_burst_loses_and_doubles_nothing(mtad_factory: Any, tmp_path: Path) -> None:
+    data_dir = tmp_path / "pgdata"
+    daemon: Mtad = mtad_factory(f'dsn = ""\ndata_dir = "{data_dir}"').start()
+    postmaster = (data_dir / "postmaster.pid").read_text().split("\n", 1)[0]
+
+    burst = Burst(daemon.smtp_port)
+    for thread in burst.threads:
+        thread.start()
+    with burst.enough:
+        burst.enough.wait_for(
+            lambda: len(burst.accepted) >= KILL_AFTER or not any(t.is_alive() for t in burst.threads), timeout=120
+        )
+    assert len(burst.accepted) >= KILL_AFTER, burst.errors
+    daemon.kill()
+    for thread in burst.threads:
+        thread.join(60)
+    assert len(burst.accepted) >= KILL_AFTER
+
+    # The embedded PostgreSQL survived the kill; the restart attaches to it.
+    assert (data_dir / "postmaster.pid").read_text().split("\n", 1)[0] == postmaster
+    daemon.start()
+    dsn = f"postgresql://postgres@/mtad?host={data_dir}"
+    stored = rows(dsn, "SELECT id::text AS id, message_id FROM messages")
+    by_message_id: dict[str, list[str]] = {}
+    for row in stored:
+        by_message_id.setdefault(row["message_id"], []).append(row["id"])
+    for message_id, queue_id in burst.accepted.items():
+        assert by_message_id.get(message_id) == [queue_id], message_id  # there, exactly once
+    assert all(len(ids) == 1 for ids in by_message_id.values())
+
+    # Clients resubmit what they never got an answer for: duplicates are recognised.
+    unanswered = sorted(burst.attempted - burst.accepted.keys())
+    with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
+        for message_id in unanswered:
+            submit(client, message_id)
+    after = rows(dsn, "SELECT message_id, count(*) AS n FROM messages GROUP BY message_id")
+    assert all(r["n"] == 1 for r in after)
+    assert {r["message_id"] for r in after} == burst.attempted
+    deliveries = rows(dsn, "SELECT count(*) AS n FROM deliveries")
+    assert deliveries[0]["n"] == len(burst.attempted)
+
+    assert daemon.stop() == 0
+    assert not (data_dir / "postmaster.pid").exists()  # stopped with the daemon

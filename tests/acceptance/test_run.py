@@ -1,0 +1,184 @@
+"""`mtad run` end to end: submit, look at the spool with the command line, stop."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import smtplib
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mtad import db
+from tests.acceptance.conftest import Mtad
+from tests.conftest import query, run_sync
+from tests.proxy import PgProxy
+
+pytestmark = pytest.mark.slow
+
+
+def email(subject: str, message_id: str | None = None) -> EmailMessage:
+    msg = EmailMessage()
+    msg["From"] = "app@example.org"
+    msg["To"] = "someone@example.com"
+    msg["Subject"] = subject
+    if message_id:
+        msg["Message-ID"] = message_id
+    msg.set_content("Hello from the acceptance tests.\n")
+    return msg
+
+
+def rows(dsn: str, text: str) -> list[dict[str, Any]]:
+    async def fetch() -> list[dict[str, Any]]:
+        database = await db.Database.connect(dsn)
+        try:
+            return [dict(r) for r in await query(database, text)]
+        finally:
+            await database.close()
+
+    return run_sync(fetch)
+
+
+def test_accepts_mail_shows_it_and_stops_cleanly(mtad_factory: Any, dsn: str, tmp_path: Path) -> None:
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    notify.settimeout(30)
+    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")}).start()
+    assert notify.recv(4096).decode().startswith("READY=1")
+
+    with smtplib.SMTP("127.0.0.1", daemon.smtp_port) as client:
+        code, _ = client.ehlo()
+        assert code == 250
+        refused = client.send_message(email("first"), to_addrs=["someone@example.com", "other@example.net"])
+        assert refused == {}
+        client.send_message(email("second", "<second@example.org>"))
+        client.send_message(email("second again", "<second@example.org>"))  # a resubmission
+
+    if shutil.which("swaks"):
+        swaks = subprocess.run(
+            ["swaks", "--server", f"127.0.0.1:{daemon.smtp_port}", "--from", "swaks@example.org",
+             "--to", "swaks@example.com", "--header", "Subject: from swaks"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert swaks.returncode == 0, swaks.stdout + swaks.stderr
+        assert "250 2.0.0 Ok: queued as" in swaks.stdout
+
+    expected = 4 if shutil.which("swaks") else 3
+    messages = rows(dsn, "SELECT id, sender, message_id FROM messages")
+    assert len(messages) == expected - 1
+    assert len(daemon.events("accepted")) == expected - 1
+    accepted = daemon.events("accepted")[0]
+    assert {"queue_id", "tenant", "sender", "recipients", "size", "client", "timestamp", "level"} <= accepted.keys()
+    assert len(daemon.events("duplicate")) == 1
+
+    # The command line works while the daemon runs.
+    listing = daemon.cli("queue", "ls", "--json")
+    assert listing.returncode == 0, listing.stderr
+    deliveries = [json.loads(line) for line in listing.stdout.splitlines()]
+    assert len(deliveries) == expected
+    first = deliveries[0]
+    assert {"id", "queue_id", "message_id", "sender", "recipient", "state", "attempts", "next_attempt_at",
+            "last_reply"} <= first.keys()  # fmt: skip
+    assert (first["state"], first["attempts"], first["last_reply"]) == ("queued", 0, None)
+    assert daemon.cli("queue", "ls", "--state", "delivered", "--json").stdout == ""
+    text = daemon.cli("queue", "ls")
+    assert "someone@example.com" in text.stdout
+
+    shown = daemon.cli("queue", "show", first["queue_id"])
+    assert shown.returncode == 0, shown.stderr
+    assert "Subject: first" in shown.stdout
+    assert "received" in shown.stdout
+    shown_json = json.loads(daemon.cli("queue", "show", str(first["id"]), "--json").stdout)
+    assert shown_json["queue_id"] == first["queue_id"]
+    assert [e["kind"] for e in shown_json["events"]] == ["received"]
+    missing = daemon.cli("queue", "show", "00000000-0000-0000-0000-000000000000")
+    assert missing.returncode == 1
+    assert "no message" in missing.stderr
+
+    added = daemon.cli("tenants", "add", "shop", stdin="s3cret\n")
+    assert added.returncode == 0, added.stderr
+    assert daemon.cli("tenants", "add", "shop", stdin="again\n").returncode == 1
+    assert "shop" in daemon.cli("tenants", "ls").stdout
+
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/metrics", timeout=10).read().decode()
+    assert f"mtad_submission_accepted_messages_total {float(expected - 1)}" in metrics
+    assert 'mtad_spool_deliveries{state="queued"} ' + str(float(expected)) in metrics
+    assert "mtad_submission_accept_seconds_bucket" in metrics
+    health = urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/healthz", timeout=10)
+    assert health.status == 200
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/nothing", timeout=10)
+
+    assert daemon.stop() == 0
+    assert notify.recv(4096).decode() == "STOPPING=1"
+    assert daemon.events("stopped")
+    notify.close()
+
+
+def test_database_down_gives_451_and_accept_resumes(mtad_factory: Any, dsn: str) -> None:
+    with PgProxy(dsn) as proxy:
+        daemon: Mtad = mtad_factory(f'dsn = "{proxy.dsn}"').start()
+        with smtplib.SMTP("127.0.0.1", daemon.smtp_port) as client:
+            client.send_message(email("before"))
+            proxy.cut()
+            with pytest.raises(smtplib.SMTPDataError) as info:
+                client.send_message(email("during"))
+            assert info.value.smtp_code == 451
+            assert info.value.smtp_error.startswith(b"4.3.0")
+            unhealthy = urllib.request.Request(f"http://127.0.0.1:{daemon.http_port}/healthz")
+            with pytest.raises(urllib.error.HTTPError) as http_info:
+                urllib.request.urlopen(unhealthy, timeout=10)
+            assert http_info.value.code == 503
+            proxy.restore()
+            client.send_message(email("after"))
+        assert daemon.stop() == 0
+    subjects = [r["body"] for r in rows(dsn, "SELECT body FROM messages")]
+    assert len(subjects) == 2
+    assert not any(b"Subject: during" in bytes(b) for b in subjects)
+
+
+def test_a_bad_configuration_is_refused_with_every_problem(tmp_path: Path) -> None:
+    invalid = tmp_path / "invalid.toml"
+    invalid.write_text("[database\n")
+    checked = Mtad(invalid).cli("check-config")
+    assert checked.returncode == 2
+    assert "not valid TOML" in checked.stderr
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[database]\ndata_dir = ""\npool_size = 1\n[submission]\nlisten = []\nmax_recipients = 0\n')
+    checked = Mtad(bad).cli("check-config")
+    assert checked.returncode == 2
+    for problem in ["[database] data_dir: must not be empty", "[database] pool_size: must be between",
+                    "[submission] listen: must not be empty", "[submission] max_recipients: must be between"]:  # fmt: skip
+        assert problem in checked.stderr
+    refused = Mtad(bad).cli("run")
+    assert refused.returncode == 2
+    assert "max_recipients" in refused.stderr
+
+    good = Mtad(Path(__file__).parents[2] / "conf" / "mtad.toml").cli("check-config")
+    assert good.returncode == 0
+    assert ": ok" in good.stdout
+
+
+def test_help_is_complete() -> None:
+    import sys
+
+    def run(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "mtad", *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    top = run("--help")
+    for command in ["run", "migrate", "check-config", "tenants", "queue"]:
+        assert command in top
+    for args in [("run",), ("migrate",), ("check-config",), ("tenants", "add"), ("tenants", "ls"),
+                 ("queue", "ls"), ("queue", "show")]:  # fmt: skip
+        assert "--config" in run(*args, "--help")
+    assert "--state" in run("queue", "ls", "--help")
+    assert "standard input" in run("tenants", "add", "--help")
