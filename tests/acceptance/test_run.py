@@ -154,8 +154,12 @@ def test_a_bad_configuration_is_refused_with_every_problem(tmp_path: Path) -> No
     bad.write_text('[database]\ndata_dir = ""\npool_size = 1\n[submission]\nlisten = []\nmax_recipients = 0\n')
     checked = Mtad(bad).cli("check-config")
     assert checked.returncode == 2
-    for problem in ["[database] data_dir: must not be empty", "[database] pool_size: must be between",
-                    "[submission] listen: must not be empty", "[submission] max_recipients: must be between"]:  # fmt: skip
+    for problem in [
+        "[database] data_dir: must not be empty",
+        "[database] pool_size: must be between",
+        "[submission] listen: must not be empty",
+        "[submission] max_recipients: must be between",
+    ]:
         assert problem in checked.stderr
     refused = Mtad(bad).cli("run")
     assert refused.returncode == 2
