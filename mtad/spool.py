@@ -49,7 +49,7 @@ class NewMessage:
     sender: str
     recipients: tuple[Address, ...]
     message_id: str
-    idempotency_key: str | None  # "key:<Idempotency-Key>" or "msgid:<Message-ID>"
+    idempotency_key: str | None  # "key:<Idempotency-Key>" or "msgid:<Message-ID>:<envelope digest>"
     body: bytes
     client_address: str
     received_at: datetime
@@ -190,15 +190,14 @@ class GroupCommitter:
         now = self._now()
         async with self._db.transaction() as tx:
             owners = await _claim_keys(tx, messages, now)
-            new = [m for m in messages if m.idempotency_key is None or owners[(m.tenant, m.idempotency_key)] == m.id]
+            new = [m for m in messages if owners.get((m.tenant, m.idempotency_key), m.id) == m.id]
             if new:
                 await _insert(tx, new)
-        return [
-            Accepted(m.id, False)
-            if m.idempotency_key is None
-            else Accepted(owners[(m.tenant, m.idempotency_key)], owners[(m.tenant, m.idempotency_key)] != m.id)
-            for m in messages
-        ]
+        results = []
+        for m in messages:
+            owner = owners.get((m.tenant, m.idempotency_key), m.id)
+            results.append(Accepted(owner, duplicate=owner != m.id))
+        return results
 
 
 def _fold_duplicates(batch: list[_Pending]) -> list[_Pending]:
@@ -226,28 +225,20 @@ def _resolve(future: asyncio.Future[Accepted], accepted: Accepted) -> None:
 
 async def _claim_keys(
     tx: db.Connection, messages: Sequence[NewMessage], now: datetime
-) -> dict[tuple[str, str], uuid.UUID]:
-    """The owning message of every idempotency key in the batch."""
-    keyed = [m for m in messages if m.idempotency_key is not None]
-    if not keyed:
+) -> dict[tuple[str, str | None], uuid.UUID]:
+    """The owning message of every (tenant, idempotency key) in the batch."""
+    mine = {(m.tenant, m.idempotency_key): m.id for m in messages if m.idempotency_key is not None}
+    if not mine:
         return {}
-    tenants = [m.tenant for m in keyed]
-    keys = [m.idempotency_key for m in keyed]
-    claimed = await tx.fetch(
-        "spool/claim_keys", tenants, keys, [m.id for m in keyed], [now + IDEMPOTENCY_TTL] * len(keyed), now
-    )
-    owners: dict[tuple[str, str], uuid.UUID] = {}
-    claimed_keys = {(row["tenant"], row["key"]) for row in claimed}
-    for m in keyed:
-        assert m.idempotency_key is not None
-        if (m.tenant, m.idempotency_key) in claimed_keys:
-            owners[(m.tenant, m.idempotency_key)] = m.id
-    lost = [m for m in keyed if (m.tenant, m.idempotency_key) not in owners]
+    tenants, keys = [t for t, _ in mine], [k for _, k in mine]
+    expiry = [now + IDEMPOTENCY_TTL] * len(mine)
+    claimed = await tx.fetch("spool/claim_keys", tenants, keys, list(mine.values()), expiry, now)
+    owners = {(r["tenant"], r["key"]): mine[(r["tenant"], r["key"])] for r in claimed}
+    lost = [key for key in mine if key not in owners]
     if lost:
-        rows = await tx.fetch("spool/find_keys", [m.tenant for m in lost], [m.idempotency_key for m in lost])
-        for row in rows:
-            owners[(row["tenant"], row["key"])] = row["message"]
-    if len(owners) < len({(m.tenant, m.idempotency_key) for m in keyed}):
+        rows = await tx.fetch("spool/find_keys", [t for t, _ in lost], [k for _, k in lost])
+        owners.update({(r["tenant"], r["key"]): r["message"] for r in rows})
+    if len(owners) < len(mine):
         raise errors.DatabaseUnavailable("an idempotency key vanished while it was being claimed")
     return owners
 

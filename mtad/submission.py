@@ -15,6 +15,7 @@ import asyncio
 import base64
 import binascii
 import email.utils
+import hashlib
 import ipaddress
 import socket
 import ssl
@@ -314,19 +315,13 @@ class Handler:
         end = headers.header_end(content)
         found = headers.find(content[:end], (b"message-id", b"idempotency-key", b"date"))
         added = b""
-        message_id = found.get(b"message-id", b"").decode(errors="replace")
-        if not message_id:
-            message_id = f"<{queue_id.hex}@{self.settings.hostname}>"
+        given_id = found.get(b"message-id", b"").decode(errors="replace")
+        message_id = given_id or f"<{queue_id.hex}@{self.settings.hostname}>"
+        if not given_id:
             added += headers.field("Message-ID", message_id)
         if b"date" not in found:
             added += headers.field("Date", _rfc5322_date(now))
-        key = found.get(b"idempotency-key")
-        if key:
-            idempotency_key: str | None = "key:" + key.decode(errors="replace")
-        elif b"message-id" in found:
-            idempotency_key = "msgid:" + message_id
-        else:
-            idempotency_key = None
+        idempotency_key = _idempotency_key(found.get(b"idempotency-key"), given_id, env)
         tenant = session.auth_data if session.authenticated else self.settings.default_tenant
         body = self._received(session, env, queue_id.hex, now) + content[:end] + added + content[end:]
         return spool.NewMessage(
@@ -359,6 +354,22 @@ class Handler:
     async def handle_exception(self, error: Exception) -> str:
         log.error("session_error", error=f"{type(error).__name__}: {error}")
         return _refuse(replies.INTERNAL_ERROR, "internal")
+
+
+def _idempotency_key(header: bytes | None, message_id: str, env: SubmissionEnvelope) -> str | None:
+    """What makes a resubmission recognisable: the client's Idempotency-Key, else its
+    own Message-ID together with the envelope. The envelope is part of the second
+    kind because applications legitimately send one Message-ID in several
+    transactions to different recipients (a list in chunks); only a transaction
+    repeated as a whole is a resubmission."""
+    if header:
+        return "key:" + header.decode(errors="replace")
+    if not message_id:
+        return None
+    digest = hashlib.blake2b(digest_size=12)
+    for part in (env.mail_from or "", *sorted(env.rcpt_tos)):
+        digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    return f"msgid:{message_id}:{digest.hexdigest()}"
 
 
 def _rfc5322_date(now: float) -> str:

@@ -282,3 +282,23 @@ async def test_shutdown_lets_data_in_flight_finish_and_closes_idle_sessions(make
         await idle.close()
         await busy.close()
         assert len(await stored(srv.database)) == 1
+
+
+async def test_one_message_id_sent_to_different_recipients_is_not_a_duplicate(make_submission: Factory) -> None:
+    """Applications send one Message-ID to a list in several transactions: all are delivered."""
+    data = b"Message-ID: <newsletter-7@example.org>\r\n" + MESSAGE + b".\r\n"
+    async with make_submission() as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        await raw.envelope("app@example.org", "a@example.com", "b@example.com")
+        first = await raw.data(data)
+        await raw.envelope("app@example.org", "c@example.com")
+        second = await raw.data(data)
+        await raw.envelope("app@example.org", "b@example.com", "a@example.com")  # the first, again
+        third = await raw.data(data)
+        await raw.close()
+        [count] = await query(srv.database, "SELECT count(*) AS n FROM deliveries")
+    assert first.startswith("250 2.0.0 Ok: queued as ")
+    assert second.startswith("250 2.0.0 Ok: queued as ")
+    assert third == f"250 2.0.0 Ok: already queued as {first.rsplit(' ', 1)[1]} (duplicate submission)"
+    assert count["n"] == 3
