@@ -1,0 +1,61 @@
+"""The load generator: Postfix's `smtp-source`, the same for both servers.
+
+`send()` runs one burst and measures its wall time: `sessions` parallel SMTP sessions
+that stay connected (-d) and share `messages` messages, each with a `size`-octet body
+(-l; smtp-source adds From, To, Date and a Message-Id unique within the run), one
+recipient each, numbered so that recipients differ (-N). smtp-source has no
+pipelining: every command waits for its reply, like most submitting applications.
+Any reply other than the expected 2xx/3xx makes smtp-source stop with an error,
+which `send()` raises as ClientError.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+
+SENDER = "bench@example.org"
+RECIPIENT = "rcpt@example.com"
+HELO = "bench-client.example.org"
+
+
+class ClientError(Exception):
+    """smtp-source failed, timed out or could not run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Burst:
+    messages: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+
+def smtp_source() -> str | None:
+    """Path of smtp-source (Debian's postfix package installs it in /usr/sbin), or None."""
+    return shutil.which("smtp-source") or shutil.which("smtp-source", path="/usr/sbin:/usr/bin")
+
+
+def send(host: str, port: int, *, sessions: int, messages: int, size: int, timeout: float) -> Burst:
+    """Send one burst to host:port (a loopback address) and time it; blocks until done."""
+    if not host.startswith("127."):
+        raise ClientError(f"refusing to send to {host}: the benchmark stays on loopback")
+    program = smtp_source()
+    if program is None:
+        raise ClientError("smtp-source is missing (Debian package postfix)")
+    argv = [program, "-d", "-N", "-s", str(sessions), "-m", str(messages), "-l", str(size)]
+    argv += ["-M", HELO, "-f", SENDER, "-t", RECIPIENT, f"{host}:{port}"]
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise ClientError(f"smtp-source did not finish within {timeout:.0f} s") from None
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise ClientError(f"smtp-source exited {done.returncode}: {said[-1] if said else 'no message'}")
+    return Burst(messages, seconds)

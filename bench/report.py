@@ -1,0 +1,187 @@
+"""What the benchmark reports: the machine, the table of rates, and bench/RESULTS.md.
+
+A cell is one message size and one number of sessions; it holds the rate (messages
+per second, wall time of the whole burst) of every run of every server. The table
+shows min / median / max per server and the ratio of the medians, mtad / Postfix.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mtad
+
+
+@dataclass(slots=True)
+class Cell:
+    size: int
+    sessions: int
+    messages: int
+    rates: dict[str, list[float]] = field(default_factory=dict)
+    errors: dict[str, list[str]] = field(default_factory=dict)
+
+    def label(self) -> str:
+        return f"{size_label(self.size)}, {self.sessions} session{'s' if self.sessions > 1 else ''}"
+
+
+def size_label(size: int) -> str:
+    return f"{size // 1024} KB" if size % 1024 == 0 else f"{size} B"
+
+
+def _spread(rates: list[float]) -> str:
+    if not rates:
+        return "failed"
+    return " / ".join(f"{x:,.0f}" for x in (min(rates), statistics.median(rates), max(rates)))
+
+
+def ratio(cell: Cell, a: str = "mtad", b: str = "Postfix") -> float | None:
+    if not cell.rates.get(a) or not cell.rates.get(b):
+        return None
+    return statistics.median(cell.rates[a]) / statistics.median(cell.rates[b])
+
+
+def table(cells: list[Cell], servers: list[str]) -> str:
+    """The results as a Markdown table (readable as plain text too)."""
+    head = ["size", "sessions", "msgs/run"]
+    head += [f"{name} msgs/s min / median / max" for name in servers]
+    if len(servers) == 2:
+        head.append(f"{servers[0]}/{servers[1]}")
+    rows = [head, ["---"] * len(head)]
+    for cell in cells:
+        row = [size_label(cell.size), str(cell.sessions), f"{cell.messages:,}"]
+        row += [_spread(cell.rates.get(name, [])) for name in servers]
+        if len(servers) == 2:
+            r = ratio(cell, *servers)
+            row.append("-" if r is None else f"{r:.2f}")
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = []
+    for row in rows:
+        if row[0] == "---":
+            row = ["-" * w for w in widths]
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+    return "\n".join(lines)
+
+
+def goal(cells: list[Cell], target: float = 3.0, min_sessions: int = 10) -> str | None:
+    """The issue's goal: mtad/Postfix >= 3.0 at 10 and more sessions; None when no cell applies."""
+    ratios = [(cell, ratio(cell)) for cell in cells if cell.sessions >= min_sessions]
+    if not ratios:
+        return None
+    met = [cell for cell, r in ratios if r is not None and r >= target]
+    shown = ", ".join(f"{cell.label()}: {'-' if r is None else f'{r:.2f}'}" for cell, r in ratios)
+    verdict = "met" if len(met) == len(ratios) else f"not met ({len(met)} of {len(ratios)} cells)"
+    return f"Goal, mtad/Postfix >= {target:.1f} at {min_sessions} sessions and more: {verdict}. {shown}."
+
+
+def runs_table(cells: list[Cell], servers: list[str]) -> str:
+    """Every run's rate, in the order the runs were made."""
+    lines = ["| cell | " + " | ".join(servers) + " |", "|---" * (len(servers) + 1) + "|"]
+    for cell in cells:
+        per_server = [", ".join(f"{x:,.0f}" for x in cell.rates.get(name, [])) or "-" for name in servers]
+        lines.append(f"| {cell.label()} | " + " | ".join(per_server) + " |")
+    return "\n".join(lines)
+
+
+def machine(tmpdir: Path, versions: dict[str, str]) -> dict[str, str]:
+    """What the numbers were measured on."""
+    info = {
+        "CPU": _cpu_model(),
+        "cores": str(os.cpu_count()),
+        "memory": f"{_mem_total_kib() / 1024 / 1024:.1f} GiB",
+        "OS": f"{_os_name()}, Linux {platform.release()}",
+        "file system of the spools": _filesystem(tmpdir),
+        "Python": f"{platform.python_version()} ({platform.python_implementation()})",
+        "mtad": f"{mtad.__version__} (commit {_git_commit()})",
+    }
+    info.update(versions)
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _mem_total_kib() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _os_name() -> str:
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    return platform.system()
+
+
+def _filesystem(path: Path) -> str:
+    """Device and type of the mount that holds path (longest mount point that is a prefix)."""
+    best = ("", "unknown", "unknown")
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    resolved = str(path.resolve())
+    for line in mounts:
+        device, point, kind = line.split()[:3]
+        if (resolved == point or resolved.startswith(point.rstrip("/") + "/")) and len(point) >= len(best[0]):
+            best = (point, device, kind)
+    return f"{best[2]} on {best[1]} (mounted on {best[0]})"
+
+
+def _git_commit() -> str:
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
+def results_md(
+    *, date: str, command: str, seconds: float, machine: dict[str, str], method: str, tables: str, notes: list[str]
+) -> str:
+    """The text of bench/RESULTS.md."""
+    lines = [
+        "# Durable accept throughput: mtad and Postfix",
+        "",
+        "Written by `python -m bench` (`make bench`); every run overwrites it.",
+        "",
+        f"- date: {date}",
+        f"- command: `{command}` (took {seconds / 60:.1f} min)",
+        *(f"- {key}: {value}" for key, value in machine.items()),
+        "",
+        "## Method",
+        "",
+        method,
+        "",
+        tables,
+    ]
+    if notes:
+        lines += ["", "## Notes from this run", "", *(f"- {note}" for note in notes)]
+    return "\n".join(lines) + "\n"
