@@ -254,7 +254,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "shutdown_timeout": (duration, "30s"),
     },
     "spool": {
-        "commit_window": (duration, "2ms"),
+        "commit_window": (duration, "0s"),
         "commit_max_batch": (_integer(1, 10_000), 200),
         "commit_timeout": (_positive_duration, "15s"),
     },

@@ -67,6 +67,8 @@ LINE_TOO_LONG = Reply(500, "5.5.6", "Line too long (RFC 5321 section 4.5.3.1.6 a
 BARE_LINE_ENDING = Reply(
     550, "5.5.2", "Bare CR or LF in message data; lines must end with CRLF (RFC 5321 section 2.3.8)"
 )
+NEED_RECIPIENT = Reply(503, "5.5.1", "Need RCPT command")
+DATA_SYNTAX = Reply(501, "5.5.4", "Syntax: DATA (no arguments)")
 SPOOL_UNAVAILABLE = Reply(451, "4.3.0", "Spool database unavailable; message not accepted, try again later")
 OUTCOME_UNKNOWN = Reply(451, "4.3.0", "Spool database connection lost during commit; resubmit, duplicates are detected")
 SHUTTING_DOWN = Reply(421, "4.3.2", "Service shutting down, try again later")

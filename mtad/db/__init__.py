@@ -186,6 +186,20 @@ class Database:
         async with self.connection() as conn:
             return await conn.fetchval(name, *args)
 
+    async def call(self, name: str, *args: Any) -> Any:
+        """Run one statement as its own transaction; return its value after COMMIT.
+
+        DatabaseUnavailable: no connection, nothing was sent. OutcomeUnknown: the
+        connection broke while the statement ran, so it may have committed.
+        """
+        async with self.connection() as conn:
+            try:
+                return await conn.fetchval(name, *args)
+            except errors.OutcomeUnknown:
+                raise
+            except errors.DatabaseUnavailable as exc:
+                raise errors.OutcomeUnknown(str(exc)) from exc
+
 
 async def connect_once(dsn: str) -> Connection:
     """A single connection outside any pool (for administrative work); close with close()."""

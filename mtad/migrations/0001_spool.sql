@@ -50,13 +50,16 @@ CREATE TABLE messages (
     message_id      text NOT NULL,        -- the Message-ID header, fixed at accept
     idempotency_key text,                 -- Idempotency-Key header, if given
     size            integer NOT NULL,     -- octets of body
-    body            bytea NOT NULL,       -- as received, with the headers mtad added
+    body            bytea NOT NULL,       -- as received, with the headers mtad added (stored
+                                          -- uncompressed: PostgreSQL's pglz costs CPU on the
+                                          -- accept path, and mail is mostly base64 anyway)
     smtputf8        boolean NOT NULL DEFAULT false,
     client_address  text NOT NULL,
     received_at     timestamptz NOT NULL
 );
-CREATE INDEX messages_tenant_message_id ON messages (tenant, message_id);
-CREATE INDEX messages_received_at ON messages (received_at);
+ALTER TABLE messages ALTER COLUMN body SET STORAGE EXTERNAL;
+-- received_at grows with the table: a BRIN index costs next to nothing to maintain.
+CREATE INDEX messages_received_at ON messages USING brin (received_at);
 
 CREATE TABLE deliveries (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -87,7 +90,6 @@ CREATE INDEX deliveries_due ON deliveries (priority DESC, next_attempt_at)
 CREATE INDEX deliveries_lease_expiry ON deliveries (lease_expires_at) WHERE state = 'leased';
 -- Per-message lookups.
 CREATE INDEX deliveries_message ON deliveries (message);
-CREATE INDEX deliveries_state ON deliveries (state);
 
 -- Append-only: rows are inserted, never updated (retention may delete old ones).
 CREATE TABLE events (
@@ -118,4 +120,61 @@ CREATE TABLE idempotency_keys (
     expires_at timestamptz NOT NULL,
     PRIMARY KEY (tenant, key)
 );
-CREATE INDEX idempotency_keys_expiry ON idempotency_keys (expires_at);
+CREATE INDEX idempotency_keys_expiry ON idempotency_keys USING brin (expires_at);
+
+-- The durable accept of a batch of messages, in one statement (one round trip,
+-- one transaction, one fsync): claim the idempotency keys, then insert every
+-- message that owns its key (or has none) with one delivery per recipient and a
+-- `received` event. Returns, for each message in input order, the message that
+-- owns it: itself, or the earlier message its key belongs to (a duplicate).
+-- Keys must be unique within a call (mtad folds duplicates before calling).
+CREATE FUNCTION spool_accept(
+    p_ids uuid[], p_tenants text[], p_senders text[], p_message_ids text[], p_keys text[],
+    p_bodies bytea[], p_smtputf8 boolean[], p_clients text[], p_received timestamptz[],
+    p_priorities smallint[], p_rcpt_counts integer[],
+    p_rcpt_of integer[], p_rcpts text[], p_domains text[],  -- p_rcpt_of: 1-based index of the message
+    p_key_expiry timestamptz, p_now timestamptz
+) RETURNS uuid[] LANGUAGE plpgsql AS $$
+DECLARE
+    owners uuid[] := p_ids;
+BEGIN
+    IF cardinality(array_remove(p_keys, NULL)) > 0 THEN
+        INSERT INTO idempotency_keys AS k (tenant, key, message, expires_at)
+        SELECT w.tenant, w.key, w.id, p_key_expiry
+        FROM unnest(p_tenants, p_keys, p_ids) AS w (tenant, key, id)
+        WHERE w.key IS NOT NULL
+        ON CONFLICT (tenant, key) DO UPDATE
+            SET message = excluded.message, expires_at = excluded.expires_at
+            WHERE k.expires_at <= p_now;
+        -- A new statement, a new snapshot: keys another transaction owns are visible now.
+        SELECT array_agg(coalesce(k.message, w.id) ORDER BY w.ord) INTO owners
+        FROM unnest(p_tenants, p_keys, p_ids) WITH ORDINALITY AS w (tenant, key, id, ord)
+        LEFT JOIN idempotency_keys k ON k.tenant = w.tenant AND k.key = w.key;
+    END IF;
+
+    INSERT INTO messages (id, tenant, sender, message_id, idempotency_key, size, body,
+                          smtputf8, client_address, received_at)
+    SELECT m.id, m.tenant, m.sender, m.message_id, m.key, octet_length(m.body), m.body,
+           m.smtputf8, m.client, m.received
+    FROM unnest(p_ids, p_tenants, p_senders, p_message_ids, p_keys, p_bodies, p_smtputf8,
+                p_clients, p_received) WITH ORDINALITY
+         AS m (id, tenant, sender, message_id, key, body, smtputf8, client, received, ord)
+    WHERE owners[m.ord] = m.id;
+
+    INSERT INTO deliveries (message, recipient, domain, priority, next_attempt_at, created_at, updated_at)
+    SELECT p_ids[r.i], r.rcpt, r.domain, p_priorities[r.i], p_received[r.i], p_received[r.i], p_received[r.i]
+    FROM unnest(p_rcpt_of, p_rcpts, p_domains) AS r (i, rcpt, domain)
+    WHERE owners[r.i] = p_ids[r.i];
+
+    INSERT INTO events (at, kind, message, tenant, data)
+    SELECT m.received, 'received', m.id, m.tenant,
+           jsonb_build_object('sender', m.sender, 'recipients', m.rcpts, 'size', octet_length(m.body),
+                              'message_id', m.message_id, 'client', m.client)
+    FROM unnest(p_ids, p_tenants, p_senders, p_message_ids, p_bodies, p_clients, p_received,
+                p_rcpt_counts) WITH ORDINALITY
+         AS m (id, tenant, sender, message_id, body, client, received, rcpts, ord)
+    WHERE owners[m.ord] = m.id;
+
+    RETURN owners;
+END
+$$;

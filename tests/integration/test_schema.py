@@ -2,11 +2,10 @@
 
 import asyncio
 import uuid
-from datetime import UTC, datetime
 
 import pytest
 
-from mtad import db, errors, events, lifecycle
+from mtad import db, errors, lifecycle
 from mtad.db import migrate
 from tests.conftest import admin, query, with_database
 
@@ -70,10 +69,7 @@ async def test_migrations_apply_once_even_when_two_nodes_race(pg_admin_dsn: str)
 
 
 async def test_events_are_append_only(database: db.Database) -> None:
-    event = events.Event(events.Kind.RECEIVED, "t", message=uuid.uuid4(), data={"a": 1})
-    async with database.transaction() as tx:
-        at, kind, data = [datetime.now(UTC)], [event.kind.value], [event.data_json()]
-        await tx.execute("spool/insert_events", at, kind, [event.message], [None], ["t"], data)
+    await query(database, "INSERT INTO events (kind, message, data) VALUES ('received', $1, '{}')", uuid.uuid4())
     with pytest.raises(errors.SpoolError, match="append-only"):
         async with database.transaction() as tx:
             await tx.execute_text("UPDATE events SET kind = 'delivered'")

@@ -302,3 +302,25 @@ async def test_one_message_id_sent_to_different_recipients_is_not_a_duplicate(ma
     assert second.startswith("250 2.0.0 Ok: queued as ")
     assert third == f"250 2.0.0 Ok: already queued as {first.rsplit(' ', 1)[1]} (duplicate submission)"
     assert count["n"] == 3
+
+
+async def test_data_is_dot_unstuffed_and_may_arrive_in_any_pieces(make_submission: Factory) -> None:
+    body = b"Subject: dots\r\n\r\n..leading dot\r\n...two\r\nmiddle.\r\n" + b"x" * 70 + b"\r\n"
+    big = body + (b"y" * 998 + b"\r\n") * 300  # ~300 KB: several reads
+    async with make_submission() as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        await raw.envelope()
+        assert (await raw.command("DATA")).startswith("354")
+        wire = big + b".\r\n"
+        for i in range(0, len(wire), 7_777):  # the terminator is split across writes too
+            await raw.send(wire[i : i + 7_777])
+        assert (await raw.reply()).startswith("250 2.0.0")
+        await raw.envelope()
+        assert (await raw.data(b".\r\n")).startswith("250 2.0.0")  # an empty message
+        await raw.close()
+        rows = await stored(srv.database)
+    first = bytes(rows[0]["body"])  # type: ignore[arg-type]
+    assert b"\r\n.leading dot\r\n..two\r\nmiddle.\r\n" in first
+    assert first.endswith((b"y" * 998 + b"\r\n") * 300)
+    assert len(rows) == 2
