@@ -34,6 +34,16 @@ def email(subject: str, message_id: str | None = None) -> EmailMessage:
     return msg
 
 
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """GET a path of mtad's HTTP endpoint; (status, body), errors included."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read().decode()
+
+
 def rows(dsn: str, text: str) -> list[dict[str, Any]]:
     async def fetch() -> list[dict[str, Any]]:
         database = await db.Database.connect(dsn)
@@ -106,14 +116,13 @@ def test_accepts_mail_shows_it_and_stops_cleanly(mtad_factory: Any, dsn: str, tm
     assert daemon.cli("tenants", "add", "shop", stdin="again\n").returncode == 1
     assert "shop" in daemon.cli("tenants", "ls").stdout
 
-    metrics = urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/metrics", timeout=10).read().decode()
+    status, metrics = http_get(daemon.http_port, "/metrics")
+    assert status == 200
     assert f"mtad_submission_accepted_messages_total {float(expected - 1)}" in metrics
     assert 'mtad_spool_deliveries{state="queued"} ' + str(float(expected)) in metrics
     assert "mtad_submission_accept_seconds_bucket" in metrics
-    health = urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/healthz", timeout=10)
-    assert health.status == 200
-    with pytest.raises(urllib.error.HTTPError):
-        urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/nothing", timeout=10)
+    assert http_get(daemon.http_port, "/healthz") == (200, "ok\n")
+    assert http_get(daemon.http_port, "/nothing")[0] == 404
 
     assert daemon.stop() == 0
     assert notify.recv(4096).decode() == "STOPPING=1"
@@ -131,10 +140,7 @@ def test_database_down_gives_451_and_accept_resumes(mtad_factory: Any, dsn: str)
                 client.send_message(email("during"))
             assert info.value.smtp_code == 451
             assert info.value.smtp_error.startswith(b"4.3.0")
-            unhealthy = urllib.request.Request(f"http://127.0.0.1:{daemon.http_port}/healthz")
-            with pytest.raises(urllib.error.HTTPError) as http_info:
-                urllib.request.urlopen(unhealthy, timeout=10)
-            assert http_info.value.code == 503
+            assert http_get(daemon.http_port, "/healthz")[0] == 503
             proxy.restore()
             client.send_message(email("after"))
         assert daemon.stop() == 0
