@@ -9,6 +9,7 @@ to the wrong domain. Sync, no I/O.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -115,30 +116,38 @@ def parse_mailbox(address: str, *, smtputf8: bool = False) -> Address:
 
 def normalise_domain(domain: str, address: str = "") -> str:
     """Return the domain as a lower-case A-label; raise AddressError if it is not one."""
-    shown = address or domain
+    try:
+        return _normalise_valid(domain)
+    except AddressError as exc:
+        raise AddressError(exc.reason, f"<{address or domain}>: {exc.text}") from None
+
+
+@functools.lru_cache(maxsize=16_384)
+def _normalise_valid(domain: str) -> str:
+    """normalise_domain, cached (mail goes to few domains); errors say what, not where."""
     if domain.startswith("["):
-        raise AddressError("address_literal", f"<{shown}>: address literals are not accepted")
+        raise AddressError("address_literal", "address literals are not accepted")
     if domain.endswith("."):
         domain = domain[:-1]
     if "." not in domain:
-        raise AddressError("domain", f"<{shown}>: the domain must be fully qualified")
+        raise AddressError("domain", "the domain must be fully qualified")
     if domain.isascii():
         ascii_domain = domain.lower()
     else:
         try:
             ascii_domain = idna.encode(domain, uts46=True).decode("ascii")
         except idna.IDNAError as exc:
-            raise AddressError("domain", f"<{shown}>: the domain is not a valid IDNA name ({exc})") from exc
+            raise AddressError("domain", f"the domain is not a valid IDNA name ({exc})") from exc
     if len(ascii_domain) > MAX_DOMAIN_OCTETS:
-        raise AddressError("domain", f"<{shown}>: the domain is longer than 253 octets")
+        raise AddressError("domain", "the domain is longer than 253 octets")
     for label in ascii_domain.split("."):
         if not _LDH_LABEL.match(label):
-            raise AddressError("domain", f"<{shown}>: the domain label {label!r} is not a valid hostname label")
+            raise AddressError("domain", f"the domain label {label!r} is not a valid hostname label")
         if label.startswith("xn--"):
             try:
                 idna.decode(label)
             except idna.IDNAError as exc:
-                raise AddressError("domain", f"<{shown}>: the A-label {label!r} is not valid IDNA") from exc
+                raise AddressError("domain", f"the A-label {label!r} is not valid IDNA") from exc
     if ascii_domain.rsplit(".", 1)[1].isdigit():
-        raise AddressError("domain", f"<{shown}>: the top-level label must not be numeric")
+        raise AddressError("domain", "the top-level label must not be numeric")
     return ascii_domain

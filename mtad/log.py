@@ -35,7 +35,7 @@ def configure(format: str = "json", level: str = "info", stream: TextIO | None =
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(out),
+        logger_factory=structlog.WriteLoggerFactory(out),
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler(out)

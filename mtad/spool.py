@@ -15,7 +15,7 @@ The rest are the queries behind `mtad queue`.
 from __future__ import annotations
 
 import asyncio
-import os
+import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -34,9 +34,13 @@ IDEMPOTENCY_TTL = timedelta(hours=24)
 
 
 def new_queue_id(now: float | None = None) -> uuid.UUID:
-    """A time-ordered UUID (RFC 9562 version 7): 48 bits of ms, then random bits."""
+    """A time-ordered UUID (RFC 9562 version 7): 48 bits of ms, then random bits.
+
+    The random bits need to be unique, not secret: the process's PRNG (seeded
+    from the OS) is 4x cheaper than a getrandom() call per message.
+    """
     ms = int((time.time() if now is None else now) * 1000) & ((1 << 48) - 1)
-    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
+    value = (ms << 80) | random.getrandbits(80)
     value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
     value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
     return uuid.UUID(int=value)

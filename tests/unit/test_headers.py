@@ -40,3 +40,11 @@ def test_find_unfolds_and_takes_the_first() -> None:
 def test_field_and_fold() -> None:
     assert headers.field("Date", "x") == b"Date: x\r\n"
     assert headers.fold("Received", ["a", "b"]) == b"Received: a\r\n\tb\r\n"
+
+
+def test_find_skips_longer_names_and_takes_obsolete_space_before_colon() -> None:
+    block = b"X-Date: no\r\nDate-Sent: no\r\nDATE : yes\r\n\tfolded\r\nIdempotency-Key:k\r\n"
+    found = headers.find(block, [b"date", b"idempotency-key"])
+    assert found == {b"date": b"yes\tfolded", b"idempotency-key": b"k"}
+    assert headers.find(b"Subject: x\r\n", [b"date"]) == {}
+    assert headers.find(b"Date:", [b"date"]) == {b"date": b""}
