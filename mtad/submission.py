@@ -404,6 +404,20 @@ _AIOSMTPD_REPLIES: dict[str, tuple[Reply, str]] = {
 }
 
 
+def _has_long_line(data: bytearray) -> bool:
+    """True when a line (CRLF-separated, data starting with CRLF) is longer than MAX_LINE
+    with its CRLF. Steps from the last CRLF within reach of the previous one: a few
+    C searches per message instead of a split into lines."""
+    reach = MAX_LINE  # from the start of a line's CRLF: CRLF + up to MAX_LINE - 2 octets + CRLF
+    at = 0
+    while len(data) - at > reach + len(CRLF):
+        last = data.rfind(CRLF, at + 1, at + reach + len(CRLF))
+        if last < 0:
+            return True
+        at = last
+    return False
+
+
 class _Protocol(SMTP):
     """aiosmtpd's SMTP protocol, adapted to mtad at the edge."""
 
@@ -527,9 +541,11 @@ class _Protocol(SMTP):
         if too_big:
             return b"", (replies.MESSAGE_TOO_BIG, "too_big")
         del buf[end + len(CRLF) :]
-        if len(buf) > MAX_LINE and max(map(len, buf.split(CRLF))) > MAX_LINE - len(CRLF):
+        if _has_long_line(buf):
             return b"", (replies.LINE_TOO_LONG, "line_too_long")
-        return bytes(buf.replace(b"\r\n.", CRLF))[len(CRLF) :], None
+        if buf.find(b"\r\n.") >= 0:
+            buf = buf.replace(b"\r\n.", CRLF)  # RFC 5321 4.5.2: drop the transparency dot
+        return bytes(buf[len(CRLF) :]), None
 
 
 class Server:
