@@ -104,3 +104,22 @@ def test_kill_9_during_a_burst_loses_and_doubles_nothing(mtad_factory: Any, tmp_
 
     assert daemon.stop() == 0
     assert not (data_dir / "postmaster.pid").exists()  # stopped with the daemon
+
+
+def test_the_command_line_shares_the_embedded_database(mtad_factory: Any, tmp_path: Path) -> None:
+    data_dir = tmp_path / "pgdata"
+    daemon: Mtad = mtad_factory(f'dsn = ""\ndata_dir = "{data_dir}"').start()
+    with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
+        submit(client, "<shared@example.org>")
+    while_running = daemon.cli("queue", "ls", "--json")
+    assert while_running.returncode == 0, while_running.stderr
+    assert len(while_running.stdout.splitlines()) == 1
+    assert (data_dir / "postmaster.pid").exists()  # the tool attached; it did not stop the server
+    assert daemon.stop() == 0
+    assert not (data_dir / "postmaster.pid").exists()
+
+    # With no daemon, a tool starts the server and stops it again when done.
+    alone = daemon.cli("queue", "ls", "--json")
+    assert alone.returncode == 0, alone.stderr
+    assert len(alone.stdout.splitlines()) == 1
+    assert not (data_dir / "postmaster.pid").exists()
