@@ -1,3 +1,56 @@
--- One batch of accepted messages, committed by this one statement (see spool_accept
--- in migrations/0001_spool.sql). Returns the owning message of each, in order.
-SELECT spool_accept($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+-- The durable accept of a batch of messages, in one statement (one round trip,
+-- one transaction, one WAL flush). Claims the idempotency keys, then inserts
+-- every message that owns its key (or has none), one delivery per recipient and
+-- a `received` event. Returns, for each message in input order, the message that
+-- owns it: itself, or the earlier message its key belongs to (a duplicate).
+-- Keys must be unique within a batch (mtad folds duplicates before writing).
+--
+-- Every key comes back from the claim with its owner: new and expired keys are
+-- taken by this batch, live ones keep theirs (rewritten unchanged). Only the
+-- unique index is consulted: no plan that statistics from an empty table could
+-- turn into a sequential scan (a drained queue followed by a burst).
+--
+-- $1 ids, $2 tenants, $3 senders, $4 Message-IDs, $5 keys (NULL: none), $6 bodies,
+-- $7 smtputf8, $8 client addresses, $9 received at, $10 priorities, $11 recipient
+-- counts; $12 for each recipient the 1-based index of its message, $13 recipients,
+-- $14 their domains; $15 expiry of new keys, $16 now.
+WITH input AS (
+    SELECT *
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
+                $7::boolean[], $8::text[], $9::timestamptz[], $10::smallint[], $11::integer[])
+         WITH ORDINALITY
+         AS m (id, tenant, sender, message_id, key, body, smtputf8, client, received, priority, rcpts, ord)
+),
+claimed AS (
+    INSERT INTO idempotency_keys AS k (tenant, key, message, expires_at)
+    SELECT tenant, key, id, $15::timestamptz FROM input WHERE key IS NOT NULL
+    ON CONFLICT (tenant, key) DO UPDATE
+        SET message = CASE WHEN k.expires_at <= $16::timestamptz THEN excluded.message ELSE k.message END,
+            expires_at = CASE WHEN k.expires_at <= $16::timestamptz THEN excluded.expires_at ELSE k.expires_at END
+    RETURNING k.tenant, k.key, k.message
+),
+owned AS (
+    SELECT input.*, coalesce(claimed.message, input.id) AS owner
+    FROM input LEFT JOIN claimed ON claimed.tenant = input.tenant AND claimed.key = input.key
+),
+new_messages AS (
+    INSERT INTO messages (id, tenant, sender, message_id, idempotency_key, size, body,
+                          smtputf8, client_address, received_at)
+    SELECT id, tenant, sender, message_id, key, octet_length(body), body, smtputf8, client, received
+    FROM owned WHERE owner = id
+),
+new_deliveries AS (
+    INSERT INTO deliveries (message, recipient, domain, priority, next_attempt_at, created_at, updated_at)
+    SELECT o.id, r.rcpt, r.domain, o.priority, o.received, o.received, o.received
+    FROM unnest($12::integer[], $13::text[], $14::text[]) AS r (ord, rcpt, domain)
+    JOIN owned o ON o.ord = r.ord
+    WHERE o.owner = o.id
+),
+new_events AS (
+    INSERT INTO events (at, kind, message, tenant, data)
+    SELECT received, 'received', id, tenant,
+           jsonb_build_object('sender', sender, 'recipients', rcpts, 'size', octet_length(body),
+                              'message_id', message_id, 'client', client)
+    FROM owned WHERE owner = id
+)
+SELECT array_agg(owner ORDER BY ord) FROM owned
