@@ -141,8 +141,8 @@ servers start once and are warmed up with one burst of 500 messages from 50 sess
 Runs go round all cells; within a cell the two servers take turns, and which goes
 first alternates between runs.
 
-- mtad: `mtad run` with the reference defaults (group commit window 2 ms, batches of
-  up to 200, JSON log at level info to a file), its embedded PostgreSQL with fsync and
+- mtad: `mtad run` with the reference defaults (group commit without an extra window,
+  batches of up to 200, JSON log at level info to a file), its embedded PostgreSQL with fsync and
   synchronous_commit on; it answers 250 after COMMIT.
 - Postfix: a private instance (`postfix -c DIR`), smtpd on 127.0.0.1 only,
   `smtpd_end_of_data_restrictions = check_client_access static:HOLD`, fsync as shipped

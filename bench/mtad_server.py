@@ -1,7 +1,7 @@
 """mtad under test: `mtad run` as a subprocess with its embedded PostgreSQL in a temp dir.
 
-The daemon runs with the defaults of conf/mtad.toml (group commit window 2 ms, batches
-of up to 200, log level info: one JSON line per accepted message, which goes to a
+The daemon runs with the defaults of conf/mtad.toml (group commit without an extra
+window, batches of up to 200, log level info: one JSON line per accepted message, which goes to a
 file), listening on a free port of 127.0.0.1. Its embedded PostgreSQL keeps fsync
 and synchronous_commit on; `start()` checks that, since the comparison means
 nothing without it.
