@@ -24,6 +24,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+from bench.server import Managed
 from mtad.db import embedded
 
 SPOOL_TABLES = "messages, deliveries, events, idempotency_keys"
@@ -42,7 +43,7 @@ def _psql() -> Path:
     return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin" / "psql"
 
 
-class MtadServer:
+class MtadServer(Managed):
     """A running mtad; use as a context manager (the daemon and its database stop on exit)."""
 
     name = "mtad"
@@ -60,17 +61,6 @@ class MtadServer:
         self._ready = threading.Event()
         self._ready_line: dict[str, object] = {}
         self._reader: threading.Thread | None = None
-
-    def __enter__(self) -> MtadServer:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Start mtad, wait for its `ready` line, and check the database's durability settings."""

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.server import Managed
+
 TIMEOUT = 60.0
 
 MAIN_CF = """\
@@ -100,7 +102,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class PostfixServer:
+class PostfixServer(Managed):
     """A running private Postfix; use as a context manager (stopped on exit, even on error)."""
 
     name = "Postfix"
@@ -113,17 +115,6 @@ class PostfixServer:
         self.port = 0
         self.version = ""
         self._started = False
-
-    def __enter__(self) -> PostfixServer:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _postfix(self, *args: str, program: str = "postfix") -> str:
         argv = [program, "-c", str(self.config_dir), *args]
