@@ -392,6 +392,7 @@ CRLF = b"\r\n"
 END_OF_DATA = b"\r\n.\r\n"
 DATA_CHUNK = 64 * 1024
 MAX_LINE = 1001  # RFC 5321 4.5.3.1.6: 1000 octets with CRLF, plus a transparency dot
+WRITE_HIGH_WATER = 64 * 1024
 
 # aiosmtpd's own replies that mtad words differently, with the metric reason.
 _AIOSMTPD_REPLIES: dict[str, tuple[Reply, str]] = {
@@ -473,6 +474,9 @@ class _Protocol(SMTP):
         return parsed
 
     async def push(self, status: Any) -> None:
+        """Write one reply. aiosmtpd's own refusals get mtad's wording or at least an
+        enhanced code; the writer is drained only when its buffer is over the
+        high-water mark (what drain() would check, without a coroutine per reply)."""
         if isinstance(status, str):
             translated = _AIOSMTPD_REPLIES.get(status)
             if translated is not None:
@@ -482,7 +486,13 @@ class _Protocol(SMTP):
                 if worded != status:  # one of aiosmtpd's own refusals
                     metrics.REJECTED.labels(reason="protocol").inc()
                     status = worded
-        await super().push(status)
+            status = status.encode()
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.write(status + b"\r\n")  # type: ignore[attr-defined]
+        if transport.get_write_buffer_size() > WRITE_HIGH_WATER:  # type: ignore[attr-defined]
+            await self._writer.drain()
 
     @syntax("DATA")
     async def smtp_DATA(self, arg: str) -> None:
