@@ -122,6 +122,14 @@ class Connection:
             raise mtad_error from exc
 
 
+async def _no_session_state(conn: asyncpg.Connection) -> None:
+    """What a pooled connection needs on release beyond asyncpg's own clean-up
+    (which rolls back an open transaction): nothing, since mtad leaves no session
+    state on pooled connections (no SET, LISTEN or session-level advisory lock;
+    those get a connection of their own). asyncpg's default reset costs a round
+    trip per release (RESET ALL, UNLISTEN *, ...), once per group commit."""
+
+
 class Database:
     """An asyncpg pool. Create with `await Database.connect(dsn)`; close with `close()`."""
 
@@ -142,6 +150,7 @@ class Database:
                 # table was empty (a seq-scan plan for a lookup) do not live forever.
                 max_queries=100_000,
                 max_inactive_connection_lifetime=300.0,
+                reset=_no_session_state,
             )
         assert pool is not None
         return cls(pool, dsn)
