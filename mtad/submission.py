@@ -390,6 +390,7 @@ def _address_reply(exc: errors.AddressError) -> Reply:
 
 CRLF = b"\r\n"
 END_OF_DATA = b"\r\n.\r\n"
+DOT_LINE = b"\r\n."
 DATA_CHUNK = 64 * 1024
 MAX_LINE = 1001  # RFC 5321 4.5.3.1.6: 1000 octets with CRLF, plus a transparency dot
 WRITE_HIGH_WATER = 64 * 1024
@@ -528,22 +529,34 @@ class _Protocol(SMTP):
             self._server.data_finished()
 
     async def _read_data(self) -> tuple[bytes, tuple[Reply, str] | None]:
-        """The message up to CRLF.CRLF, dot-unstuffed, or why it is refused."""
+        """The message up to CRLF.CRLF, dot-unstuffed, or why it is refused.
+
+        One scan for CRLF "." finds both the end of data (CRLF "." CRLF) and any
+        dot-stuffed line on the way.
+        """
         limit = self.data_size_limit or 0
         buf = bytearray(CRLF)  # the CRLF before the first line, so that ".\r\n" ends an empty message
-        searched = 0
-        too_big = False
-        while (end := buf.find(END_OF_DATA, searched)) < 0:
+        at = 0  # where the scan for CRLF "." goes on
+        stuffed = too_big = False
+        while True:
+            found = buf.find(DOT_LINE, at)
+            if found >= 0 and found + len(END_OF_DATA) <= len(buf):
+                if buf[found + len(DOT_LINE) : found + len(END_OF_DATA)] == CRLF:
+                    end = found
+                    break
+                stuffed = True
+                at = found + len(DOT_LINE)
+                continue
+            at = found if found >= 0 else max(len(buf) - len(CRLF), 0)
             chunk = await self._reader.read(DATA_CHUNK)
             if not chunk:
                 raise ConnectionResetError("connection closed during DATA")
             self._reset_timeout()
-            searched = max(len(buf) - len(END_OF_DATA) + 1, 0)
             buf += chunk
             if limit and len(buf) > limit + len(END_OF_DATA) + len(CRLF):
                 too_big = True  # drain to the end of data, keeping only a possible partial terminator
                 del buf[: len(buf) - len(END_OF_DATA)]
-                searched = 0
+                at = 0
         if end + len(END_OF_DATA) < len(buf):
             # Pipelined commands after the data go back to the reader; aiosmtpd
             # itself reaches into the StreamReader's buffer the same way.
@@ -553,8 +566,8 @@ class _Protocol(SMTP):
         del buf[end + len(CRLF) :]
         if _has_long_line(buf):
             return b"", (replies.LINE_TOO_LONG, "line_too_long")
-        if buf.find(b"\r\n.") >= 0:
-            buf = buf.replace(b"\r\n.", CRLF)  # RFC 5321 4.5.2: drop the transparency dot
+        if stuffed:
+            buf = buf.replace(DOT_LINE, CRLF)  # RFC 5321 4.5.2: drop the transparency dot
         return bytes(buf[len(CRLF) :]), None
 
 

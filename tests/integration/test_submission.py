@@ -324,3 +324,19 @@ async def test_data_is_dot_unstuffed_and_may_arrive_in_any_pieces(make_submissio
     assert b"\r\n.leading dot\r\n..two\r\nmiddle.\r\n" in first
     assert first.endswith((b"y" * 998 + b"\r\n") * 300)
     assert len(rows) == 2
+
+
+@pytest.mark.parametrize("split", range(1, 9))
+async def test_end_of_data_and_dots_split_anywhere(make_submission: Factory, split: int) -> None:
+    wire = b"Subject: s\r\n\r\n.. a\r\nb\r\n..\r\n.\r\n"
+    async with make_submission() as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        await raw.envelope()
+        assert (await raw.command("DATA")).startswith("354")
+        for i in range(0, len(wire), split):
+            await raw.send(wire[i : i + split])
+        assert (await raw.reply()).startswith("250 2.0.0")
+        await raw.close()
+        [row] = await stored(srv.database)
+    assert bytes(row["body"]).endswith(b"\r\n\r\n. a\r\nb\r\n.\r\n")  # type: ignore[arg-type]
