@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mtad import errors, submission, tenants
-from mtad.submission import HostPort
+from mtad.endpoints import HostPort
 
 DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
 

@@ -15,7 +15,7 @@ import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from mtad import errors, metrics
-from mtad.submission import HostPort
+from mtad.endpoints import HostPort
 
 log = structlog.get_logger("mtad.http")
 

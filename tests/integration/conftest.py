@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from mtad import db, spool, submission, tenants
-from mtad.submission import HostPort
+from mtad.endpoints import HostPort
 
 
 @dataclasses.dataclass

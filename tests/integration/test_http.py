@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from mtad import errors, http
-from mtad.submission import HostPort
+from mtad.endpoints import HostPort
 
 
 async def get(port: int, request: bytes) -> tuple[str, bytes]:

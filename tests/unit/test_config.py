@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from mtad import config, errors
-from mtad.submission import HostPort
+from mtad.endpoints import HostPort
 
 REFERENCE = Path(__file__).parents[2] / "conf" / "mtad.toml"
 

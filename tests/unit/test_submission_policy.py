@@ -38,4 +38,4 @@ def test_long_line_detection_matches_a_split_into_lines() -> None:
         lines = [b"x" * rng.choice([0, 1, 500, 997, 998, 999, 1000, 1500]) for _ in range(rng.randint(1, 6))]
         data = bytearray(b"\r\n" + b"\r\n".join(lines) + b"\r\n")
         longest = max(len(line) for line in lines)
-        assert submission._has_long_line(data) is (longest > submission.MAX_LINE - 2), [len(x) for x in lines]
+        assert submission.has_long_line(data) is (longest > submission.MAX_LINE - 2), [len(x) for x in lines]

@@ -1,0 +1,13 @@
+"""The submission port: aiosmtpd on the daemon's own event loop.
+
+policy    Settings, the handler hooks (who may send, AUTH, the durable accept)
+assembly  how an accepted message is stored (Received, Message-ID, Date, key)
+protocol  aiosmtpd's SMTP protocol adapted at the edge
+server    the listening sockets and sessions, drained at shutdown
+"""
+
+from mtad.submission.policy import AuthThrottle, Handler, Settings, tls_context
+from mtad.submission.protocol import MAX_LINE, has_long_line
+from mtad.submission.server import Server
+
+__all__ = ["MAX_LINE", "AuthThrottle", "Handler", "Server", "Settings", "has_long_line", "tls_context"]

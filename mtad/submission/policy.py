@@ -1,0 +1,318 @@
+"""Submission policy: who may send, which addresses and sizes pass, AUTH, and the
+durable accept. These are aiosmtpd handler hooks; each returns its reply (made
+from a typed `Reply`), and DATA answers 250 only after the spool's COMMIT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import ipaddress
+import socket
+import ssl
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiosmtpd.smtp import MISSING, SMTP, AuthResult, Envelope, Session
+
+from mtad import envelope, errors, headers, metrics, replies, spool, tenants
+from mtad.endpoints import HostPort
+from mtad.envelope import Address
+from mtad.replies import Reply
+from mtad.submission import assembly
+
+log = structlog.get_logger("mtad.submission")
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    listen: tuple[HostPort, ...] = (HostPort("127.0.0.1", 2525),)
+    hostname: str = field(default_factory=socket.getfqdn)
+    max_message_size: int = 25 * 1024 * 1024
+    max_recipients: int = 100
+    trusted_networks: tuple[Network, ...] = (
+        ipaddress.ip_network("127.0.0.0/8"),
+        ipaddress.ip_network("::1/128"),
+    )
+    require_auth: bool = False
+    default_tenant: str = "default"
+    idle_timeout: float = 300.0
+    auth_max_failures: int = 5
+    auth_failure_window: float = 600.0
+    shutdown_timeout: float = 30.0
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+
+def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """The server-side context for STARTTLS; raises ssl.SSLError or OSError."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    return context
+
+
+class AuthThrottle:
+    """Failed AUTH attempts per client address in a sliding window. Sync, no I/O."""
+
+    def __init__(self, max_failures: int, window: float, now: Callable[[], float] = time.monotonic) -> None:
+        self._max = max_failures
+        self._window = window
+        self._now = now
+        self._failures: defaultdict[str, deque[float]] = defaultdict(deque)
+
+    def blocked(self, client: str) -> bool:
+        times = self._failures.get(client)
+        if not times:
+            return False
+        horizon = self._now() - self._window
+        while times and times[0] <= horizon:
+            times.popleft()
+        if not times:
+            del self._failures[client]
+        return len(times) >= self._max
+
+    def failed(self, client: str) -> None:
+        self._failures[client].append(self._now())
+        if len(self._failures) > 100_000:  # bounded: forget the stalest client
+            del self._failures[next(iter(self._failures))]
+
+
+class SubmissionSession(Session):
+    """aiosmtpd's session plus what mtad knows about the client."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.trusted = False
+        self.client = ""
+
+
+class SubmissionEnvelope(Envelope):
+    """aiosmtpd's envelope plus the validated recipients."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.recipients: list[Address] = []
+
+
+def refuse(reply: Reply, reason: str) -> str:
+    """The reply line of a refusal, counted by reason."""
+    metrics.REJECTED.labels(reason=reason).inc()
+    return reply.line()
+
+
+_ADDRESS_REPLIES = {
+    "syntax": (553, "5.1.3"),
+    "domain": (553, "5.1.2"),
+    "address_literal": (553, "5.1.2"),
+    "needs_smtputf8": (553, "5.6.7"),
+}
+
+
+class Handler:
+    """aiosmtpd handler hooks: policy, AUTH, and the durable accept."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        committer: spool.GroupCommitter,
+        authenticator: tenants.Authenticator,
+        *,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self._committer = committer
+        self._auth = authenticator
+        self._throttle = AuthThrottle(settings.auth_max_failures, settings.auth_failure_window)
+        self._now = now
+
+    # --- EHLO ------------------------------------------------------------------
+
+    async def handle_EHLO(
+        self, server: SMTP, session: SubmissionSession, env: Envelope, hostname: str, responses: list[str]
+    ) -> list[str]:
+        session.host_name = hostname
+        return [*responses[:-1], "250-PIPELINING", "250-ENHANCEDSTATUSCODES", responses[-1]]
+
+    # --- AUTH (PLAIN and LOGIN, RFC 4954) ----------------------------------------
+
+    async def auth_PLAIN(self, server: SMTP, args: list[str]) -> AuthResult:
+        session: SubmissionSession = server.session  # type: ignore[assignment]
+        if self._throttle.blocked(session.client):
+            return self._throttled()
+        if len(args) == 1:
+            blob = await server.challenge_auth("")
+            if blob is MISSING:
+                return AuthResult(success=False, handled=True)
+        else:
+            try:
+                blob = base64.b64decode(args[1], validate=True)
+            except binascii.Error:
+                return AuthResult(success=False, handled=False, message=replies.AUTH_MALFORMED.line())
+        assert isinstance(blob, bytes)
+        parts = blob.split(b"\0")
+        if len(parts) != 3:
+            return AuthResult(success=False, handled=False, message=replies.AUTH_MALFORMED.line())
+        authzid, login, password = parts
+        if authzid and authzid != login:
+            return await self._failed(session)
+        return await self._check(session, login, password)
+
+    async def auth_LOGIN(self, server: SMTP, args: list[str]) -> AuthResult:
+        session: SubmissionSession = server.session  # type: ignore[assignment]
+        if self._throttle.blocked(session.client):
+            return self._throttled()
+        if len(args) == 2:
+            try:
+                login: Any = base64.b64decode(args[1], validate=True)
+            except binascii.Error:
+                return AuthResult(success=False, handled=False, message=replies.AUTH_MALFORMED.line())
+        else:
+            login = await server.challenge_auth("Username:")
+            if login is MISSING:
+                return AuthResult(success=False, handled=True)
+        password = await server.challenge_auth("Password:")
+        if password is MISSING:
+            return AuthResult(success=False, handled=True)
+        assert isinstance(login, bytes)
+        assert isinstance(password, bytes)
+        return await self._check(session, login, password)
+
+    async def _check(self, session: SubmissionSession, login: bytes, password: bytes) -> AuthResult:
+        try:
+            name, secret = login.decode(), password.decode()
+        except UnicodeDecodeError:
+            return await self._failed(session)
+        try:
+            ok = tenants.NAME.match(name) is not None and await self._auth.verify(name, secret)
+        except errors.DatabaseUnavailable:
+            return AuthResult(success=False, handled=False, message=replies.AUTH_UNAVAILABLE.line())
+        if not ok:
+            return await self._failed(session)
+        return AuthResult(success=True, auth_data=name, message=replies.AUTH_OK.line())
+
+    async def _failed(self, session: SubmissionSession) -> AuthResult:
+        self._throttle.failed(session.client)
+        metrics.AUTH_FAILURES.inc()
+        log.warning("auth_failed", client=session.client)
+        return AuthResult(success=False, handled=False, message=refuse(replies.AUTH_INVALID, "auth_failed"))
+
+    def _throttled(self) -> AuthResult:
+        return AuthResult(success=False, handled=False, message=refuse(replies.AUTH_THROTTLED, "auth_throttled"))
+
+    # --- envelope --------------------------------------------------------------
+
+    async def handle_MAIL(
+        self, server: SMTP, session: SubmissionSession, env: SubmissionEnvelope, address: str, options: list[str]
+    ) -> str:
+        if not session.authenticated and (self.settings.require_auth or not session.trusted):
+            return refuse(replies.AUTH_REQUIRED, "auth_required")
+        try:
+            sender = envelope.parse_mailbox(address, smtputf8=env.smtp_utf8)
+        except errors.AddressError as exc:
+            return refuse(_address_reply(exc), "bad_sender")
+        env.mail_from = str(sender)
+        env.mail_options.extend(options)
+        return replies.SENDER_OK.line()
+
+    async def handle_RCPT(
+        self, server: SMTP, session: SubmissionSession, env: SubmissionEnvelope, address: str, options: list[str]
+    ) -> str:
+        if len(env.recipients) >= self.settings.max_recipients:
+            return refuse(replies.TOO_MANY_RECIPIENTS, "too_many_recipients")
+        try:
+            recipient = envelope.parse_mailbox(address, smtputf8=env.smtp_utf8)
+        except errors.AddressError as exc:
+            return refuse(_address_reply(exc), "bad_recipient")
+        env.recipients.append(recipient)
+        env.rcpt_tos.append(str(recipient))
+        env.rcpt_options.extend(options)
+        return replies.RECIPIENT_OK.line()
+
+    async def handle_RSET(self, server: SMTP, session: Session, env: Envelope) -> str:
+        return replies.OK.line()
+
+    async def handle_NOOP(self, server: SMTP, session: Session, env: Envelope, arg: str) -> str:
+        return replies.OK.line()
+
+    async def handle_QUIT(self, server: SMTP, session: Session, env: Envelope) -> str:
+        return replies.BYE.line()
+
+    # --- DATA ------------------------------------------------------------------
+
+    async def handle_DATA(self, server: SMTP, session: SubmissionSession, env: SubmissionEnvelope) -> str:
+        started = time.perf_counter()
+        content = env.original_content
+        assert content is not None
+        assert env.mail_from is not None
+        if headers.has_bare_line_ending(content):
+            return refuse(replies.BARE_LINE_ENDING, "bare_line_ending")
+        origin = assembly.Origin(
+            tenant=str(session.auth_data) if session.authenticated else self.settings.default_tenant,
+            client=session.client,
+            helo=session.host_name or "",
+            tls=session.ssl is not None,
+            authenticated=bool(session.authenticated),
+        )
+        message = assembly.spoolable(
+            content,
+            sender=env.mail_from,
+            recipients=env.recipients,
+            smtputf8=env.smtp_utf8,
+            origin=origin,
+            hostname=self.settings.hostname,
+            now=self._now(),
+        )
+        try:
+            accepted = await self._committer.commit(message)
+        except errors.OutcomeUnknown as exc:
+            log.warning("accept_outcome_unknown", queue_id=str(message.id), error=str(exc))
+            return refuse(replies.OUTCOME_UNKNOWN, "spool_unavailable")
+        except errors.DatabaseUnavailable as exc:
+            log.warning("accept_spool_unavailable", error=str(exc))
+            return refuse(replies.SPOOL_UNAVAILABLE, "spool_unavailable")
+        except errors.SpoolError as exc:
+            log.error("accept_failed", error=str(exc))
+            return refuse(replies.INTERNAL_ERROR, "internal")
+        metrics.ACCEPT_LATENCY.observe(time.perf_counter() - started)
+        queue_id = str(accepted.queue_id)
+        if accepted.duplicate:
+            metrics.DUPLICATES.inc()
+            log.info(
+                "duplicate",
+                queue_id=queue_id,
+                tenant=message.tenant,
+                message_id=message.message_id,
+                client=message.client_address,
+            )
+            return replies.already_queued(queue_id).line()
+        metrics.ACCEPTED.inc()
+        metrics.ACCEPTED_RECIPIENTS.inc(len(message.recipients))
+        log.info(
+            "accepted",
+            queue_id=queue_id,
+            tenant=message.tenant,
+            sender=message.sender,
+            recipients=len(message.recipients),
+            size=len(message.body),
+            client=message.client_address,
+            message_id=message.message_id,
+        )
+        return replies.queued(queue_id).line()
+
+    async def handle_exception(self, error: Exception) -> str:
+        log.error("session_error", error=f"{type(error).__name__}: {error}")
+        return refuse(replies.INTERNAL_ERROR, "internal")
+
+
+def _address_reply(exc: errors.AddressError) -> Reply:
+    code, enhanced = _ADDRESS_REPLIES.get(exc.reason, (553, "5.1.3"))
+    return Reply(code, enhanced, exc.text)

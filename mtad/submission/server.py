@@ -1,0 +1,112 @@
+"""The listening sockets and open sessions of the submission port, and their
+orderly end at shutdown: stop listening, let DATA in flight finish, then 421."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import ssl
+from collections.abc import Sequence
+
+from mtad import metrics, replies
+from mtad.endpoints import HostPort
+from mtad.submission.policy import Handler, Settings
+from mtad.submission.protocol import Protocol
+
+
+class Server:
+    """The listening sockets and open sessions of the submission port."""
+
+    def __init__(self, settings: Settings, handler: Handler, tls: ssl.SSLContext | None) -> None:
+        self.settings = settings
+        self._handler = handler
+        self._tls = tls
+        self._servers: list[asyncio.Server] = []
+        self._sessions: set[Protocol] = set()
+        self._data_done = asyncio.Event()
+        self.draining = False
+
+    @property
+    def addresses(self) -> list[HostPort]:
+        """The addresses actually bound (port 0 in the config becomes a real port)."""
+        bound = []
+        for srv in self._servers:
+            for sock in srv.sockets:
+                host, port = sock.getsockname()[:2]
+                bound.append(HostPort(host, port))
+        return bound
+
+    def is_trusted(self, client: str) -> bool:
+        try:
+            address = ipaddress.ip_address(client.split("%", 1)[0])
+        except ValueError:
+            return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address in network for network in self.settings.trusted_networks)
+
+    async def start(self) -> None:
+        """Bind every listen address; raises OSError if one cannot be bound."""
+        loop = asyncio.get_running_loop()
+        for address in self.settings.listen:
+            srv = await loop.create_server(self._make_protocol, address.host, address.port, reuse_address=True)
+            self._servers.append(srv)
+
+    def _make_protocol(self) -> Protocol:
+        return Protocol(
+            self,
+            self._handler,
+            data_size_limit=self.settings.max_message_size,
+            enable_SMTPUTF8=True,
+            decode_data=False,
+            hostname=self.settings.hostname,
+            ident="ESMTP mtad",
+            tls_context=self._tls,
+            timeout=self.settings.idle_timeout,
+            auth_require_tls=True,
+            loop=asyncio.get_running_loop(),
+        )
+
+    def opened(self, session: Protocol) -> None:
+        self._sessions.add(session)
+        metrics.SESSIONS.set(len(self._sessions))
+
+    def closed(self, session: Protocol) -> None:
+        self._sessions.discard(session)
+        metrics.SESSIONS.set(len(self._sessions))
+        self.data_finished()
+
+    def data_finished(self) -> None:
+        self._data_done.set()
+
+    def stop_accepting(self) -> None:
+        """Close the listening sockets; sessions already open go on."""
+        self.draining = True
+        for srv in self._servers:
+            srv.close()
+
+    async def wait_data_done(self, within: float) -> bool:
+        """Wait until no session is in DATA, for at most `within` seconds; True if none is."""
+        try:
+            async with asyncio.timeout(within):
+                while any(s.in_data for s in self._sessions):
+                    self._data_done.clear()
+                    await self._data_done.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def close_sessions(self) -> None:
+        """Tell every open session 421 and close it."""
+        line = (replies.SHUTTING_DOWN.line() + "\r\n").encode()
+        for session in list(self._sessions):
+            transport = session.transport
+            if transport is not None and not transport.is_closing():
+                if not session.in_data:
+                    transport.write(line)  # type: ignore[attr-defined]
+                transport.close()
+        for srv in self._servers:
+            await srv.wait_closed()
+
+    def sessions(self) -> Sequence[Protocol]:
+        return list(self._sessions)
