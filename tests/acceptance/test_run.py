@@ -79,6 +79,9 @@ def test_accepts_mail_shows_it_and_stops_cleanly(mtad_factory: Any, dsn: str, tm
         assert swaks.returncode == 0, swaks.stdout + swaks.stderr
         assert "250 2.0.0 Ok: queued as" in swaks.stdout
 
+    [node] = rows(dsn, "SELECT id, pid FROM nodes")
+    assert node == {"id": "test-node", "pid": daemon.process.pid if daemon.process else None}
+
     expected = 4 if shutil.which("swaks") else 3
     messages = rows(dsn, "SELECT id, sender, message_id FROM messages")
     assert len(messages) == expected - 1
@@ -126,6 +129,7 @@ def test_accepts_mail_shows_it_and_stops_cleanly(mtad_factory: Any, dsn: str, tm
 
     assert daemon.stop() == 0
     assert notify.recv(4096).decode() == "STOPPING=1"
+    assert rows(dsn, "SELECT id FROM nodes") == []  # deregistered
     assert daemon.events("stopped")
     notify.close()
 

@@ -154,3 +154,13 @@ async def test_queue_queries(database: db.Database) -> None:
     for missing in (str(uuid.uuid4()), "999999", "not-an-id"):
         with pytest.raises(errors.NotFound):
             await spool.show(database, missing)
+
+
+async def test_run_until_idle_writes_what_is_queued(database: db.Database) -> None:
+    committer = spool.GroupCommitter(database, max_batch=3)
+    waiting = [asyncio.ensure_future(committer.commit(message())) for _ in range(7)]
+    await asyncio.sleep(0)  # let every commit() queue its message
+    await committer.run_until_idle()
+    results = await asyncio.gather(*waiting)
+    assert len({r.queue_id for r in results}) == 7
+    assert committer.statistics().batches == 3  # 3 + 3 + 1
