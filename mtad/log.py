@@ -50,8 +50,11 @@ class _Coalescing:
         if self._pending:
             text = "".join(self._pending)
             self._pending.clear()
-            self._stream.write(text)
-            self._stream.flush()
+            try:
+                self._stream.write(text)
+                self._stream.flush()
+            except (OSError, ValueError):  # stdout closed (a reader went away): nowhere to log
+                pass
 
     def isatty(self) -> bool:
         return self._stream.isatty()
