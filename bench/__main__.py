@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from bench import client, postfix, report
+from bench import bare, client, postfix, report
 from bench.mtad_server import MtadError, MtadServer
 
 RESULTS = Path(__file__).parent / "RESULTS.md"
@@ -41,7 +41,7 @@ class Server(Protocol):
 
     def reset(self) -> None: ...
 
-    def stored(self) -> int: ...
+    def stored(self) -> int | None: ...
 
 
 def messages_for(sessions: int, scale: float) -> int:
@@ -72,6 +72,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=None, help="messages per burst in every cell")
     parser.add_argument("--quick", action="store_true", help="3 runs of a fifth of the messages: a smoke test")
     parser.add_argument("--skip-postfix", action="store_true", help="measure mtad alone (no ratio)")
+    parser.add_argument(
+        "--no-reference", action="store_true", help="leave out the bare-aiosmtpd reference (stores nothing)"
+    )
     parser.add_argument("--tmpdir", type=Path, default=None, help="where the spools go (default: the system's)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="Markdown file to write (default %(default)s)")
     parser.add_argument("--no-results", action="store_true", help="print the table only")
@@ -102,9 +105,9 @@ def measure(server: Server, cell: report.Cell, run: int, servers: list[Server]) 
             timeout=burst_timeout(cell.messages),
         )
         stored = server.stored()
-        if stored != cell.messages:
+        if stored is not None and stored != cell.messages:
             raise client.ClientError(f"{cell.messages} messages acknowledged but {stored} stored")
-    except (client.ClientError, MtadError, postfix.PostfixError) as exc:
+    except (client.ClientError, MtadError, postfix.PostfixError, bare.BareError) as exc:
         cell.errors.setdefault(server.name, []).append(str(exc))
         print(f"  run {run}  {cell.label():22}  {server.name:8} FAILED: {exc}", flush=True)
         return
@@ -120,7 +123,7 @@ def warm_up(server: Server) -> None:
     """One unmeasured burst: Postfix forks its daemons, mtad prepares its statements."""
     server.reset()
     client.send(server.host, server.port, sessions=50, messages=WARMUP, size=1024, timeout=burst_timeout(WARMUP))
-    if server.stored() != WARMUP:
+    if server.stored() not in (None, WARMUP):
         raise client.ClientError(f"warm-up: {WARMUP} messages acknowledged but {server.stored()} stored")
 
 
@@ -148,6 +151,9 @@ first alternates between runs.
   `smtpd_end_of_data_restrictions = check_client_access static:HOLD`, fsync as shipped
   (cleanup fsyncs each queue file before smtpd answers 250), no chroot, every transport
   discards, log to a file through postlogd.
+- bare aiosmtpd (a reference, not a peer): stock aiosmtpd on uvloop whose handler
+  answers 250 at once and stores nothing: how fast an aiosmtpd server goes on this
+  machine before durability is paid for.
 - Client, servers and PostgreSQL share the same cores."""
 
 
@@ -190,6 +196,12 @@ def main(argv: list[str]) -> int:
                 pf_server = stack.enter_context(postfix.PostfixServer(root / "postfix"))
                 servers.append(pf_server)
                 print(f"  Postfix {pf_server.version} on {pf_server.host}:{pf_server.port}", flush=True)
+            if not args.no_reference:
+                reference = stack.enter_context(bare.BareServer())
+                servers.append(reference)
+                print(
+                    f"  reference: bare aiosmtpd {reference.version} on {reference.host}:{reference.port}", flush=True
+                )
             for server in servers:
                 warm_up(server)
             print(f"{args.runs} runs of {len(cells)} cells", flush=True)
@@ -208,7 +220,7 @@ def main(argv: list[str]) -> int:
             logs["Postfix"] = pf_server.log_problems()
         for name, problems in logs.items():
             notes += [f"{name} logged {count} x `{text}`" for text, count in sorted(problems.items())]
-    except (client.ClientError, MtadError, postfix.PostfixError) as exc:
+    except (client.ClientError, MtadError, postfix.PostfixError, bare.BareError) as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1
     finally:
@@ -221,7 +233,7 @@ def main(argv: list[str]) -> int:
         for name, errors in cell.errors.items():
             notes += [f"{cell.label()}, {name}: {error}" for error in errors]
     seconds = time.monotonic() - started
-    verdict = report.goal(cells) if len(names) == 2 else None
+    verdict = report.goal(cells) if "Postfix" in names else None
     tables = "## Results\n\n" + report.table(cells, names) + "\n\n" + (f"{verdict}\n\n" if verdict else "")
     tables += "## Every run (msgs/s)\n\n" + report.runs_table(cells, names)
     print()

@@ -49,14 +49,15 @@ def table(cells: list[Cell], servers: list[str]) -> str:
     """The results as a Markdown table (readable as plain text too)."""
     head = ["size", "sessions", "msgs/run"]
     head += [f"{name} msgs/s min / median / max" for name in servers]
-    if len(servers) == 2:
-        head.append(f"{servers[0]}/{servers[1]}")
+    compare = "mtad" in servers and "Postfix" in servers
+    if compare:
+        head.append("mtad/Postfix")
     rows = [head, ["---"] * len(head)]
     for cell in cells:
         row = [size_label(cell.size), str(cell.sessions), f"{cell.messages:,}"]
         row += [_spread(cell.rates.get(name, [])) for name in servers]
-        if len(servers) == 2:
-            r = ratio(cell, *servers)
+        if compare:
+            r = ratio(cell)
             row.append("-" if r is None else f"{r:.2f}")
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
