@@ -40,6 +40,7 @@ run: $(VENV)/.run-installed
 
 test: $(VENV)/.test-installed
 	$(call debian,swaks,swaks)
+	$(call debian,dnsmasq,dnsmasq)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.test-installed

@@ -13,6 +13,7 @@ module catches a foreign exception.
      |    |                        flight: the write may or may not have landed
      |    +-- NotFound             a queue id, delivery or tenant that does not exist
      |    +-- Conflict             a row that must be unique already exists
+     +-- RouteTempFail             DNS could not answer now (SERVFAIL, timeout): retry later
      +-- EmbeddedDatabaseError     the embedded PostgreSQL could not be started
      +-- IllegalTransition         a delivery state change the table forbids
      +-- AddressError              an address that is not a valid mailbox
@@ -53,6 +54,10 @@ class NotFound(SpoolError):
 
 class Conflict(SpoolError):
     """A row that must be unique already exists."""
+
+
+class RouteTempFail(MtadError):
+    """The route of a domain cannot be known now (SERVFAIL, timeout); try later."""
 
 
 class EmbeddedDatabaseError(MtadError):

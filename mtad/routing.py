@@ -1,0 +1,319 @@
+"""Routing: where mail for a domain goes, grouped by the provider that receives it.
+
+The only module that imports dnspython. A `Resolver` answers one DNS question
+(`DnsResolver` with dnspython; tests use a zone-text resolver behind the same
+protocol). The `Router` turns a domain into a `Route`: its mail exchangers in
+preference order (RFC 5321 5.1: an implicit MX when there is none but an address
+record) with their addresses, and the provider group they belong to; or into
+`Undeliverable` (NXDOMAIN, a null MX per RFC 7505, no MX and no address). Routes
+are cached for the TTL of their records, undeliverable answers for the
+negative-caching TTL of the zone's SOA; a transient failure (SERVFAIL, timeout)
+raises errors.RouteTempFail and is not cached.
+
+Static routes (like Postfix's transport maps) send a domain to a fixed relay
+without asking DNS for its MX.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import random
+import time
+import tomllib
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import dns.asyncresolver
+import dns.exception
+import dns.nameserver
+import dns.rdatatype
+import dns.resolver
+
+from mtad import errors
+from mtad.endpoints import HostPort
+
+# How long to remember an answer that came with no usable TTL, and the bounds on any.
+DEFAULT_NEGATIVE_TTL = 300.0
+MIN_TTL, MAX_TTL = 5.0, 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """The answer to one question: rdata as text, and how long it may be cached.
+
+    An empty answer (no such records) carries the negative-caching TTL;
+    `nxdomain` says the name itself does not exist.
+    """
+
+    values: tuple[str, ...]
+    ttl: float
+    nxdomain: bool = False
+
+
+class Resolver(Protocol):
+    async def lookup(self, name: str, rdtype: str) -> Records:
+        """Records of rdtype ("MX", "A", "AAAA") at name; raises RouteTempFail."""
+        ...
+
+
+class DnsResolver:
+    """dnspython's asynchronous stub resolver, at the configured name servers."""
+
+    def __init__(self, nameservers: Sequence[HostPort] = (), *, timeout: float = 5.0) -> None:
+        if nameservers:
+            self._resolver = dns.asyncresolver.Resolver(configure=False)
+            self._resolver.nameservers = [dns.nameserver.Do53Nameserver(ns.host, ns.port) for ns in nameservers]
+        else:
+            self._resolver = dns.asyncresolver.Resolver()  # the system's /etc/resolv.conf
+        self._resolver.lifetime = timeout
+        self._resolver.cache = None  # the Router caches routes
+
+    async def lookup(self, name: str, rdtype: str) -> Records:
+        try:
+            answer = await self._resolver.resolve(name, rdtype, raise_on_no_answer=False, search=False)
+        except dns.resolver.NXDOMAIN as exc:
+            return Records((), _negative_ttl(exc), nxdomain=True)
+        except (dns.resolver.NoNameservers, dns.exception.Timeout) as exc:
+            raise errors.RouteTempFail(f"{rdtype} {name}: {exc}") from exc
+        except dns.exception.DNSException as exc:
+            raise errors.RouteTempFail(f"{rdtype} {name}: {type(exc).__name__}: {exc}") from exc
+        ttl = max(0.0, answer.expiration - time.time())
+        if answer.rrset is None:
+            return Records((), ttl)
+        return Records(tuple(rdata.to_text() for rdata in answer.rrset), ttl)
+
+
+def _negative_ttl(exc: dns.resolver.NXDOMAIN) -> float:
+    for response in exc.responses().values():  # type: ignore[no-untyped-call]
+        try:
+            return float(response.resolve_chaining().minimum_ttl)
+        except dns.exception.DNSException:
+            continue
+    return DEFAULT_NEGATIVE_TTL
+
+
+# --- providers ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """A receiving provider, recognised by the suffixes of its MX host names."""
+
+    name: str
+    mx_suffixes: tuple[str, ...]
+    concurrency: int
+
+
+@dataclass(frozen=True, slots=True)
+class Providers:
+    known: tuple[Provider, ...]
+    default_concurrency: int
+
+    def group_of(self, mx_hosts: Iterable[str]) -> tuple[str, int]:
+        """(group name, concurrency) for a set of MX hosts: a known provider when every
+        host matches one of its suffixes, else a group of these hosts alone."""
+        hosts = sorted({h.lower().rstrip(".") for h in mx_hosts})
+        for provider in self.known:
+            if hosts and all(_under(h, provider.mx_suffixes) for h in hosts):
+                return provider.name, provider.concurrency
+        return "mx:" + ",".join(hosts), self.default_concurrency
+
+
+def _under(host: str, suffixes: tuple[str, ...]) -> bool:
+    return any(host == s or host.endswith("." + s) for s in suffixes)
+
+
+def load_providers(path: Path) -> Providers:
+    """Read conf/providers.toml; ConfigError lists every problem."""
+    try:
+        document = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise errors.ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise errors.ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    return parse_providers(document, str(path))
+
+
+def parse_providers(document: Mapping[str, Any], where: str = "providers") -> Providers:
+    problems: list[str] = []
+    default = document.get("default", {})
+    default_concurrency = _positive_int(default.get("concurrency", 10), f"{where}: [default] concurrency", problems)
+    known = []
+    for name, table in document.get("providers", {}).items():
+        suffixes = table.get("mx_suffixes")
+        if not isinstance(suffixes, list) or not suffixes or not all(isinstance(s, str) and s for s in suffixes):
+            problems.append(f"{where}: [providers.{name}] mx_suffixes: expected a non-empty list of domain names")
+            suffixes = []
+        concurrency = _positive_int(
+            table.get("concurrency", default_concurrency), f"{where}: [providers.{name}] concurrency", problems
+        )
+        unknown = set(table) - {"mx_suffixes", "concurrency"}
+        if unknown:
+            problems.append(f"{where}: [providers.{name}]: unknown keys {', '.join(sorted(unknown))}")
+        known.append(Provider(name, tuple(s.lower().rstrip(".") for s in suffixes), concurrency))
+    unknown_sections = set(document) - {"default", "providers"}
+    if unknown_sections:
+        problems.append(f"{where}: unknown sections {', '.join(sorted(unknown_sections))}")
+    if problems:
+        raise errors.ConfigError(problems)
+    return Providers(tuple(known), default_concurrency)
+
+
+def _positive_int(value: Any, where: str, problems: list[str]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        problems.append(f"{where}: expected a whole number of at least 1, got {value!r}")
+        return 1
+    return value
+
+
+# --- routes --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """One mail exchanger: its name, preference and addresses, and the port to use."""
+
+    name: str
+    preference: int
+    addresses: tuple[str, ...]
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    domain: str
+    group: str  # the provider group: "google", "microsoft", ... or "mx:host1,host2"
+    concurrency: int
+    hops: tuple[Hop, ...]  # in preference order; equal preferences in random order per call
+    relay: bool = False  # a static route, not DNS
+
+    def attempt_order(self, rng: random.Random | None = None) -> list[Hop]:
+        """The hops in preference order, shuffled among equal preferences (RFC 5321 5.1)."""
+        rng = rng or random.Random()
+        ordered: list[Hop] = []
+        for preference in sorted({h.preference for h in self.hops}):
+            same = [h for h in self.hops if h.preference == preference]
+            rng.shuffle(same)
+            ordered.extend(same)
+        return ordered
+
+
+@dataclass(frozen=True, slots=True)
+class Undeliverable:
+    """No mail can be delivered to this domain; `text` says why, for a bounce or a 550."""
+
+    domain: str
+    text: str
+
+
+@dataclass(slots=True)
+class _Cached:
+    value: Route | Undeliverable
+    expires: float
+
+
+@dataclass(slots=True)
+class RouterStats:
+    lookups: int = 0
+    hits: int = 0
+    tempfails: int = 0
+    cached: int = 0
+
+
+class Router:
+    """Domain -> Route or Undeliverable, cached by TTL in a bounded LRU."""
+
+    def __init__(
+        self,
+        resolver: Resolver,
+        providers: Providers,
+        *,
+        routes: Mapping[str, HostPort] | None = None,
+        port: int = 25,
+        cache_size: int = 10_000,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._resolver = resolver
+        self._providers = providers
+        self._routes = {d.lower().rstrip("."): hp for d, hp in (routes or {}).items()}
+        self._port = port
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self._cache_size = cache_size
+        self._now = now
+        self._stats = RouterStats()
+
+    def statistics(self) -> RouterStats:
+        self._stats.cached = len(self._cache)
+        return self._stats
+
+    async def route(self, domain: str) -> Route | Undeliverable:
+        """Where mail for `domain` (a lower-case A-label) goes; raises RouteTempFail."""
+        self._stats.lookups += 1
+        cached = self._cache.get(domain)
+        if cached is not None and cached.expires > self._now():
+            self._cache.move_to_end(domain)
+            self._stats.hits += 1
+            return cached.value
+        try:
+            value, ttl = await self._resolve(domain)
+        except errors.RouteTempFail:
+            self._stats.tempfails += 1
+            raise
+        self._cache[domain] = _Cached(value, self._now() + min(max(ttl, MIN_TTL), MAX_TTL))
+        self._cache.move_to_end(domain)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return value
+
+    async def _resolve(self, domain: str) -> tuple[Route | Undeliverable, float]:
+        relay = self._routes.get(domain)
+        if relay is not None:
+            addresses, ttl = await self._addresses(relay.host)
+            if not addresses:
+                raise errors.RouteTempFail(f"the relay {relay} for {domain} has no address")
+            hop = Hop(relay.host, 0, addresses, relay.port)
+            return Route(domain, f"relay:{relay}", self._providers.default_concurrency, (hop,), relay=True), ttl
+        mx = await self._resolver.lookup(domain, "MX")
+        if mx.nxdomain:
+            return Undeliverable(domain, f"the domain {domain} does not exist (NXDOMAIN)"), mx.ttl
+        exchangers = sorted(_parse_mx(mx.values), key=lambda pair: pair[0])
+        if any(host == "" for _, host in exchangers):
+            # RFC 7505: "MX 0 ." says the domain accepts no mail.
+            return Undeliverable(domain, f"the domain {domain} accepts no mail (null MX, RFC 7505)"), mx.ttl
+        ttl = mx.ttl
+        if not exchangers:
+            exchangers = [(0, domain)]  # RFC 5321 5.1: the domain is its own implicit MX
+        hops = []
+        for preference, host in exchangers:
+            addresses, host_ttl = await self._addresses(host)
+            ttl = min(ttl, host_ttl)
+            if addresses:
+                hops.append(Hop(host, preference, addresses, self._port))
+        if not hops:
+            if not mx.values:
+                return Undeliverable(domain, f"the domain {domain} has no MX and no address record"), ttl
+            raise errors.RouteTempFail(f"no MX host of {domain} has an address")
+        group, concurrency = self._providers.group_of(h.name for h in hops)
+        return Route(domain, group, concurrency, tuple(hops)), ttl
+
+    async def _addresses(self, host: str) -> tuple[tuple[str, ...], float]:
+        """IPv4 then IPv6 addresses of host (an IP literal is its own address)."""
+        try:
+            return (str(ipaddress.ip_address(host)),), MAX_TTL
+        except ValueError:
+            pass
+        v4, v6 = await asyncio.gather(self._resolver.lookup(host, "A"), self._resolver.lookup(host, "AAAA"))
+        return v4.values + v6.values, min(v4.ttl, v6.ttl)
+
+
+def _parse_mx(values: Iterable[str]) -> list[tuple[int, str]]:
+    """(preference, host without the trailing dot) from MX rdata text."""
+    parsed = []
+    for value in values:
+        preference, _, host = value.partition(" ")
+        parsed.append((int(preference), host.strip().rstrip(".").lower()))
+    return parsed

@@ -1,0 +1,92 @@
+"""Real DNS servers on loopback for the integration tests.
+
+`Dnsmasq` serves a small zone (MX, A, AAAA, a null MX as a raw record) on a free
+UDP port; names under its local domain that it does not know are NXDOMAIN.
+`ServfailServer` answers every query with SERVFAIL, which dnsmasq cannot be made
+to do on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+
+import dns.message
+import dns.query
+import dns.rcode
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Dnsmasq:
+    def __init__(self, local_domain: str, options: Sequence[str]) -> None:
+        self.port = free_udp_port()
+        binary = shutil.which("dnsmasq") or shutil.which("dnsmasq", path="/usr/sbin:/sbin")
+        assert binary is not None
+        argv = [
+            binary, "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
+            f"--port={self.port}", "--listen-address=127.0.0.1", "--bind-interfaces",
+            f"--local=/{local_domain}/", "--local-ttl=300", "--log-facility=-", *options,
+        ]  # fmt: skip
+        if os.geteuid() == 0:
+            argv.append("--user=root")
+        self._process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._wait_ready(local_domain)
+
+    def _wait_ready(self, domain: str) -> None:
+        query = dns.message.make_query(f"ready-check.{domain}", "A")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # bounded: dnsmasq answers within milliseconds
+            if self._process.poll() is not None:
+                raise RuntimeError(f"dnsmasq exited with {self._process.returncode}")
+            try:
+                dns.query.udp(query, "127.0.0.1", port=self.port, timeout=0.2)
+                return
+            except dns.exception.Timeout:
+                continue
+            except OSError:  # not listening yet: connection refused
+                time.sleep(0.02)
+        raise RuntimeError("dnsmasq did not answer")
+
+    def close(self) -> None:
+        self._process.terminate()
+        self._process.wait(10)
+
+
+class ServfailServer:
+    """A UDP DNS server on loopback that answers SERVFAIL to everything."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.settimeout(0.2)
+        self.port = int(self._sock.getsockname()[1])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, peer = self._sock.recvfrom(4096)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            response = dns.message.make_response(dns.message.from_wire(data))
+            response.set_rcode(dns.rcode.SERVFAIL)
+            self._sock.sendto(response.to_wire(), peer)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close()
