@@ -1,0 +1,204 @@
+"""Every reply and every local failure, classified once, in one table.
+
+A delivery attempt ends with either the receiver's `Reply` or a local `Failure`
+(refused connection, timeout, TLS failure, disconnect in DATA, ...). `classify()`
+maps it to a `Verdict`: a class with exactly one response (deliver, defer, bounce)
+and the reason stored with the delivery. The reply rules are data
+(conf/replies.toml: provider wording first, generic rules after), read once;
+local failures are classified here, since they do not depend on any provider.
+Sync, no I/O (but load_rules reads its file).
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mtad import errors
+from mtad.lifecycle import Reason, State
+from mtad.replies import Reply
+
+
+class Class(enum.StrEnum):
+    """What a reply means; each has one response (DESIGN.md, "Reply classes")."""
+
+    DELIVERED = "delivered"  # mark delivered
+    THROTTLED = "throttled"  # defer; the receiver asked us to slow down
+    TRANSIENT = "transient"  # defer with back-off
+    RECIPIENT = "recipient"  # bounce; suppress the address
+    CONTENT = "content"  # bounce the message: refused for what it is, not where it goes
+    PERMANENT = "permanent"  # bounce: any other permanent refusal
+    ACCOUNT_QUOTA = "account_quota"  # (relay accounts) park the mailbox until the day resets
+    ACCOUNT_AUTH = "account_auth"  # (relay accounts) disconnect the mailbox, reroute
+
+
+class Failure(enum.StrEnum):
+    """Local failures: no reply, or not one the receiver chose to give."""
+
+    NO_ROUTE = "no_route"  # NXDOMAIN, null MX, no address: undeliverable
+    DNS_TEMPFAIL = "dns_tempfail"  # SERVFAIL or timeout resolving the route
+    CONNECT_FAILED = "connect_failed"  # every MX host refused or did not answer
+    TLS_FAILED = "tls_failed"  # the STARTTLS handshake failed
+    TLS_REQUIRED = "tls_required"  # TLS is required and the receiver offers none
+    TIMEOUT = "timeout"  # the receiver stopped answering mid-session
+    DISCONNECTED = "disconnected"  # the connection dropped before DATA
+    DISCONNECTED_IN_DATA = "disconnected_in_data"  # dropped after the data was sent: maybe delivered
+    MESSAGE_UNREADABLE = "message_unreadable"  # the spooled message cannot be read or sent
+    INTERNAL = "internal"  # mtad itself failed
+
+
+_STATE = {
+    Class.DELIVERED: State.DELIVERED,
+    Class.THROTTLED: State.DEFERRED,
+    Class.TRANSIENT: State.DEFERRED,
+    Class.RECIPIENT: State.BOUNCED,
+    Class.CONTENT: State.BOUNCED,
+    Class.PERMANENT: State.BOUNCED,
+    Class.ACCOUNT_QUOTA: State.DEFERRED,
+    Class.ACCOUNT_AUTH: State.DEFERRED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    cls: Class
+    reason: Reason | None  # None only for DELIVERED
+    counts_as_throttle: bool  # feeds the receiver's rate (never for mtad's own failures)
+
+    @property
+    def state(self) -> State:
+        return _STATE[self.cls]
+
+
+DELIVERED = Verdict(Class.DELIVERED, None, False)
+
+_FAILURES: Mapping[Failure, Verdict] = {
+    Failure.NO_ROUTE: Verdict(Class.PERMANENT, Reason.NO_ROUTE, False),
+    Failure.DNS_TEMPFAIL: Verdict(Class.TRANSIENT, Reason.DNS_TEMPFAIL, False),
+    Failure.CONNECT_FAILED: Verdict(Class.TRANSIENT, Reason.CONNECT_FAILED, False),
+    Failure.TLS_FAILED: Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False),
+    Failure.TLS_REQUIRED: Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False),
+    Failure.TIMEOUT: Verdict(Class.TRANSIENT, Reason.TIMEOUT, False),
+    Failure.DISCONNECTED: Verdict(Class.TRANSIENT, Reason.DISCONNECTED, False),
+    Failure.DISCONNECTED_IN_DATA: Verdict(Class.TRANSIENT, Reason.DISCONNECTED, False),
+    Failure.MESSAGE_UNREADABLE: Verdict(Class.TRANSIENT, Reason.INTERNAL, False),
+    Failure.INTERNAL: Verdict(Class.TRANSIENT, Reason.INTERNAL, False),
+}
+
+_CLASS_REASON = {
+    Class.THROTTLED: Reason.THROTTLED,
+    Class.TRANSIENT: Reason.MX_TEMPFAIL,
+    Class.RECIPIENT: Reason.RECIPIENT_REJECTED,
+    Class.CONTENT: Reason.CONTENT_REJECTED,
+    Class.PERMANENT: Reason.PERMANENT_REPLY,
+    Class.ACCOUNT_QUOTA: Reason.MAILBOX_COOLDOWN,
+    Class.ACCOUNT_AUTH: Reason.MAILBOX_COOLDOWN,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One row of the reply table: every given condition must hold."""
+
+    cls: Class
+    codes: frozenset[int] = frozenset()
+    enhanced: tuple[str, ...] = ()  # prefixes: "5.1." matches 5.1.1
+    text: re.Pattern[str] | None = None
+    note: str = ""
+
+    def matches(self, reply: Reply) -> bool:
+        if self.codes and reply.code not in self.codes:
+            return False
+        if self.enhanced and not reply.enhanced.startswith(self.enhanced):
+            return False
+        return self.text is None or self.text.search(reply.text) is not None
+
+
+class Rules:
+    """The reply table: the first matching rule wins; then the basic code decides."""
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        self.rules = tuple(rules)
+
+    def classify(self, reply: Reply) -> Verdict:
+        cls = next((rule.cls for rule in self.rules if rule.matches(reply)), None)
+        if cls is None:
+            cls = Class.DELIVERED if reply.code < 400 else Class.TRANSIENT if reply.code < 500 else Class.PERMANENT
+        if cls is Class.DELIVERED:
+            return DELIVERED
+        return Verdict(cls, _CLASS_REASON[cls], cls is Class.THROTTLED)
+
+
+def classify_failure(failure: Failure) -> Verdict:
+    return _FAILURES[failure]
+
+
+def load_rules(path: Path) -> Rules:
+    """Read conf/replies.toml; ConfigError lists every problem."""
+    try:
+        document = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise errors.ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise errors.ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    return parse_rules(document, str(path))
+
+
+def parse_rules(document: Mapping[str, Any], where: str = "replies") -> Rules:
+    problems: list[str] = []
+    rules = []
+    for index, row in enumerate(document.get("rule", []), start=1):
+        at = f"{where}: rule {index}"
+        unknown = set(row) - {"class", "code", "enhanced", "text", "note"}
+        if unknown:
+            problems.append(f"{at}: unknown keys {', '.join(sorted(unknown))}")
+        try:
+            cls = Class(row.get("class"))
+        except ValueError:
+            problems.append(f"{at}: class must be one of {', '.join(c.value for c in Class)}")
+            continue
+        codes = row.get("code", [])
+        codes = [codes] if isinstance(codes, int) else codes
+        if not all(isinstance(c, int) and 200 <= c <= 599 for c in codes):
+            problems.append(f"{at}: code must be an SMTP reply code or a list of them")
+        enhanced = row.get("enhanced", [])
+        enhanced = [enhanced] if isinstance(enhanced, str) else enhanced
+        if not all(isinstance(e, str) and re.match(r"^[245](\.\d{1,3}){0,2}\.?$", e) for e in enhanced):
+            problems.append(f'{at}: enhanced must be enhanced status codes or prefixes such as "5.1."')
+        text = None
+        if "text" in row:
+            try:
+                text = re.compile(str(row["text"]), re.IGNORECASE)
+            except re.error as exc:
+                problems.append(f"{at}: text is not a regular expression: {exc}")
+        if not (codes or enhanced or "text" in row):
+            problems.append(f"{at}: a rule needs at least one of code, enhanced, text")
+        rules.append(Rule(cls, frozenset(codes), tuple(enhanced), text, str(row.get("note", ""))))
+    if problems:
+        raise errors.ConfigError(problems)
+    return Rules(rules)
+
+
+# --- when to try again ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetrySchedule:
+    """Delays before the 1st, 2nd, ... retry; the last one repeats. Jitter spreads
+    retries of deliveries deferred together (a provider's outage) so that they do
+    not return together."""
+
+    delays: tuple[float, ...]
+    jitter: float = 0.1  # +/- this fraction of the delay
+
+    def delay(self, attempts: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after the attempts-th failed attempt (attempts >= 1)."""
+        base = self.delays[min(max(attempts, 1), len(self.delays)) - 1]
+        spread = base * self.jitter
+        return base + (rng or random).uniform(-spread, spread)
