@@ -21,7 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -69,6 +69,29 @@ class Accepted:
     duplicate: bool
 
 
+@dataclass(frozen=True, slots=True)
+class NewDelivery:
+    """A delivery just created by an accept, already leased to this node (fast path)."""
+
+    id: int
+    message: NewMessage
+    recipient: str
+    domain: str
+
+
+class FastPath(Protocol):
+    """Takes new deliveries leased to this node at accept time, so that a message is
+    on the wire without a polling round trip (implemented by delivery's scheduler)."""
+
+    node: str
+
+    def lease_until(self, now: datetime) -> datetime: ...
+
+    def accepted(self, deliveries: list[NewDelivery]) -> None:
+        """Sync: enqueue, never wait."""
+        ...
+
+
 @dataclass(slots=True)
 class _Pending:
     message: NewMessage
@@ -100,9 +123,11 @@ class GroupCommitter:
         window: float = 0.0,
         max_batch: int = 200,
         timeout: float = 15.0,
+        fast_path: FastPath | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._db = database
+        self._fast_path = fast_path
         self._window = window
         self._max_batch = max_batch
         self._timeout = timeout
@@ -204,7 +229,8 @@ class GroupCommitter:
                 rcpt_of.append(index)
                 rcpts.append(str(rcpt))
                 domains.append(rcpt.domain)
-        owners = await self._db.call(
+        fast = self._fast_path
+        row = await self._db.call(
             "spool/accept",
             [m.id for m in messages],
             [m.tenant for m in messages],
@@ -222,7 +248,21 @@ class GroupCommitter:
             domains,
             now + IDEMPOTENCY_TTL,
             now,
+            fast.node if fast else None,
+            fast.lease_until(now) if fast else None,
         )
+        assert row is not None
+        if fast is not None and row["delivery_ids"]:
+            by_id = {m.id: m for m in messages}
+            fast.accepted(
+                [
+                    NewDelivery(delivery, by_id[message], recipient, recipient.rpartition("@")[2])
+                    for delivery, message, recipient in zip(
+                        row["delivery_ids"], row["delivery_messages"], row["delivery_recipients"], strict=True
+                    )
+                ]
+            )
+        owners = row["owners"]
         return [Accepted(owner, duplicate=owner != m.id) for m, owner in zip(messages, owners, strict=True)]
 
 

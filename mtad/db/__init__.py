@@ -195,15 +195,15 @@ class Database:
         async with self.connection() as conn:
             return await conn.fetchval(name, *args)
 
-    async def call(self, name: str, *args: Any) -> Any:
-        """Run one statement as its own transaction; return its value after COMMIT.
+    async def call(self, name: str, *args: Any) -> Row | None:
+        """Run one statement as its own transaction; return its first row after COMMIT.
 
         DatabaseUnavailable: no connection, nothing was sent. OutcomeUnknown: the
         connection broke while the statement ran, so it may have committed.
         """
         async with self.connection() as conn:
             try:
-                return await conn.fetchval(name, *args)
+                return await conn.fetchrow(name, *args)
             except errors.OutcomeUnknown:
                 raise
             except errors.DatabaseUnavailable as exc:

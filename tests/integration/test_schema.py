@@ -28,7 +28,7 @@ EXPECTED_COLUMNS = {
     "deliveries": {
         "id", "message", "recipient", "domain", "state", "priority", "attempts", "next_attempt_at",
         "lease_owner", "lease_expires_at", "attempt_id", "last_code", "last_enhanced", "last_text",
-        "reason", "created_at", "updated_at",
+        "reason", "created_at", "updated_at", "route_group", "failures",
     },
     "events": {"id", "at", "kind", "message", "delivery", "tenant", "data"},
     "tenants": {"name", "password_hash", "state", "created_at", "updated_at"},

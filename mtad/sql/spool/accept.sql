@@ -13,7 +13,11 @@
 -- $1 ids, $2 tenants, $3 senders, $4 Message-IDs, $5 keys (NULL: none), $6 bodies,
 -- $7 smtputf8, $8 client addresses, $9 received at, $10 priorities, $11 recipient
 -- counts; $12 for each recipient the 1-based index of its message, $13 recipients,
--- $14 their domains; $15 expiry of new keys, $16 now.
+-- $14 their domains; $15 expiry of new keys, $16 now; $17 the node to lease the new
+-- deliveries to at once (the fast path to its ready queues) and $18 until when, or
+-- NULL and NULL to leave them queued for any node.
+--
+-- Returns the owners, and the id, message and recipient of every new delivery.
 WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
@@ -40,11 +44,15 @@ new_messages AS (
     FROM owned WHERE owner = id
 ),
 new_deliveries AS (
-    INSERT INTO deliveries (message, recipient, domain, priority, next_attempt_at, created_at, updated_at)
-    SELECT o.id, r.rcpt, r.domain, o.priority, o.received, o.received, o.received
+    INSERT INTO deliveries (message, recipient, domain, priority, next_attempt_at, created_at, updated_at,
+                            state, lease_owner, lease_expires_at)
+    SELECT o.id, r.rcpt, r.domain, o.priority, o.received, o.received, o.received,
+           CASE WHEN $17::text IS NULL THEN 'queued' ELSE 'leased' END::delivery_state,
+           $17::text, $18::timestamptz
     FROM unnest($12::integer[], $13::text[], $14::text[]) AS r (ord, rcpt, domain)
     JOIN owned o ON o.ord = r.ord
     WHERE o.owner = o.id
+    RETURNING id, message, recipient
 ),
 new_events AS (
     INSERT INTO events (at, kind, message, tenant, data)
@@ -53,4 +61,7 @@ new_events AS (
                               'message_id', message_id, 'client', client)
     FROM owned WHERE owner = id
 )
-SELECT array_agg(owner ORDER BY ord) FROM owned
+SELECT (SELECT array_agg(owner ORDER BY ord) FROM owned) AS owners,
+       (SELECT array_agg(id ORDER BY id) FROM new_deliveries) AS delivery_ids,
+       (SELECT array_agg(message ORDER BY id) FROM new_deliveries) AS delivery_messages,
+       (SELECT array_agg(recipient ORDER BY id) FROM new_deliveries) AS delivery_recipients

@@ -1,0 +1,155 @@
+"""Leases on deliveries: who may attempt what, until when, and what happened.
+
+A node leases due deliveries in batches (one statement, FOR UPDATE SKIP LOCKED),
+renews the leases while it works, writes an attempt id before DATA, and records
+outcomes (state, reason, last reply, next attempt, event) in batches. Leases of
+a node that stops renewing them expire and a reaper on any node returns them to
+the queue. Every change here is guarded by `lease_owner`: a node that lost a
+lease cannot record over whoever holds it now.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from mtad import db, errors, lifecycle
+from mtad.lifecycle import Reason, State
+from mtad.replies import Reply
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    """A delivery this node may attempt until its lease expires."""
+
+    id: int
+    message: uuid.UUID
+    recipient: str
+    domain: str
+    priority: int
+    attempts: int
+    failures: int
+    created_at: datetime
+    maybe_sent: bool  # an earlier attempt wrote its attempt id and never recorded an outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one attempt did to one delivery, to be recorded with its event."""
+
+    delivery: int
+    tenant: str
+    state: State
+    reason: Reason | None
+    reply: Reply | None
+    next_attempt_at: datetime | None  # for deferrals
+    route_group: str | None
+    internal: bool  # mtad's own failure: counts towards the dead letter
+    data: dict[str, Any]
+
+
+async def lease(database: db.Database, node: str, limit: int, now: datetime, until: datetime) -> list[Leased]:
+    rows = await database.fetch("leases/lease", node, limit, until, now)
+    return [
+        Leased(
+            id=r["id"],
+            message=r["message"],
+            recipient=r["recipient"],
+            domain=r["domain"],
+            priority=r["priority"],
+            attempts=r["attempts"],
+            failures=r["failures"],
+            created_at=r["created_at"],
+            maybe_sent=r["attempt_id"] is not None,
+        )
+        for r in rows
+    ]
+
+
+async def renew(database: db.Database, node: str, ids: Sequence[int], until: datetime) -> set[int]:
+    """Extend this node's leases; returns the ids it still holds."""
+    if not ids:
+        return set()
+    return {r["id"] for r in await database.fetch("leases/renew", node, list(ids), until)}
+
+
+async def begin(
+    database: db.Database, node: str, ids: Sequence[int], attempt: uuid.UUID, group: str, now: datetime
+) -> set[int]:
+    """Write the attempt id before DATA; returns the ids still leased to this node."""
+    return {r["id"] for r in await database.fetch("leases/begin", node, list(ids), attempt, group, now)}
+
+
+async def record(database: db.Database, node: str, outcomes: Sequence[Outcome], now: datetime) -> set[int]:
+    """Record outcomes (with their events) in one statement; returns the ids recorded."""
+    for o in outcomes:
+        lifecycle.transition(State.LEASED, o.state, o.reason)  # refuses a move the table forbids
+    row = await database.call(
+        "leases/record",
+        node,
+        now,
+        [o.delivery for o in outcomes],
+        [o.state.value for o in outcomes],
+        [o.reason.value if o.reason else None for o in outcomes],
+        [o.reply.code if o.reply else None for o in outcomes],
+        [o.reply.enhanced if o.reply else None for o in outcomes],
+        [o.reply.text if o.reply else None for o in outcomes],
+        [o.next_attempt_at for o in outcomes],
+        [o.tenant for o in outcomes],
+        [json.dumps(o.data, separators=(",", ":"), default=str) for o in outcomes],
+        [o.route_group for o in outcomes],
+        [o.internal for o in outcomes],
+    )
+    return set(row["ids"] or ()) if row is not None else set()
+
+
+async def reap(database: db.Database, now: datetime, limit: int = 1000) -> int:
+    """Return expired leases (of any node) to the queue; returns how many."""
+    return int(await database.fetchval("leases/reap", now, limit))
+
+
+async def release(database: db.Database, node: str, ids: Sequence[int], now: datetime) -> int:
+    """Hand back leases this node did not start (at shutdown)."""
+    if not ids:
+        return 0
+    return int(await database.fetchval("leases/release", node, list(ids), now))
+
+
+async def message(database: db.Database, message_id: uuid.UUID) -> dict[str, Any]:
+    """The envelope and body of a message, for sending."""
+    row = await database.fetchrow("leases/message_for_sending", message_id)
+    if row is None:
+        raise errors.NotFound(f"message {message_id} is not in the spool")
+    return dict(row)
+
+
+ACTIONS = {"retry": State.QUEUED, "cancel": State.CANCELLED, "bounce": State.BOUNCED}
+
+
+async def act(database: db.Database, action: str, ident: str, now: datetime) -> tuple[list[int], list[dict[str, Any]]]:
+    """An operator's retry, cancel or bounce of a delivery (by id) or of every delivery
+    of a message (by queue id). Returns (changed ids, the deliveries left as they were)."""
+    target = ACTIONS[action]
+    message_id: uuid.UUID | None = None
+    delivery_id: int | None = None
+    if ident.isdigit():
+        delivery_id = int(ident)
+    else:
+        try:
+            message_id = uuid.UUID(ident)
+        except ValueError:
+            raise errors.NotFound(f"{ident!r} is neither a queue id (a UUID) nor a delivery id (a number)") from None
+    rows = await database.fetch("leases/ids_of", message_id, delivery_id)
+    if not rows:
+        raise errors.NotFound(f"no delivery or message {ident}")
+    ids = [r["id"] for r in rows]
+    async with database.transaction() as tx:
+        changed = [r["id"] for r in await tx.fetch("leases/act", ids, target.value, now, action)]
+        if target is State.QUEUED and changed:
+            await tx.execute("leases/notify_due")
+    untouched = [dict(r) for r in rows if r["id"] not in changed]
+    return changed, untouched

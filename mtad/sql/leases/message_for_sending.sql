@@ -1,0 +1,1 @@
+SELECT id, tenant, sender, message_id, body, smtputf8, received_at FROM messages WHERE id = $1

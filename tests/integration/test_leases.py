@@ -1,0 +1,198 @@
+"""Leases against real PostgreSQL: SKIP LOCKED, renewals, outcomes, the reaper."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from mtad import db, errors, leases, spool
+from mtad.lifecycle import Reason, State
+from mtad.replies import Reply
+from tests.conftest import query
+from tests.integration.test_spool import message, running
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+async def spool_messages(database: db.Database, *recipients: str, count: int = 1) -> list[uuid.UUID]:
+    async with running(spool.GroupCommitter(database, now=lambda: NOW)) as committer:
+        accepted = [await committer.commit(message(*recipients)) for _ in range(count)]
+    return [a.queue_id for a in accepted]
+
+
+async def states(database: db.Database) -> dict[int, str]:
+    return {r["id"]: r["state"] for r in await query(database, "SELECT id, state::text FROM deliveries")}
+
+
+async def test_lease_takes_due_deliveries_priority_first_then_oldest(database: db.Database) -> None:
+    await spool_messages(database, "a@example.com", "b@example.com", "c@example.com")
+    await query(database, "UPDATE deliveries SET priority = 5 WHERE recipient = 'c@example.com'")
+    later = datetime.now(UTC) + timedelta(hours=1)
+    await query(database, "UPDATE deliveries SET next_attempt_at = $1 WHERE recipient = 'b@example.com'", later)
+    leased = await leases.lease(database, "n1", 10, datetime.now(UTC), datetime.now(UTC) + timedelta(minutes=5))
+    assert [d.recipient for d in leased] == ["c@example.com", "a@example.com"]  # b is not due
+    assert not any(d.maybe_sent for d in leased)
+    rows = await query(database, "SELECT recipient, state::text, lease_owner FROM deliveries ORDER BY recipient")
+    assert [tuple(r) for r in rows] == [
+        ("a@example.com", "leased", "n1"), ("b@example.com", "queued", None), ("c@example.com", "leased", "n1")
+    ]  # fmt: skip
+
+
+async def test_two_nodes_leasing_at_once_never_share_a_delivery(dsn: str) -> None:
+    first, second = await db.Database.connect(dsn, max_size=4), await db.Database.connect(dsn, max_size=4)
+    try:
+        await spool_messages(first, *(f"r{i}@example.com" for i in range(50)), count=10)  # 500 deliveries
+        now, until = datetime.now(UTC), datetime.now(UTC) + timedelta(minutes=5)
+        taken = await asyncio.gather(*(leases.lease(db_, f"n{i % 2}", 20, now, until)
+                                       for i, db_ in enumerate([first, second] * 15)))  # fmt: skip
+        ids = [d.id for batch in taken for d in batch]
+        assert len(ids) == len(set(ids)) == 500
+        owners = await query(first, "SELECT lease_owner, count(*) AS n FROM deliveries GROUP BY lease_owner")
+        assert sum(r["n"] for r in owners) == 500
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_renew_and_begin_only_touch_own_leases(database: db.Database) -> None:
+    await spool_messages(database, "a@example.com", "b@example.com")
+    now = datetime.now(UTC)
+    mine = await leases.lease(database, "n1", 1, now, now + timedelta(minutes=1))
+    theirs = await leases.lease(database, "n2", 1, now, now + timedelta(minutes=1))
+    ids = [mine[0].id, theirs[0].id]
+    assert await leases.renew(database, "n1", ids, now + timedelta(minutes=5)) == {mine[0].id}
+    attempt = uuid.uuid4()
+    assert await leases.begin(database, "n1", ids, attempt, "mx:x", now) == {mine[0].id}
+    [row] = await query(database, "SELECT attempt_id, route_group FROM deliveries WHERE id = $1", mine[0].id)
+    assert (row["attempt_id"], row["route_group"]) == (attempt, "mx:x")
+
+
+def outcome(delivery: int, state: State, reason: Reason | None, reply: Reply | None, **kw: object) -> leases.Outcome:
+    fields: dict[str, object] = {"tenant": "t1", "next_attempt_at": None, "route_group": "g", "internal": False}
+    fields.update(kw)
+    return leases.Outcome(delivery, state=state, reason=reason, reply=reply, data={"mx": "mx1"}, **fields)  # type: ignore[arg-type]
+
+
+async def test_record_outcomes_with_their_events(database: db.Database) -> None:
+    await spool_messages(database, "a@example.com", "b@example.com", "c@example.com")
+    now = datetime.now(UTC)
+    a, b, c = await leases.lease(database, "n1", 3, now, now + timedelta(minutes=5))
+    later = now + timedelta(minutes=5)
+    recorded = await leases.record(
+        database,
+        "n1",
+        [
+            outcome(a.id, State.DELIVERED, None, Reply(250, "2.0.0", "ok")),
+            outcome(b.id, State.DEFERRED, Reason.THROTTLED, Reply(421, "4.7.0", "slow down"), next_attempt_at=later),
+            outcome(c.id, State.BOUNCED, Reason.RECIPIENT_REJECTED, Reply(550, "5.1.1", "no such user")),
+        ],
+        now,
+    )
+    assert recorded == {a.id, b.id, c.id}
+    rows = {r["id"]: r for r in await query(database, "SELECT * FROM deliveries")}
+    assert rows[a.id]["state"] == "delivered"
+    assert (rows[b.id]["state"], rows[b.id]["reason"], rows[b.id]["next_attempt_at"]) == (
+        "deferred",
+        "throttled",
+        later,
+    )
+    assert (rows[c.id]["last_code"], rows[c.id]["last_enhanced"], rows[c.id]["last_text"]) == (
+        550,
+        "5.1.1",
+        "no such user",
+    )
+    assert all(r["attempts"] == 1 and r["lease_owner"] is None and r["attempt_id"] is None for r in rows.values())
+    kinds = [
+        r["kind"] for r in await query(database, "SELECT kind FROM events WHERE delivery IS NOT NULL ORDER BY delivery")
+    ]
+    assert kinds == ["delivered", "deferred", "bounced"]
+
+
+async def test_a_node_cannot_record_over_a_lease_it_lost(database: db.Database) -> None:
+    await spool_messages(database, "a@example.com")
+    now = datetime.now(UTC)
+    [d] = await leases.lease(database, "n1", 1, now, now + timedelta(minutes=5))
+    assert await leases.record(database, "n2", [outcome(d.id, State.DELIVERED, None, None)], now) == set()
+    assert (await states(database))[d.id] == "leased"
+    with pytest.raises(errors.IllegalTransition):
+        await leases.record(database, "n1", [outcome(d.id, State.CANCELLED, Reason.ADMIN, None)], now)
+
+
+async def test_expired_leases_are_reaped_and_say_whether_they_may_have_been_sent(database: db.Database) -> None:
+    await spool_messages(database, "a@example.com", "b@example.com")
+    now = datetime.now(UTC)
+    a, b = await leases.lease(database, "dead-node", 2, now, now + timedelta(seconds=30))
+    await leases.begin(database, "dead-node", [a.id], uuid.uuid4(), "g", now)  # a was on the wire
+    assert await leases.reap(database, now) == 0  # not expired yet
+    assert await leases.reap(database, now + timedelta(minutes=1)) == 2
+    assert set((await states(database)).values()) == {"queued"}
+    events = {
+        r["delivery"]: r["data"]
+        for r in await query(database, "SELECT delivery, data::text FROM events WHERE kind = 'requeued'")
+    }
+    assert '"maybe_sent": true' in events[a.id]
+    assert '"maybe_sent": false' in events[b.id]
+    again = await leases.lease(database, "n2", 2, now + timedelta(minutes=1), now + timedelta(minutes=6))
+    assert {d.id: d.maybe_sent for d in again} == {a.id: True, b.id: False}
+
+
+async def test_release_hands_back_what_was_not_started(database: db.Database) -> None:
+    await spool_messages(database, "a@example.com", "b@example.com")
+    now = datetime.now(UTC)
+    a, b = await leases.lease(database, "n1", 2, now, now + timedelta(minutes=5))
+    await leases.begin(database, "n1", [a.id], uuid.uuid4(), "g", now)
+    assert await leases.release(database, "n1", [a.id, b.id], now) == 1
+    assert await states(database) == {a.id: "leased", b.id: "queued"}
+
+
+async def test_operator_actions(database: db.Database) -> None:
+    [queue_id] = await spool_messages(database, "a@example.com", "b@example.com", "c@example.com")
+    now = datetime.now(UTC)
+    await query(database, "UPDATE deliveries SET state = 'deferred', next_attempt_at = $1", now + timedelta(hours=1))
+    ids = sorted(await states(database))
+    changed, untouched = await leases.act(database, "retry", str(ids[0]), now)
+    assert (changed, untouched) == ([ids[0]], [])
+    [row] = await query(database, "SELECT state::text, next_attempt_at FROM deliveries WHERE id = $1", ids[0])
+    assert (row["state"], row["next_attempt_at"]) == ("queued", now)
+    await leases.lease(database, "n1", 1, now, now + timedelta(minutes=5))  # ids[0] is now in flight
+    changed, untouched = await leases.act(database, "cancel", str(queue_id), now)
+    assert changed == ids[1:]
+    assert untouched == [{"id": ids[0], "state": "leased"}]
+    assert (await states(database))[ids[2]] == "cancelled"
+    with pytest.raises(errors.NotFound):
+        await leases.act(database, "bounce", "424242", now)
+
+
+class Collector:
+    """The fast path's receiving end (a spool.FastPath)."""
+
+    node = "n1"
+
+    def __init__(self) -> None:
+        self.deliveries: list[spool.NewDelivery] = []
+
+    def lease_until(self, now: datetime) -> datetime:
+        return now + timedelta(minutes=5)
+
+    def accepted(self, deliveries: list[spool.NewDelivery]) -> None:
+        self.deliveries.extend(deliveries)
+
+
+async def test_accepted_deliveries_take_the_fast_path(database: db.Database) -> None:
+    collector = Collector()
+    async with running(spool.GroupCommitter(database, fast_path=collector)) as committer:
+        msg = message("a@example.com", "b@example.net", key="key:once")
+        await committer.commit(msg)
+        await committer.commit(spool.NewMessage(**{**_fields(msg), "id": spool.new_queue_id()}))  # a duplicate
+    assert [(d.message.id, d.recipient, d.domain) for d in collector.deliveries] == [
+        (msg.id, "a@example.com", "example.com"), (msg.id, "b@example.net", "example.net")
+    ]  # fmt: skip
+    rows = await query(database, "SELECT state::text, lease_owner FROM deliveries")
+    assert {(r["state"], r["lease_owner"]) for r in rows} == {("leased", "n1")}
+
+
+def _fields(msg: spool.NewMessage) -> dict[str, object]:
+    return {name: getattr(msg, name) for name in msg.__dataclass_fields__}
