@@ -1,0 +1,156 @@
+"""A scriptable SMTP sink on 127.0.0.x, on the test's own event loop.
+
+The reply to a recipient is chosen by its local part:
+
+    tempfail-...            451 4.3.0 at RCPT
+    throttle-...            451 4.7.1 at RCPT (a receiver asking us to slow down)
+    reject-... / 550-...    550 5.1.1 at RCPT
+    content-...             550 5.7.1 after the data
+    disconnect-in-data...   the connection drops after the data, without a reply
+    slow-...                the reply to the data waits until `release()`
+    anything else           250
+
+It listens on one port on several loopback addresses (so that source-address
+binding and per-host pools are real), optionally offers STARTTLS, and records
+everything it received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+
+@dataclass
+class Received:
+    local: str  # the sink address it arrived on
+    peer: str  # the client's address
+    helo: str
+    sender: str
+    recipients: list[str]
+    data: bytes
+    tls: bool
+    at: float
+
+
+@dataclass
+class Sink:
+    addresses: tuple[str, ...]
+    port: int = 0
+    tls: ssl.SSLContext | None = None
+    received: list[Received] = field(default_factory=list)
+    connections: int = 0
+    _servers: list[asyncio.base_events.Server] = field(default_factory=list)
+    _slow: asyncio.Event = field(default_factory=asyncio.Event)
+    _arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def start(self) -> Sink:
+        loop = asyncio.get_running_loop()
+        if not self.port:
+            self.port = _free_port(self.addresses[0])
+        for address in self.addresses:
+            server = await loop.create_server(
+                lambda: _Counting(self, _Handler(self), hostname="sink.test", tls_context=self.tls, loop=loop,
+                                  enable_SMTPUTF8=True, require_starttls=False),
+                address, self.port, reuse_address=True,
+            )  # fmt: skip
+            self._servers.append(server)
+        return self
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        for server in self._servers:
+            await server.wait_closed()
+
+    def release(self) -> None:
+        """Let the replies held by slow-... recipients go."""
+        self._slow.set()
+
+    async def wait_for(self, count: int, within: float = 30) -> list[Received]:
+        """Until `count` messages have arrived (bounded by `within` seconds)."""
+        async with asyncio.timeout(within), self._arrived:
+            await self._arrived.wait_for(lambda: len(self.received) >= count)
+        return self.received
+
+    async def _record(self, received: Received) -> None:
+        async with self._arrived:
+            self.received.append(received)
+            self._arrived.notify_all()
+
+    def recipients(self) -> list[str]:
+        return [r for message in self.received for r in message.recipients]
+
+
+def _free_port(address: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        return int(sock.getsockname()[1])
+
+
+class _Counting(SMTP):
+    def __init__(self, sink: Sink, handler: Any, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self._sink = sink
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.transport is None:
+            self._sink.connections += 1
+        super().connection_made(transport)
+
+
+def _kind(recipient: str) -> str:
+    local = recipient.rpartition("@")[0].lower()
+    for kind in ("tempfail", "throttle", "reject", "550", "content", "disconnect-in-data", "slow"):
+        if local.startswith(kind):
+            return kind
+    return "ok"
+
+
+class _Handler:
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+
+    async def handle_RCPT(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
+    ) -> str:
+        kind = _kind(address)
+        if kind == "tempfail":
+            return "451 4.3.0 Temporary failure, try again"
+        if kind == "throttle":
+            return "451 4.7.1 Too many messages, slow down"
+        if kind in ("reject", "550"):
+            return "550 5.1.1 No such user"
+        envelope.rcpt_tos.append(address)
+        return "250 2.1.5 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        kinds = {_kind(r) for r in envelope.rcpt_tos}
+        if "disconnect-in-data" in kinds:
+            assert server.transport is not None
+            server.transport.abort()  # the reply below goes nowhere
+            return "250 2.0.0 never seen"
+        if "slow" in kinds:
+            await self.sink._slow.wait()
+        if "content" in kinds:
+            return "550 5.7.1 Message rejected as spam"
+        transport = server.transport
+        assert transport is not None
+        await self.sink._record(
+            Received(
+                local=transport.get_extra_info("sockname")[0],
+                peer=str(session.peer[0]) if session.peer else "",
+                helo=session.host_name or "",
+                sender=envelope.mail_from or "",
+                recipients=list(envelope.rcpt_tos),
+                data=envelope.original_content or b"",
+                tls=session.ssl is not None,
+                at=asyncio.get_running_loop().time(),
+            )
+        )
+        return "250 2.0.0 Ok: queued"
