@@ -57,6 +57,34 @@ COMMIT_FAILURES = Counter(
     "Group commits that failed, by kind (unavailable, unknown_outcome, error).",
     ["kind"],
 )
+DELIVERIES = Counter(
+    "mtad_delivery_outcomes",
+    "Outcomes of delivery attempts, per delivery (recipient), by outcome and provider group.",
+    ["outcome", "group"],
+)
+ATTEMPT_LATENCY = Histogram(
+    "mtad_delivery_attempt_seconds",
+    "Duration of one delivery attempt (one SMTP transaction, connection set-up included), by provider group.",
+    ["group"],
+    buckets=_LATENCY_BUCKETS,
+)
+SESSIONS_REUSED = Counter(
+    "mtad_delivery_sessions_reused",
+    "Transactions sent over an SMTP session opened for an earlier one, by provider group.",
+    ["group"],
+)
+OUTBOUND_SESSIONS = Gauge(
+    "mtad_delivery_sessions_open",
+    "Outbound SMTP sessions open, as of the last scrape.",
+)
+LEASED = Counter(
+    "mtad_delivery_leased",
+    "Deliveries leased from the queue by this node (the accept path's fast path not included).",
+)
+REAPED = Counter(
+    "mtad_delivery_leases_reaped",
+    "Expired leases (of any node) this node returned to the queue.",
+)
 SPOOL_DEPTH = Gauge(
     "mtad_spool_deliveries",
     "Deliveries in the spool by state, as of the last scrape.",

@@ -3,6 +3,7 @@
 The reply to a recipient is chosen by its local part:
 
     tempfail-...            451 4.3.0 at RCPT
+    flaky-...               451 4.3.0 at RCPT the first time, then 250
     throttle-...            451 4.7.1 at RCPT (a receiver asking us to slow down)
     reject-... / 550-...    550 5.1.1 at RCPT
     content-...             550 5.7.1 after the data
@@ -45,7 +46,9 @@ class Sink:
     tls: ssl.SSLContext | None = None
     received: list[Received] = field(default_factory=list)
     connections: int = 0
+    seen: set[str] = field(default_factory=set)  # flaky recipients already refused once
     _servers: list[asyncio.base_events.Server] = field(default_factory=list)
+    holding: asyncio.Event = field(default_factory=asyncio.Event)  # a slow-... reply is being held
     _slow: asyncio.Event = field(default_factory=asyncio.Event)
     _arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
 
@@ -106,7 +109,7 @@ class _Counting(SMTP):
 
 def _kind(recipient: str) -> str:
     local = recipient.rpartition("@")[0].lower()
-    for kind in ("tempfail", "throttle", "reject", "550", "content", "disconnect-in-data", "slow"):
+    for kind in ("tempfail", "flaky", "throttle", "reject", "550", "content", "disconnect-in-data", "slow"):
         if local.startswith(kind):
             return kind
     return "ok"
@@ -120,7 +123,8 @@ class _Handler:
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
         kind = _kind(address)
-        if kind == "tempfail":
+        if kind == "tempfail" or (kind == "flaky" and address not in self.sink.seen):
+            self.sink.seen.add(address)
             return "451 4.3.0 Temporary failure, try again"
         if kind == "throttle":
             return "451 4.7.1 Too many messages, slow down"
@@ -136,6 +140,7 @@ class _Handler:
             server.transport.abort()  # the reply below goes nowhere
             return "250 2.0.0 never seen"
         if "slow" in kinds:
+            self.sink.holding.set()
             await self.sink._slow.wait()
         if "content" in kinds:
             return "550 5.7.1 Message rejected as spam"

@@ -210,6 +210,35 @@ class Database:
                 raise errors.OutcomeUnknown(str(exc)) from exc
 
 
+class Listener:
+    """A connection of its own that LISTENs on a channel and calls `callback()` for
+    every notification (never a pooled connection: LISTEN is session state)."""
+
+    def __init__(self, conn: asyncpg.Connection, channel: str, callback: Callable[[], None]) -> None:
+        self._conn = conn
+        self._channel = channel
+        self._callback = callback
+
+    @classmethod
+    async def open(cls, dsn: str, channel: str, callback: Callable[[], None]) -> Listener:
+        with _translated():
+            conn = await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT)
+            listener = cls(conn, channel, callback)
+            await conn.add_listener(channel, listener._notified)
+        return listener
+
+    def _notified(self, conn: object, pid: int, channel: str, payload: str) -> None:
+        self._callback()
+
+    @property
+    def alive(self) -> bool:
+        return not self._conn.is_closed()
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._conn.close()
+
+
 async def connect_once(dsn: str) -> Connection:
     """A single connection outside any pool (for administrative work); close with close()."""
     with _translated():

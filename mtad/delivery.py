@@ -1,0 +1,530 @@
+"""Delivery: lease -> route -> wait for permission -> send -> classify -> record.
+
+Deliveries this node holds (leased from the queue, or handed over by the accept
+path already leased) are grouped into jobs: the recipients of one message at one
+domain, sent in one SMTP transaction. A job is routed (MX, provider group) and
+put in its group's ready queue, priority first, then age. A dispatcher per group
+starts a job when the `Gate` says so (the single seam where traffic shaping will
+plug in; here a fixed concurrency per group). An attempt writes its attempt id
+before DATA, sends through the session pool, classifies each recipient's reply
+or the local failure once (outcomes), and records the outcomes with their events.
+
+Around that: a lease loop (woken by NOTIFY on `mtad_due`, with a periodic poll as
+the fallback), lease renewal while deliveries are held, and a reaper that returns
+any node's expired leases to the queue. Every task belongs to one TaskGroup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import structlog
+
+from mtad import db, errors, leases, metrics, outcomes, routing, sessions, spool
+from mtad.leases import Leased, Outcome
+from mtad.lifecycle import Reason, State
+from mtad.outcomes import Failure, Verdict
+
+log = structlog.get_logger("mtad.delivery")
+
+CHANNEL = "mtad_due"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    node: str
+    retry: outcomes.RetrySchedule = field(
+        default_factory=lambda: outcomes.RetrySchedule((300, 600, 1800, 3600, 7200, 14400))
+    )
+    max_age: float = 5 * 86400.0
+    max_failures: int = 5  # mtad's own failures before a delivery is a dead letter
+    max_recipients_per_transaction: int = 50
+    lease_duration: float = 300.0
+    lease_batch: int = 500
+    max_held: int = 20_000  # deliveries held in memory at once
+    poll_interval: float = 5.0
+    shutdown_timeout: float = 30.0
+
+
+# --- the permission seam ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    go: bool
+    retry_after: float | None = None  # None: wait until an attempt of the group ends
+
+
+class Gate(Protocol):
+    """Whether a group may start one more attempt now; answers at once, never waits."""
+
+    def decide(self, group: str, concurrency: int, in_flight: int) -> Decision: ...
+
+    def observe(self, group: str, verdict: Verdict) -> None:
+        """The outcome of an attempt of the group (feedback for shaping)."""
+        ...
+
+
+class FixedConcurrency:
+    """The gate of this stage: at most the provider's concurrency in flight per group."""
+
+    def decide(self, group: str, concurrency: int, in_flight: int) -> Decision:
+        return Decision(go=in_flight < concurrency)
+
+    def observe(self, group: str, verdict: Verdict) -> None:
+        pass
+
+
+# --- jobs and groups -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Message:
+    """What sending needs of a message, held while any of its jobs is pending."""
+
+    id: uuid.UUID
+    tenant: str
+    sender: str
+    body: bytes
+    smtputf8: bool
+    jobs: int = 0
+
+
+@dataclass(slots=True)
+class _Job:
+    message: uuid.UUID
+    domain: str
+    deliveries: list[Leased]
+    priority: int
+    created_at: datetime
+
+
+@dataclass(slots=True)
+class _Group:
+    name: str
+    concurrency: int
+    ready: list[tuple[int, datetime, int, _Job, routing.Route]] = field(default_factory=list)
+    in_flight: int = 0
+    freed: asyncio.Event = field(default_factory=asyncio.Event)
+    dispatching: bool = False
+
+
+@dataclass(slots=True)
+class DeliveryStats:
+    held: int = 0
+    attempts: int = 0
+    delivered: int = 0
+    deferred: int = 0
+    bounced: int = 0
+    failed: int = 0
+    leased: int = 0
+    reaped: int = 0
+
+
+class Delivery:
+    """One node's delivery engine; also the accept path's fast path (spool.FastPath)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        database: db.Database,
+        router: routing.Router,
+        pool: sessions.Pool,
+        rules: outcomes.Rules,
+        *,
+        gate: Gate | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.node = settings.node
+        self._db = database
+        self._router = router
+        self._pool = pool
+        self._rules = rules
+        self._gate = gate or FixedConcurrency()
+        self._now = now
+        self._rng = rng or random.Random()
+        self._held: dict[int, Leased] = {}
+        self._messages: dict[uuid.UUID, _Message] = {}
+        self._groups: dict[str, _Group] = {}
+        self._sequence = itertools.count()
+        self._tasks: asyncio.TaskGroup | None = None
+        self._work: set[asyncio.Task[None]] = set()  # routing and attempts, cancelled at the end of a drain
+        self._started: set[int] = set()  # deliveries of attempts under way
+        self._wake = asyncio.Event()  # NOTIFY, or room to lease again
+        self._idle = asyncio.Event()  # nothing held any more
+        self._progress = asyncio.Event()  # an attempt ended
+        self._stop = asyncio.Event()
+        self._stopping = False
+        self._stats = DeliveryStats()
+
+    def statistics(self) -> DeliveryStats:
+        self._stats.held = len(self._held)
+        return self._stats
+
+    # --- spool.FastPath ------------------------------------------------------------------
+
+    def lease_until(self, now: datetime) -> datetime:
+        return now + timedelta(seconds=self.settings.lease_duration)
+
+    def accepted(self, deliveries: list[spool.NewDelivery]) -> None:
+        """Deliveries the accept path just leased to this node: straight to routing."""
+        if self._tasks is None or self._stopping:
+            return  # not running: the leases expire and the reaper requeues them
+        held = []
+        for d in deliveries:
+            m = d.message
+            if m.id not in self._messages:
+                self._messages[m.id] = _Message(m.id, m.tenant, m.sender, m.body, m.smtputf8)
+            held.append(Leased(d.id, m.id, d.recipient, d.domain, m.priority, 0, 0, m.received_at, False))
+        self._admit(held)
+
+    # --- running -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Lease, route and send until stop(); then finish what is in flight (bounded
+        by shutdown_timeout) and hand back the leases of what was not started."""
+        listener = None
+        try:
+            listener = await db.Listener.open(self._db.dsn, CHANNEL, self._wake.set)
+        except errors.DatabaseUnavailable as exc:
+            log.warning("listen_failed", error=str(exc))  # the periodic poll still finds the work
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                self._tasks = tasks
+                loops = [
+                    tasks.create_task(self._lease_loop(), name="lease"),
+                    tasks.create_task(self._every(self.settings.lease_duration / 3, self._renew), name="renew"),
+                    tasks.create_task(self._every(self.settings.lease_duration / 2, self._reap), name="reap"),
+                    tasks.create_task(self._every(self._pool.settings.idle_timeout / 2, self._pool.close_idle)),
+                ]
+                await self._stop.wait()
+                for task in loops:
+                    task.cancel()
+                await self._drain()
+        finally:
+            self._tasks = None
+            if listener is not None:
+                await listener.close()
+            await self._pool.close()
+
+    def stop(self) -> None:
+        """Stop leasing and starting attempts; run() then drains and returns."""
+        self._stopping = True
+        self._stop.set()
+        for group in self._groups.values():
+            group.freed.set()
+
+    async def run_until_idle(self) -> None:
+        """Lease everything due now, deliver it, record it, and return (tests, tools)."""
+        async with asyncio.TaskGroup() as tasks:
+            self._tasks = tasks
+            while await self._lease_once():
+                pass
+            await self.wait_idle()
+        self._tasks = None
+
+    async def wait_idle(self) -> None:
+        """Until this node holds no delivery (every attempt recorded); for tests and tools."""
+        while self._held:
+            self._idle.clear()
+            await self._idle.wait()
+
+    async def _drain(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.settings.shutdown_timeout):
+                while self._started:
+                    self._progress.clear()
+                    await self._progress.wait()
+        for task in self._work:  # still on the wire after the timeout: their leases expire
+            task.cancel()
+        unstarted = sorted(i for i in self._held if i not in self._started)
+        try:
+            released = await leases.release(self._db, self.node, unstarted, self._now())
+            if released:
+                await self._db.execute("leases/notify_due")
+            log.info("leases_released", count=released, cut_short=len(self._started))
+        except errors.SpoolError as exc:
+            log.warning("release_failed", error=str(exc))  # they expire and are reaped
+
+    def _spawn(self, coro: Any) -> None:
+        assert self._tasks is not None
+        task = self._tasks.create_task(coro)
+        self._work.add(task)
+        task.add_done_callback(self._work.discard)
+
+    async def _every(self, interval: float, action: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await action()
+            except errors.SpoolError as exc:
+                log.warning("periodic_task_failed", task=getattr(action, "__name__", "?"), error=str(exc))
+
+    async def _lease_loop(self) -> None:
+        """Lease whenever woken (NOTIFY, room freed) or every poll_interval."""
+        while not self._stopping:
+            try:
+                full = await self._lease_once()
+            except errors.SpoolError as exc:
+                log.warning("lease_failed", error=str(exc))
+                full = False
+            if full:
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.poll_interval):
+                    await self._wake.wait()
+
+    async def _lease_once(self) -> bool:
+        """Lease one batch; True when it was full (more may be due)."""
+        room = min(self.settings.lease_batch, self.settings.max_held - len(self._held))
+        if room <= 0:
+            return False
+        now = self._now()
+        got = await leases.lease(self._db, self.node, room, now, self.lease_until(now))
+        self._stats.leased += len(got)
+        metrics.LEASED.inc(len(got))
+        if got:
+            self._admit(got)
+        return len(got) == room
+
+    async def _renew(self) -> None:
+        if not self._held:
+            return
+        now = self._now()
+        kept = await leases.renew(self._db, self.node, list(self._held), self.lease_until(now))
+        lost = [i for i in self._held if i not in kept and i not in self._started]
+        for delivery in lost:  # taken over after our lease expired: not ours to send any more
+            self._held.pop(delivery, None)
+        if lost:
+            log.warning("leases_lost", count=len(lost))
+
+    async def _reap(self) -> None:
+        reaped = await leases.reap(self._db, self._now())
+        if reaped:
+            self._stats.reaped += reaped
+            metrics.REAPED.inc(reaped)
+            log.info("leases_reaped", count=reaped)
+            await self._db.execute("leases/notify_due")
+
+    # --- from held deliveries to ready queues ------------------------------------------------
+
+    def _admit(self, deliveries: Iterable[Leased]) -> None:
+        """Hold deliveries and group them into jobs (one message, one domain, a few recipients)."""
+        jobs: dict[tuple[uuid.UUID, str], list[_Job]] = {}
+        limit = self.settings.max_recipients_per_transaction
+        for d in deliveries:
+            self._held[d.id] = d
+            batch = jobs.setdefault((d.message, d.domain), [])
+            if not batch or len(batch[-1].deliveries) >= limit:
+                batch.append(_Job(d.message, d.domain, [], d.priority, d.created_at))
+            batch[-1].deliveries.append(d)
+        for per_domain in jobs.values():
+            for job in per_domain:
+                message = self._messages.get(job.message)
+                if message is not None:
+                    message.jobs += 1
+                self._spawn(self._route(job))
+
+    async def _route(self, job: _Job) -> None:
+        try:
+            route = await self._router.route(job.domain)
+        except errors.RouteTempFail as exc:
+            await self._finish(job, None, _failed(job, Failure.DNS_TEMPFAIL), {"dns": str(exc)})
+            return
+        if isinstance(route, routing.Undeliverable):
+            await self._finish(job, None, _failed(job, Failure.NO_ROUTE), {"route": route.text})
+            return
+        group = self._groups.get(route.group)
+        if group is None:
+            group = self._groups[route.group] = _Group(route.group, route.concurrency)
+        heapq.heappush(group.ready, (-job.priority, job.created_at, next(self._sequence), job, route))
+        if not group.dispatching and not self._stopping:
+            group.dispatching = True
+            assert self._tasks is not None
+            self._tasks.create_task(self._dispatch(group))  # ends with the queue or the stop
+
+    async def _dispatch(self, group: _Group) -> None:
+        """Start the group's jobs, best first, as the gate allows."""
+        try:
+            while group.ready and not self._stopping:
+                decision = self._gate.decide(group.name, group.concurrency, group.in_flight)
+                if not decision.go:
+                    group.freed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(decision.retry_after):
+                            await group.freed.wait()
+                    continue
+                *_, job, route = heapq.heappop(group.ready)
+                group.in_flight += 1
+                self._started.update(d.id for d in job.deliveries)
+                self._spawn(self._attempt(job, route, group))
+        finally:
+            group.dispatching = False
+
+    # --- one attempt -------------------------------------------------------------------------
+
+    async def _attempt(self, job: _Job, route: routing.Route, group: _Group) -> None:
+        started = time.perf_counter()
+        try:
+            await self._send(job, route)
+        except errors.SpoolError as exc:
+            log.warning("attempt_not_recorded", message=str(job.message), error=str(exc))
+            self._forget(job)  # the leases expire and the reaper requeues them
+        finally:
+            group.in_flight -= 1
+            group.freed.set()
+            self._started.difference_update(d.id for d in job.deliveries)
+            metrics.ATTEMPT_LATENCY.labels(group=group.name).observe(time.perf_counter() - started)
+            self._progress.set()
+
+    async def _send(self, job: _Job, route: routing.Route) -> None:
+        now = self._now()
+        if now - job.created_at >= timedelta(seconds=self.settings.max_age):
+            verdict = Verdict(outcomes.Class.PERMANENT, Reason.EXPIRED, False)
+            await self._finish(job, route, {d.id: (verdict, None) for d in job.deliveries}, {"expired": True})
+            return
+        try:
+            message = await self._message(job.message)
+        except errors.NotFound:
+            await self._finish(job, route, _failed(job, Failure.MESSAGE_UNREADABLE), {"message": "missing"})
+            return
+        attempt = uuid.uuid4()
+        owned = await leases.begin(self._db, self.node, [d.id for d in job.deliveries], attempt, route.group, now)
+        lost = [d for d in job.deliveries if d.id not in owned]
+        if lost:
+            log.warning("leases_lost_before_sending", count=len(lost))
+            for d in lost:
+                self._held.pop(d.id, None)
+            job.deliveries = [d for d in job.deliveries if d.id in owned]
+            if not job.deliveries:
+                self._release_message(job.message)
+                return
+        targets = [
+            sessions.Target(hop.name, address, hop.port)
+            for hop in route.attempt_order(self._rng)
+            for address in hop.addresses
+        ]
+        tx = sessions.Transaction(message.sender, tuple(d.recipient for d in job.deliveries), message.body,
+                                  message.smtputf8)  # fmt: skip
+        self._stats.attempts += 1
+        result = await self._pool.deliver(targets, tx)
+        verdicts: dict[int, tuple[Verdict, Any]] = {}
+        for d in job.deliveries:
+            reply = result.replies.get(d.recipient)
+            if reply is not None:
+                verdicts[d.id] = (self._rules.classify(reply), reply)
+            else:
+                verdicts[d.id] = (outcomes.classify_failure(result.failure or Failure.INTERNAL), None)
+        data = {
+            "attempt": str(attempt),
+            "mx": result.host,
+            "address": result.address,
+            "source": result.source,
+            "tls": result.tls,
+            "reused": result.reused,
+        }
+        if result.failure is not None:
+            data["failure"] = result.failure.value
+        if result.failure is Failure.DISCONNECTED_IN_DATA:
+            data["maybe_delivered"] = True
+        metrics.SESSIONS_REUSED.labels(group=route.group).inc(result.reused)
+        await self._finish(job, route, verdicts, data)
+
+    async def _finish(
+        self, job: _Job, route: routing.Route | None, verdicts: dict[int, tuple[Verdict, Any]], data: dict[str, Any]
+    ) -> None:
+        """Decide each delivery's next state, record it with its event, let go of it."""
+        now = self._now()
+        message = self._messages.get(job.message)
+        tenant = message.tenant if message is not None else ""
+        recorded: list[Outcome] = []
+        for d in job.deliveries:
+            verdict, reply = verdicts[d.id]
+            state, reason, next_at = self._next_state(d, verdict, now)
+            event = {**data, "recipient": d.recipient, "class": verdict.cls.value}
+            if reply is not None:
+                event["reply"] = reply.line()
+            if d.maybe_sent:
+                event["maybe_duplicate"] = True
+            if route is not None:
+                event["group"] = route.group
+            group = route.group if route else None
+            recorded.append(
+                Outcome(d.id, tenant, state, reason, reply, next_at, group, reason is Reason.INTERNAL, event)
+            )
+            if route is not None:
+                self._gate.observe(route.group, verdict)
+        await leases.record(self._db, self.node, recorded, now)
+        for outcome in recorded:
+            self._count(outcome, job)
+        self._forget(job)
+
+    def _next_state(self, d: Leased, verdict: Verdict, now: datetime) -> tuple[State, Reason | None, datetime | None]:
+        state, reason = verdict.state, verdict.reason
+        if state is not State.DEFERRED:
+            return state, reason, None
+        if reason is Reason.INTERNAL and d.failures + 1 >= self.settings.max_failures:
+            return State.FAILED, Reason.INTERNAL, None
+        if now - d.created_at >= timedelta(seconds=self.settings.max_age):
+            return State.BOUNCED, Reason.EXPIRED, None
+        delay = self.settings.retry.delay(d.attempts + 1, self._rng)
+        return State.DEFERRED, reason, now + timedelta(seconds=delay)
+
+    def _count(self, outcome: Outcome, job: _Job) -> None:
+        name = outcome.state.value
+        setattr(self._stats, name, getattr(self._stats, name) + 1)
+        group = outcome.route_group or "-"
+        metrics.DELIVERIES.labels(outcome=name, group=group).inc()
+        log.info(
+            name,
+            delivery=outcome.delivery,
+            queue_id=str(job.message),
+            recipient=outcome.data.get("recipient"),
+            reason=outcome.reason.value if outcome.reason else None,
+            reply=outcome.data.get("reply"),
+            mx=outcome.data.get("mx"),
+            tls=outcome.data.get("tls"),
+            group=group,
+            next_attempt=outcome.next_attempt_at.isoformat() if outcome.next_attempt_at else None,
+        )
+
+    def _forget(self, job: _Job) -> None:
+        for d in job.deliveries:
+            self._held.pop(d.id, None)
+        self._release_message(job.message)
+        if not self._held:
+            self._idle.set()
+            self._wake.set()  # room to lease again
+
+    def _release_message(self, message_id: uuid.UUID) -> None:
+        message = self._messages.get(message_id)
+        if message is not None:
+            message.jobs -= 1
+            if message.jobs <= 0:
+                del self._messages[message_id]
+
+    async def _message(self, message_id: uuid.UUID) -> _Message:
+        message = self._messages.get(message_id)
+        if message is None:
+            row = await leases.message(self._db, message_id)
+            message = _Message(row["id"], row["tenant"], row["sender"], bytes(row["body"]), row["smtputf8"], jobs=1)
+            self._messages[message_id] = message
+        return message
+
+
+def _failed(job: _Job, failure: Failure) -> dict[int, tuple[Verdict, Any]]:
+    verdict = outcomes.classify_failure(failure)
+    return {d.id: (verdict, None) for d in job.deliveries}

@@ -1,0 +1,190 @@
+"""Delivery end to end inside one process: spool -> lease -> route -> sink -> outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from mtad import db, delivery, envelope, leases, outcomes, routing, sessions, spool
+from tests.conftest import query
+from tests.integration.test_spool import running
+from tests.sink import Sink
+from tests.zones import ZoneResolver
+
+CONF = Path(__file__).parents[2] / "conf"
+PROVIDERS = routing.load_providers(CONF / "providers.toml")
+RULES = outcomes.load_rules(CONF / "replies.toml")
+ZONE = """
+sink.test.        MX 10 mx1.sink.test.
+sink.test.        MX 20 mx2.sink.test.
+mx1.sink.test.    A  127.0.0.2
+mx2.sink.test.    A  127.0.0.3
+other.test.       MX 10 mx.other.test.
+mx.other.test.    A  127.0.0.3
+nullmx.test.      MX 0 .
+down.test.        MX 10 mx.down.test.
+mx.down.test.     A  127.0.0.9
+"""
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[Sink]:
+    started = await Sink(("127.0.0.2", "127.0.0.3")).start()
+    yield started
+    await started.stop()
+
+
+def engine(database: db.Database, sink: Sink, *, node: str = "n1", now: Callable[[], datetime] | None = None,
+           **kw: object) -> delivery.Delivery:  # fmt: skip
+    resolver = ZoneResolver(ZONE, servfail={"broken.test"})
+    router = routing.Router(resolver, PROVIDERS, port=sink.port)
+    pool = sessions.Pool(sessions.Settings(port=sink.port, ehlo_hostname="mtad.test"))
+    settings = delivery.Settings(node=node, retry=outcomes.RetrySchedule((60,), jitter=0), **kw)  # type: ignore[arg-type]
+    return delivery.Delivery(settings, database, router, pool, RULES, now=now or (lambda: datetime.now(UTC)))
+
+
+def new_message(*recipients: str, body: bytes = b"Subject: t\r\n\r\nhello\r\n") -> spool.NewMessage:
+    queue_id = spool.new_queue_id()
+    return spool.NewMessage(
+        id=queue_id,
+        tenant="t1",
+        sender="app@example.org",
+        recipients=tuple(envelope.parse_mailbox(r) for r in recipients),
+        message_id=f"<{queue_id.hex}@test>",
+        idempotency_key=None,
+        body=body,
+        client_address="127.0.0.1",
+        received_at=datetime.now(UTC),
+    )
+
+
+async def accept(database: db.Database, *messages: spool.NewMessage) -> None:
+    async with running(spool.GroupCommitter(database)) as committer:
+        for m in messages:
+            await committer.commit(m)
+
+
+async def deliveries(database: db.Database) -> dict[str, dict[str, object]]:
+    rows = await query(database, "SELECT * FROM deliveries ORDER BY id")
+    return {r["recipient"]: dict(r) for r in rows}
+
+
+async def test_a_message_reaches_the_first_mx_and_is_recorded(database: db.Database, sink: Sink) -> None:
+    await accept(database, new_message("a@sink.test", "b@sink.test", "c@other.test"))
+    await engine(database, sink).run_until_idle()
+    assert sorted(sorted(m.recipients) for m in sink.received) == [["a@sink.test", "b@sink.test"], ["c@other.test"]]
+    assert {m.local for m in sink.received if "a@sink.test" in m.recipients} == {"127.0.0.2"}  # preference 10
+    rows = await deliveries(database)
+    assert {r["state"] for r in rows.values()} == {"delivered"}
+    assert rows["a@sink.test"]["route_group"] == "mx:mx1.sink.test,mx2.sink.test"
+    assert (rows["a@sink.test"]["last_code"], rows["a@sink.test"]["attempts"]) == (250, 1)
+    [event] = await query(database, "SELECT data FROM events WHERE kind = 'delivered' AND delivery = $1",
+                          rows["a@sink.test"]["id"])  # fmt: skip
+    assert '"mx": "mx1.sink.test"' in event["data"]
+    assert '"reply": "250 2.0.0 Ok: queued"' in event["data"]
+
+
+async def test_each_recipient_gets_its_own_outcome(database: db.Database, sink: Sink) -> None:
+    await accept(database, new_message("ok@sink.test", "tempfail-1@sink.test", "reject-1@sink.test"),
+                 new_message("content-1@other.test"))  # fmt: skip
+    before = datetime.now(UTC)
+    await engine(database, sink).run_until_idle()
+    rows = await deliveries(database)
+    assert rows["ok@sink.test"]["state"] == "delivered"
+    deferred = rows["tempfail-1@sink.test"]
+    assert (deferred["state"], deferred["reason"], deferred["last_code"]) == ("deferred", "mx_tempfail", 451)
+    assert deferred["next_attempt_at"] >= before + timedelta(seconds=59)  # type: ignore[operator]
+    assert (rows["reject-1@sink.test"]["state"], rows["reject-1@sink.test"]["reason"]) == (
+        "bounced",
+        "recipient_rejected",
+    )
+    assert (rows["content-1@other.test"]["state"], rows["content-1@other.test"]["reason"]) == (
+        "bounced",
+        "content_rejected",
+    )
+
+
+async def test_a_deferral_then_a_delivery(database: db.Database, sink: Sink) -> None:
+    await accept(database, new_message("flaky-1@sink.test"))
+    clock = [datetime.now(UTC)]
+    mtad = engine(database, sink, now=lambda: clock[0])
+    await mtad.run_until_idle()
+    assert (await deliveries(database))["flaky-1@sink.test"]["state"] == "deferred"
+    await mtad.run_until_idle()  # not due yet: nothing happens
+    assert sink.received == []
+    clock[0] += timedelta(seconds=61)
+    await mtad.run_until_idle()
+    row = (await deliveries(database))["flaky-1@sink.test"]
+    assert (row["state"], row["attempts"]) == ("delivered", 2)
+    kinds = [r["kind"] for r in await query(database, "SELECT kind FROM events WHERE delivery IS NOT NULL ORDER BY id")]
+    assert kinds == ["deferred", "delivered"]
+
+
+async def test_routes_that_fail(database: db.Database, sink: Sink) -> None:
+    await accept(database, new_message("a@nullmx.test", "b@broken.test", "c@down.test"))
+    await engine(database, sink).run_until_idle()
+    rows = await deliveries(database)
+    assert (rows["a@nullmx.test"]["state"], rows["a@nullmx.test"]["reason"]) == ("bounced", "no_route")
+    assert (rows["b@broken.test"]["state"], rows["b@broken.test"]["reason"]) == ("deferred", "dns_tempfail")
+    assert (rows["c@down.test"]["state"], rows["c@down.test"]["reason"]) == ("deferred", "connect_failed")
+
+
+async def test_too_old_is_bounced_without_an_attempt(database: db.Database, sink: Sink) -> None:
+    await accept(database, new_message("old@sink.test"))
+    later = datetime.now(UTC) + timedelta(days=6)
+    await engine(database, sink, now=lambda: later).run_until_idle()
+    row = (await deliveries(database))["old@sink.test"]
+    assert (row["state"], row["reason"]) == ("bounced", "expired")
+    assert sink.connections == 0
+
+
+async def test_a_send_cut_by_a_crash_is_retried_and_flagged(database: db.Database, sink: Sink) -> None:
+    await accept(database, new_message("a@sink.test"))
+    now = datetime.now(UTC)
+    [leased] = await leases.lease(database, "crashed", 1, now, now + timedelta(seconds=1))
+    await leases.begin(database, "crashed", [leased.id], uuid.uuid4(), "g", now)
+    assert await leases.reap(database, now + timedelta(seconds=5)) == 1
+    await engine(database, sink).run_until_idle()
+    [event] = await query(database, "SELECT data FROM events WHERE kind = 'delivered'")
+    assert '"maybe_duplicate": true' in event["data"]
+    assert len(sink.received) == 1
+
+
+async def test_two_nodes_never_send_the_same_delivery(dsn: str, sink: Sink) -> None:
+    first, second = await db.Database.connect(dsn, max_size=4), await db.Database.connect(dsn, max_size=4)
+    try:
+        await accept(first, *(new_message(f"r{i}@sink.test") for i in range(60)))
+        await asyncio.gather(engine(first, sink, node="n1", lease_batch=7).run_until_idle(),
+                             engine(second, sink, node="n2", lease_batch=7).run_until_idle())  # fmt: skip
+        got = sink.recipients()
+        assert sorted(got) == sorted(f"r{i}@sink.test" for i in range(60))  # each exactly once
+        assert {r["state"] for r in (await deliveries(first)).values()} == {"delivered"}
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_the_fast_path_and_an_orderly_stop(database: db.Database, sink: Sink) -> None:
+    mtad = engine(database, sink, shutdown_timeout=10)
+    runner = asyncio.create_task(mtad.run())
+    try:
+        async with running(spool.GroupCommitter(database, fast_path=mtad)) as committer:
+            await committer.commit(new_message("fast@sink.test"))
+            await mtad.wait_idle()
+            assert (await deliveries(database))["fast@sink.test"]["state"] == "delivered"
+            assert mtad.statistics().leased == 0  # never leased: the accept path handed it over
+            await committer.commit(new_message("slow-1@sink.test", "waiting@down.test"))
+            await sink.holding.wait()
+    finally:
+        mtad.stop()  # slow-1 is on the wire, held by the sink
+        sink.release()  # and finishes within the shutdown timeout
+        await runner
+    rows = await deliveries(database)
+    assert rows["slow-1@sink.test"]["state"] == "delivered"
+    assert rows["waiting@down.test"]["state"] in ("queued", "deferred")  # handed back, or tried once
+    assert all(r["lease_owner"] is None for r in rows.values())
