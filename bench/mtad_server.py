@@ -27,6 +27,8 @@ from pathlib import Path
 from bench.server import Managed
 from mtad.db import embedded
 
+CONF = Path(__file__).parents[1] / "conf"
+
 SPOOL_TABLES = "messages, deliveries, events, idempotency_keys"
 START_TIMEOUT = 180.0  # initdb, migrations and the first start of PostgreSQL
 STOP_TIMEOUT = 60.0
@@ -72,6 +74,12 @@ class MtadServer(Managed):
             "[submission]\n"
             'listen = ["127.0.0.1:0"]\n'
             'hostname = "mtad-bench.localdomain"\n'
+            # Accept only: this benchmark measures durable accept; there is no DNS here.
+            "check_recipient_domains = false\n"
+            "[delivery]\n"
+            "enabled = false\n"
+            f'providers = "{CONF / "providers.toml"}"\n'
+            f'replies = "{CONF / "replies.toml"}"\n'
             "[http]\n"
             'listen = "127.0.0.1:0"\n'
             "[log]\n"

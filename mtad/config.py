@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtad import errors, submission, tenants
+from mtad import delivery, envelope, errors, outcomes, routing, sessions, submission, tenants
 from mtad.endpoints import HostPort
 
 DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
@@ -59,6 +59,18 @@ class NodeSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class DeliverySettings:
+    enabled: bool
+    engine: delivery.Settings
+    sessions: sessions.Settings
+    nameservers: tuple[HostPort, ...]  # empty: the system's resolvers
+    dns_timeout: float
+    providers: routing.Providers
+    rules: outcomes.Rules
+    routes: Mapping[str, HostPort]
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     database: DatabaseSettings
     submission: submission.Settings
@@ -66,6 +78,7 @@ class Settings:
     http: HttpSettings
     log: LogSettings
     node: NodeSettings
+    delivery: DeliverySettings
     source: Path | None
 
 
@@ -233,6 +246,31 @@ def _node_id(value: Any) -> str:
     return text
 
 
+def retry_schedule(value: Any) -> outcomes.RetrySchedule:
+    """ "5m, 10m, 30m, 1h, 2h, 4h" (the last repeats); "2h*3" is 2h three times."""
+    text = _string(value)
+    delays: list[float] = []
+    for part in (p.strip() for p in text.split(",")):
+        item, star, times = part.partition("*")
+        if star and not (times.strip().isdigit() and int(times) >= 1):
+            raise ValueError(f"expected a repeat count after '*' in {part!r}")
+        seconds = _positive_duration(item.strip())
+        delays.extend([seconds] * (int(times) if star else 1))
+    if not delays:
+        raise ValueError("expected at least one delay")
+    return outcomes.RetrySchedule(tuple(delays))
+
+
+def _optional_ip(value: Any) -> str | None:
+    text = _string(value)
+    if not text:
+        return None
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise ValueError(f"{text!r} is not an IP address") from None
+
+
 # section -> key -> (parser, default). The defaults are the ones conf/mtad.toml documents.
 SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
     "database": {
@@ -252,6 +290,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "auth_max_failures": (_integer(1, 1000), 5),
         "auth_failure_window": (_positive_duration, "10m"),
         "shutdown_timeout": (duration, "30s"),
+        "check_recipient_domains": (_boolean, True),
     },
     "spool": {
         "commit_window": (duration, "0s"),
@@ -261,6 +300,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
     "tls": {
         "cert": (_optional_path, ""),
         "key": (_optional_path, ""),
+        "outbound": (_choice("opportunistic", "required"), "opportunistic"),
     },
     "http": {
         "listen": (_optional_host_port, "127.0.0.1:9108"),
@@ -273,7 +313,35 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "id": (_node_id, ""),
         "heartbeat_interval": (_positive_duration, "10s"),
     },
+    "dns": {
+        "nameservers": (_list_of(host_port, allow_empty=True), []),
+        "timeout": (_positive_duration, "5s"),
+    },
+    "delivery": {
+        "enabled": (_boolean, True),
+        "port": (_integer(1, 65535), 25),
+        "source_address": (_optional_ip, ""),
+        "ehlo_hostname": (_string, ""),
+        "providers": (_path, "conf/providers.toml"),
+        "replies": (_path, "conf/replies.toml"),
+        "max_messages_per_session": (_integer(1, 100_000), 100),
+        "max_sessions_per_host": (_integer(1, 10_000), 20),
+        "max_recipients_per_transaction": (_integer(1, 1000), 50),
+        "idle_timeout": (_positive_duration, "30s"),
+        "connect_timeout": (_positive_duration, "30s"),
+        "command_timeout": (_positive_duration, "5m"),
+        "retry": (retry_schedule, "5m, 10m, 30m, 1h, 2h, 4h"),
+        "max_age": (_positive_duration, "5d"),
+        "max_failures": (_integer(1, 1000), 5),
+        "lease_duration": (_positive_duration, "5m"),
+        "lease_batch": (_integer(1, 100_000), 500),
+        "max_held": (_integer(1, 10_000_000), 20_000),
+        "poll_interval": (_positive_duration, "5s"),
+        "shutdown_timeout": (duration, "30s"),
+    },
 }
+# Sections whose keys are names the operator chooses: [routes."example.org"] relay = "host:port".
+DYNAMIC_SECTIONS = ("routes",)
 
 
 def default_path() -> Path | None:
@@ -306,9 +374,10 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
                 values[section][key] = parse(value)
             except ValueError as exc:
                 problems.append(f"{origin.get((section, key), f'[{section}] {key}')}: {exc}")
+    extras = _load_delivery_data(values, document.get("routes", {}), problems)
     if problems:
         raise errors.ConfigError(problems)
-    settings = _build(values, path)
+    settings = _build(values, extras, path)
     _check(settings, origin, problems)
     if problems:
         raise errors.ConfigError(problems)
@@ -321,6 +390,8 @@ def _merge(
     raw: dict[str, dict[str, Any]] = {}
     origin: dict[tuple[str, str], str] = {}
     for section, table in document.items():
+        if section in DYNAMIC_SECTIONS:
+            continue
         if section not in SCHEMA:
             problems.append(f"[{section}]: unknown section{_did_you_mean(section, SCHEMA)}")
             continue
@@ -361,8 +432,40 @@ def _did_you_mean(word: str, options: Mapping[str, Any]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _build(values: dict[str, dict[str, Any]], path: Path | None) -> Settings:
+def _load_delivery_data(values: dict[str, dict[str, Any]], routes: Any, problems: list[str]) -> dict[str, Any]:
+    """The files [delivery] names (providers, reply rules) and the [routes] table."""
+    extras: dict[str, Any] = {"routes": {}}
+    for key, load_file in (("providers", routing.load_providers), ("replies", outcomes.load_rules)):
+        path = values["delivery"].get(key)
+        if path is None:
+            continue
+        try:
+            extras[key] = load_file(path)
+        except errors.ConfigError as exc:
+            problems.extend(f"[delivery] {key}: {problem}" for problem in exc.problems)
+    if not isinstance(routes, dict):
+        problems.append('[routes]: expected tables such as [routes."example.org"]')
+        return extras
+    for domain, table in routes.items():
+        where = f'[routes."{domain}"]'
+        try:
+            ascii_domain = envelope.normalise_domain(domain)
+        except errors.AddressError as exc:
+            problems.append(f"{where}: {exc.text}")
+            continue
+        if not isinstance(table, dict) or set(table) != {"relay"}:
+            problems.append(f'{where}: expected exactly one key, relay = "host:port"')
+            continue
+        try:
+            extras["routes"][ascii_domain] = host_port(table["relay"])
+        except ValueError as exc:
+            problems.append(f"{where} relay: {exc}")
+    return extras
+
+
+def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None) -> Settings:
     sub = values["submission"]
+    d = values["delivery"]
     return Settings(
         database=DatabaseSettings(**values["database"]),
         submission=submission.Settings(
@@ -377,6 +480,7 @@ def _build(values: dict[str, dict[str, Any]], path: Path | None) -> Settings:
             auth_max_failures=sub["auth_max_failures"],
             auth_failure_window=sub["auth_failure_window"],
             shutdown_timeout=sub["shutdown_timeout"],
+            check_recipient_domains=sub["check_recipient_domains"],
             tls_cert=values["tls"]["cert"],
             tls_key=values["tls"]["key"],
         ),
@@ -384,6 +488,37 @@ def _build(values: dict[str, dict[str, Any]], path: Path | None) -> Settings:
         http=HttpSettings(**values["http"]),
         log=LogSettings(**values["log"]),
         node=NodeSettings(**values["node"]),
+        delivery=DeliverySettings(
+            enabled=d["enabled"],
+            engine=delivery.Settings(
+                node=values["node"]["id"],
+                retry=d["retry"],
+                max_age=d["max_age"],
+                max_failures=d["max_failures"],
+                max_recipients_per_transaction=d["max_recipients_per_transaction"],
+                lease_duration=d["lease_duration"],
+                lease_batch=d["lease_batch"],
+                max_held=d["max_held"],
+                poll_interval=d["poll_interval"],
+                shutdown_timeout=d["shutdown_timeout"],
+            ),
+            sessions=sessions.Settings(
+                port=d["port"],
+                ehlo_hostname=d["ehlo_hostname"] or sub["hostname"],
+                source_address=d["source_address"],
+                tls_required=values["tls"]["outbound"] == "required",
+                connect_timeout=d["connect_timeout"],
+                command_timeout=d["command_timeout"],
+                max_messages=d["max_messages_per_session"],
+                max_per_host=d["max_sessions_per_host"],
+                idle_timeout=d["idle_timeout"],
+            ),
+            nameservers=values["dns"]["nameservers"],
+            dns_timeout=values["dns"]["timeout"],
+            providers=extras["providers"],
+            rules=extras["replies"],
+            routes=extras["routes"],
+        ),
         source=path,
     )
 

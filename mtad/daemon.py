@@ -2,7 +2,8 @@
 TaskGroup, and shuts it down in order on SIGTERM or SIGINT.
 
 Start: database (embedded or DSN) -> migrations -> pool -> node registration ->
-group committer -> submission and HTTP listeners -> READY=1.
+routing, delivery, group committer (with delivery as its fast path) ->
+submission and HTTP listeners -> READY=1.
 
 Shutdown, in order:
  1. STOPPING=1; close the listening sockets (no new sessions).
@@ -10,8 +11,10 @@ Shutdown, in order:
     refuse new DATA commands meanwhile.
  3. Tell the remaining sessions 421 and close them.
  4. Close the group committer: what it holds is committed, then it returns.
- 5. Stop the background loops, deregister the node, close HTTP and the pool.
- 6. Stop the embedded PostgreSQL, if mtad runs one.
+ 5. Stop delivery: no more leasing, deliveries on the wire finish (bounded by
+    [delivery] shutdown_timeout), leases of what did not start are handed back.
+ 6. Stop the background loops, deregister the node, close HTTP and the pool.
+ 7. Stop the embedded PostgreSQL, if mtad runs one.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from datetime import UTC, datetime
 
 import structlog
 
-from mtad import config, db, errors, http, log, nodes, spool, submission, tenants
+from mtad import config, db, delivery, errors, http, log, nodes, routing, sessions, spool, submission, tenants
 from mtad.db import embedded, migrate
 
 logger = structlog.get_logger("mtad.daemon")
@@ -132,15 +135,22 @@ class Daemon:
         settings = self.settings
         node_id = settings.node.id
         await nodes.register(database, node_id, _now())
+        out = settings.delivery
+        resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)
+        router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
+        engine = None
+        if out.enabled:
+            engine = delivery.Delivery(out.engine, database, router, sessions.Pool(out.sessions), out.rules)
         committer = spool.GroupCommitter(
             database,
             window=settings.spool.commit_window,
             max_batch=settings.spool.commit_max_batch,
             timeout=settings.spool.commit_timeout,
+            fast_path=engine,
         )
         sub = settings.submission
         tls = submission.tls_context(sub.tls_cert, sub.tls_key) if sub.tls_cert and sub.tls_key else None
-        handler = submission.Handler(sub, committer, tenants.Authenticator(database))
+        handler = submission.Handler(sub, committer, tenants.Authenticator(database), router=router)
         smtp = submission.Server(sub, handler, tls)
         web = None
         if settings.http.listen is not None:
@@ -152,6 +162,7 @@ class Daemon:
         try:
             async with asyncio.TaskGroup() as tasks:
                 committing = tasks.create_task(committer.run(), name="group-commit")
+                delivering = tasks.create_task(engine.run(), name="delivery") if engine else None
                 background = [
                     tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),
                     tasks.create_task(self._housekeeping(database), name="housekeeping"),
@@ -177,6 +188,9 @@ class Daemon:
                 await smtp.close_sessions()
                 committer.close()
                 await committing
+                if engine is not None and delivering is not None:
+                    engine.stop()  # stop leasing; finish what is on the wire; hand back the rest
+                    await delivering
                 for task in background:
                     task.cancel()
         finally:

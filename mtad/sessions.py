@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import aiosmtplib
 
+from mtad import metrics
 from mtad.outcomes import Failure
 from mtad.replies import Reply
 
@@ -215,6 +216,7 @@ class Pool:
                         return session, True
                     pool.open -= 1
                     self._stats.closed += 1
+                    metrics.OUTBOUND_SESSIONS.dec()
                     await session.close()
                 if pool.open < pool.cap:
                     pool.open += 1
@@ -228,6 +230,7 @@ class Pool:
                 pool.freed.notify()
             raise
         self._stats.opened += 1
+        metrics.OUTBOUND_SESSIONS.inc()
         return session, False
 
     async def _release(self, session: _Session, source: str | None, *, keep: bool) -> None:
@@ -240,6 +243,7 @@ class Pool:
             return
         await session.close()
         self._stats.closed += 1
+        metrics.OUTBOUND_SESSIONS.dec()
         async with pool.freed:
             pool.open -= 1
             pool.freed.notify()
@@ -295,6 +299,7 @@ class Pool:
                 pool.freed.notify(len(stale))
             for session in stale:
                 await session.close()
+            metrics.OUTBOUND_SESSIONS.dec(len(stale))
             closed += len(stale)
         self._stats.closed += closed
         return closed
@@ -306,6 +311,7 @@ class Pool:
                 idle, pool.idle = pool.idle, []
                 pool.open -= len(idle)
             await asyncio.gather(*(s.close() for s in idle))
+            metrics.OUTBOUND_SESSIONS.dec(len(idle))
             self._stats.closed += len(idle)
 
 

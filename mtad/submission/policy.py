@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from aiosmtpd.smtp import MISSING, SMTP, AuthResult, Envelope, Session
 
-from mtad import envelope, errors, headers, metrics, replies, spool, tenants
+from mtad import envelope, errors, headers, metrics, replies, routing, spool, tenants
 from mtad.endpoints import HostPort
 from mtad.envelope import Address
 from mtad.replies import Reply
@@ -48,6 +48,7 @@ class Settings:
     auth_max_failures: int = 5
     auth_failure_window: float = 600.0
     shutdown_timeout: float = 30.0
+    check_recipient_domains: bool = True  # refuse recipients whose domain takes no mail (550 5.1.2)
     tls_cert: Path | None = None
     tls_key: Path | None = None
 
@@ -126,11 +127,13 @@ class Handler:
         committer: spool.GroupCommitter,
         authenticator: tenants.Authenticator,
         *,
+        router: routing.Router | None = None,
         now: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self._committer = committer
         self._auth = authenticator
+        self._router = router if settings.check_recipient_domains else None
         self._throttle = AuthThrottle(settings.auth_max_failures, settings.auth_failure_window)
         self._now = now
 
@@ -232,6 +235,13 @@ class Handler:
             recipient = envelope.parse_mailbox(address, smtputf8=env.smtp_utf8)
         except errors.AddressError as exc:
             return refuse(_address_reply(exc), "bad_recipient")
+        if self._router is not None:
+            try:
+                route = await self._router.route(recipient.domain)
+            except errors.RouteTempFail:
+                route = None  # DNS trouble refuses nothing: the delivery will wait for it
+            if isinstance(route, routing.Undeliverable):
+                return refuse(Reply(550, "5.1.2", f"<{recipient}>: {route.text}"), "undeliverable_domain")
         env.recipients.append(recipient)
         env.rcpt_tos.append(str(recipient))
         env.rcpt_options.extend(options)

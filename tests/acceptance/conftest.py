@@ -110,8 +110,22 @@ class Mtad:
         )
 
 
-def write_config(path: Path, database: str, extra: str = "") -> Path:
-    """A configuration for tests: free ports, JSON logs, the given [database] lines."""
+CONF = Path(__file__).parents[2] / "conf"
+
+
+def write_config(
+    path: Path,
+    database: str,
+    extra: str = "",
+    *,
+    delivery: str = "enabled = false",
+    submission: str = "check_recipient_domains = false",
+    node: str = "test-node",
+) -> Path:
+    """A configuration for tests: free ports, JSON logs, the given [database] lines.
+
+    By default the node only accepts (delivery off) and does not look recipient
+    domains up: there is no DNS here unless a test brings its own."""
     path.write_text(
         f"""
 [database]
@@ -122,6 +136,7 @@ pool_size = 5
 listen = ["127.0.0.1:0"]
 hostname = "mtad.test"
 shutdown_timeout = "20s"
+{submission}
 
 [http]
 listen = "127.0.0.1:0"
@@ -131,7 +146,12 @@ format = "json"
 level = "info"
 
 [node]
-id = "test-node"
+id = "{node}"
+
+[delivery]
+providers = "{CONF / "providers.toml"}"
+replies = "{CONF / "replies.toml"}"
+{delivery}
 {extra}
 """
     )
@@ -140,11 +160,12 @@ id = "test-node"
 
 @pytest.fixture
 def mtad_factory(tmp_path: Path) -> Iterator[Any]:
-    """mtad_factory(database_lines, extra_toml, env) -> Mtad (not started); all are stopped at the end."""
+    """mtad_factory(database_lines, extra_toml, env, **write_config options) -> Mtad (not
+    started); every one still running is stopped at the end."""
     started: list[Mtad] = []
 
-    def make(database: str, extra: str = "", env: dict[str, str] | None = None) -> Mtad:
-        config = write_config(tmp_path / f"mtad{len(started)}.toml", database, extra)
+    def make(database: str, extra: str = "", env: dict[str, str] | None = None, **options: Any) -> Mtad:
+        config = write_config(tmp_path / f"mtad{len(started)}.toml", database, extra, **options)
         daemon = Mtad(config, env)
         started.append(daemon)
         return daemon

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from mtad import db, spool, submission, tenants
+from mtad import db, routing, spool, submission, tenants
 from mtad.endpoints import HostPort
+from tests.zones import ZoneResolver
 
 
 @dataclasses.dataclass
@@ -27,6 +28,13 @@ class Submission:
         return self.server.addresses[0].port
 
 
+ZONE = """
+example.com.              A  192.0.2.1
+xn--bcher-kva.example.    A  192.0.2.2
+undeliverable.test.       MX 0 .
+"""
+
+
 @contextlib.asynccontextmanager
 async def submission_server(
     database: db.Database, tls: tuple[Path, Path] | None = None, **overrides: Any
@@ -37,7 +45,8 @@ async def submission_server(
     settings = submission.Settings(**fields)
     committer = spool.GroupCommitter(database, window=0.001)
     context = submission.tls_context(*tls) if tls else None
-    handler = submission.Handler(settings, committer, tenants.Authenticator(database))
+    router = routing.Router(ZoneResolver(ZONE, servfail={"dnsdown.test"}), routing.Providers((), 10))
+    handler = submission.Handler(settings, committer, tenants.Authenticator(database), router=router)
     server = submission.Server(settings, handler, context)
     task = asyncio.create_task(committer.run())
     await server.start()

@@ -340,3 +340,15 @@ async def test_end_of_data_and_dots_split_anywhere(make_submission: Factory, spl
         await raw.close()
         [row] = await stored(srv.database)
     assert bytes(row["body"]).endswith(b"\r\n\r\n. a\r\nb\r\n.\r\n")  # type: ignore[arg-type]
+
+
+async def test_recipients_whose_domain_takes_no_mail_are_refused(make_submission: Factory) -> None:
+    async with make_submission() as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        assert (await raw.command("MAIL FROM:<app@example.org>")).startswith("250")
+        null_mx = await raw.command("RCPT TO:<a@undeliverable.test>")
+        assert null_mx.startswith("550 5.1.2 <a@undeliverable.test>: the domain undeliverable.test accepts no mail")
+        assert (await raw.command("RCPT TO:<a@nxdomain.test>")).startswith("550 5.1.2")
+        assert (await raw.command("RCPT TO:<a@dnsdown.test>")).startswith("250")  # DNS trouble refuses nothing
+        await raw.close()

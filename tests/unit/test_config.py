@@ -151,3 +151,52 @@ def test_host_port(text: str, expected: HostPort | None) -> None:
 def test_bad_host_port(text: str) -> None:
     with pytest.raises(ValueError, match=r"host|port|range|IP"):
         config.host_port(text)
+
+
+def test_delivery_settings_routes_and_files(tmp_path: Path) -> None:
+    conf = REFERENCE.parent
+    path = write(
+        tmp_path,
+        f"""
+[delivery]
+providers = "{conf / "providers.toml"}"
+replies = "{conf / "replies.toml"}"
+retry = "1m, 5m*2, 1h"
+source_address = "127.0.0.7"
+[tls]
+outbound = "required"
+[routes."Example.ORG"]
+relay = "127.0.0.1:2526"
+""",
+    )
+    settings = config.load(path, environ={})
+    assert settings.delivery.engine.retry.delays == (60, 300, 300, 3600)
+    assert settings.delivery.routes == {"example.org": HostPort("127.0.0.1", 2526)}
+    assert settings.delivery.sessions.tls_required
+    assert settings.delivery.sessions.source_address == "127.0.0.7"
+    assert settings.delivery.engine.node == settings.node.id
+    assert any(p.name == "google" for p in settings.delivery.providers.known)
+
+
+def test_delivery_problems_are_reported_with_the_rest(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+[delivery]
+providers = "/nonexistent/providers.toml"
+retry = "5m, soon"
+source_address = "not-an-ip"
+[routes."exa mple.org"]
+relay = "x:1"
+[routes."example.net"]
+relay = "nohost"
+""",
+    )
+    with pytest.raises(errors.ConfigError) as info:
+        config.load(path, environ={})
+    problems = "\n".join(info.value.problems)
+    assert "[delivery] retry: expected a duration" in problems
+    assert "[delivery] source_address: 'not-an-ip' is not an IP address" in problems
+    assert "[delivery] providers:" in problems
+    assert '[routes."exa mple.org"]' in problems
+    assert '[routes."example.net"] relay: expected "host:port"' in problems
