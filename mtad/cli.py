@@ -14,11 +14,11 @@ import json
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mtad import __version__, config, daemon, errors, log, spool, tenants
+from mtad import __version__, config, daemon, errors, leases, log, spool, tenants
 from mtad.db import migrate
 from mtad.lifecycle import State
 
@@ -121,13 +121,26 @@ async def tenants_ls(args: argparse.Namespace, settings: config.Settings) -> int
 
 async def queue_ls(args: argparse.Namespace, settings: config.Settings) -> int:
     async with daemon.open_spool(settings, pool_size=2) as opened:
-        rows = spool.deliveries(opened.database, state=args.state)
+        rows = spool.deliveries(opened.database, state=args.state, group=args.provider)
         if args.json:
             async for row in rows:
                 print(_json(_delivery_json(row)))
         else:
             _table([_delivery_text(r) async for r in rows], _DELIVERY_COLUMNS)
     return EXIT_OK
+
+
+async def queue_act(args: argparse.Namespace, settings: config.Settings) -> int:
+    """retry, cancel or bounce: a delivery (by id) or every delivery of a message (by queue id)."""
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        changed, untouched = await leases.act(opened.database, args.action, args.id, datetime.now(UTC))
+    done = {"retry": "queued for now", "cancel": "cancelled", "bounce": "bounced"}[args.action]
+    for delivery in changed:
+        print(f"delivery {delivery}: {done}")
+    for row in untouched:
+        why = "in flight, try again shortly" if row["state"] == "leased" else f"already {row['state']}"
+        print(f"delivery {row['id']}: unchanged ({why})", file=sys.stderr)
+    return EXIT_OK if changed else EXIT_FAILED
 
 
 async def queue_show(args: argparse.Namespace, settings: config.Settings) -> int:
@@ -186,6 +199,7 @@ def _delivery_json(row: dict[str, Any]) -> dict[str, Any]:
         "reason": row["reason"],
         "last_reply": reply,
         "lease_owner": row["lease_owner"],
+        "provider": row["route_group"],
         "created_at": row["created_at"].isoformat(),
     }
 
@@ -280,8 +294,22 @@ def _parser() -> argparse.ArgumentParser:
         "(id, queue_id, message_id, sender, recipient, state, attempts, next_attempt_at, last_reply, ...).",
     )
     qls.add_argument("--state", choices=[s.value for s in State], help="only deliveries in this state")
+    qls.add_argument("--provider", metavar="GROUP", help="only deliveries routed to this provider group")
     qls.add_argument("--json", action="store_true", help="one JSON object per delivery and line")
     qls.set_defaults(command=queue_ls)
+    for action, text in (
+        ("retry", "Make deliveries due now (they keep their attempt count)."),
+        ("cancel", "Cancel deliveries that are waiting: they will not be sent."),
+        ("bounce", "Bounce deliveries that are waiting, as a permanent failure."),
+    ):
+        act = queue_commands.add_parser(
+            action,
+            parents=[common],
+            help=text,
+            description=f"{text} Deliveries in flight or already final are left as they are and reported.",
+        )
+        act.add_argument("id", help="a delivery id (number), or a queue id (UUID) for all of its deliveries")
+        act.set_defaults(command=queue_act, action=action)
     qshow = queue_commands.add_parser(
         "show", parents=[common], help="Show a message with its headers, deliveries and events."
     )

@@ -303,11 +303,11 @@ async def purge_expired_keys(database: db.Database, now: datetime) -> int:
 
 
 async def deliveries(
-    database: db.Database, *, state: str | None = None, message: uuid.UUID | None = None
+    database: db.Database, *, state: str | None = None, message: uuid.UUID | None = None, group: str | None = None
 ) -> AsyncIterator[dict[str, Any]]:
     """Stream deliveries (with their envelope), oldest first."""
     async with database.transaction() as tx:
-        async for row in tx.cursor("spool/list_deliveries", state, message):
+        async for row in tx.cursor("spool/list_deliveries", state, message, group):
             yield dict(row)
 
 

@@ -159,3 +159,47 @@ class _Handler:
             )
         )
         return "250 2.0.0 Ok: queued"
+
+
+class ThreadedSink:
+    """A Sink on an event loop of its own, in a thread: for tests that run mtad as a
+    subprocess and wait synchronously."""
+
+    def __init__(self, addresses: tuple[str, ...], **kwargs: Any) -> None:
+        import threading
+
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._addresses = addresses
+        self._kwargs = kwargs
+        self.sink: Sink | None = None
+
+    def __enter__(self) -> ThreadedSink:
+        self._thread.start()
+        self.sink = self._call(Sink(self._addresses, **self._kwargs).start())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.sink is not None
+        self._call(self.sink.stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def _call(self, coro: Any, within: float = 60) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=within + 5)
+
+    @property
+    def port(self) -> int:
+        assert self.sink is not None
+        return self.sink.port
+
+    @property
+    def received(self) -> list[Received]:
+        assert self.sink is not None
+        return list(self.sink.received)
+
+    def wait_for(self, count: int, within: float = 60) -> list[Received]:
+        assert self.sink is not None
+        result: list[Received] = self._call(self.sink.wait_for(count, within), within)
+        return list(result)

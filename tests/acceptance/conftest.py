@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ class Mtad:
         self.records: list[dict[str, Any]] = []
         self.output: list[str] = []
         self._ready = threading.Event()
+        self._logged = threading.Condition()
         self._reader: threading.Thread | None = None
 
     def start(self) -> Mtad:
@@ -60,7 +61,9 @@ class Mtad:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            self.records.append(record)
+            with self._logged:
+                self.records.append(record)
+                self._logged.notify_all()
             if record.get("event") == "ready":
                 self._ready.set()
         process.stdout.close()
@@ -82,6 +85,12 @@ class Mtad:
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return [r for r in self.records if r.get("event") == name]
+
+    def wait_for_log(self, predicate: Callable[[list[dict[str, Any]]], bool], within: float = 60) -> None:
+        """Until predicate(records) holds (the log is read as mtad writes it), or fail."""
+        with self._logged:
+            if not self._logged.wait_for(lambda: predicate(self.records), timeout=within):
+                raise AssertionError("mtad did not log what was expected:\n" + "\n".join(self.output[-20:]))
 
     def stop(self, timeout: float = 60) -> int:
         """SIGTERM, then wait for the exit; returns the exit status."""

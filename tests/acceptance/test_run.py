@@ -127,6 +127,17 @@ def test_accepts_mail_shows_it_and_stops_cleanly(mtad_factory: Any, dsn: str, tm
     assert http_get(daemon.http_port, "/healthz") == (200, "ok\n")
     assert http_get(daemon.http_port, "/nothing")[0] == 404
 
+    # Operators act on waiting deliveries (this node does not deliver, so they wait).
+    second_id = deliveries[1]["id"]
+    cancelled = daemon.cli("queue", "cancel", str(second_id))
+    assert (cancelled.returncode, cancelled.stdout.strip()) == (0, f"delivery {second_id}: cancelled")
+    again = daemon.cli("queue", "bounce", str(second_id))
+    assert again.returncode == 1
+    assert "already cancelled" in again.stderr
+    retried = daemon.cli("queue", "retry", first["queue_id"])
+    assert retried.returncode == 0, retried.stderr
+    assert daemon.cli("queue", "bounce", "nonsense").returncode == 1
+
     assert daemon.stop() == 0
     assert notify.recv(4096).decode() == "STOPPING=1"
     assert rows(dsn, "SELECT id FROM nodes") == []  # deregistered

@@ -18,6 +18,7 @@
 -- NULL and NULL to leave them queued for any node.
 --
 -- Returns the owners, and the id, message and recipient of every new delivery.
+-- New queued deliveries NOTIFY mtad_due, so that delivering nodes lease them at once.
 WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
@@ -62,6 +63,9 @@ new_events AS (
     FROM owned WHERE owner = id
 )
 SELECT (SELECT array_agg(owner ORDER BY ord) FROM owned) AS owners,
+       -- Deliveries left queued wake the delivering nodes (sent at COMMIT).
+       (SELECT pg_notify('mtad_due', '') WHERE $17::text IS NULL AND EXISTS (SELECT 1 FROM new_deliveries))
+           AS notified,
        (SELECT array_agg(id ORDER BY id) FROM new_deliveries) AS delivery_ids,
        (SELECT array_agg(message ORDER BY id) FROM new_deliveries) AS delivery_messages,
        (SELECT array_agg(recipient ORDER BY id) FROM new_deliveries) AS delivery_recipients
