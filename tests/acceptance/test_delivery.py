@@ -134,7 +134,7 @@ def test_two_nodes_share_the_queue_and_never_send_a_delivery_twice(
 def test_kill_9_during_delivery_loses_nothing(mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink) -> None:
     """Every accepted message reaches the sink at least once; a duplicate is a delivery that
     was on the wire when mtad was killed, and carries the same Message-ID."""
-    total = 1000
+    total = 2000
     daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', **delivering(dns, sink, max_age='"10m"')).start()
     accepted: list[str] = []
     lock = threading.Lock()
@@ -151,10 +151,10 @@ def test_kill_9_during_delivery_loses_nothing(mtad_factory: Any, dsn: str, dns: 
         except (smtplib.SMTPException, OSError):
             pass  # killed
 
-    threads = [threading.Thread(target=submit, args=(n * 250, 250, daemon.smtp_port)) for n in range(4)]
+    threads = [threading.Thread(target=submit, args=(n * 500, 500, daemon.smtp_port)) for n in range(4)]
     for thread in threads:
         thread.start()
-    sink.wait_for(300)
+    sink.wait_for(600)
     daemon.kill()
     for thread in threads:
         thread.join(60)

@@ -188,3 +188,18 @@ async def test_the_fast_path_and_an_orderly_stop(database: db.Database, sink: Si
     assert rows["slow-1@sink.test"]["state"] == "delivered"
     assert rows["waiting@down.test"]["state"] in ("queued", "deferred")  # handed back, or tried once
     assert all(r["lease_owner"] is None for r in rows.values())
+
+
+async def test_repeated_failures_of_mtad_itself_end_as_a_dead_letter(database: db.Database, sink: Sink) -> None:
+    await accept(database, new_message("a@sink.test"))
+    await query(database, "DELETE FROM messages")  # the body is gone: mtad cannot send it
+    clock = [datetime.now(UTC)]
+    mtad = engine(database, sink, now=lambda: clock[0], max_failures=2)
+    await mtad.run_until_idle()
+    row = (await deliveries(database))["a@sink.test"]
+    assert (row["state"], row["reason"], row["failures"]) == ("deferred", "internal", 1)
+    clock[0] += timedelta(seconds=61)
+    await mtad.run_until_idle()
+    row = (await deliveries(database))["a@sink.test"]
+    assert (row["state"], row["reason"], row["failures"]) == ("failed", "internal", 2)
+    assert sink.connections == 0
