@@ -167,6 +167,7 @@ class Delivery:
         self._progress = asyncio.Event()  # an attempt ended
         self._stop = asyncio.Event()
         self._stopping = False
+        self._early: list[Leased] = []
         self._stats = DeliveryStats()
 
     def statistics(self) -> DeliveryStats:
@@ -180,15 +181,18 @@ class Delivery:
 
     def accepted(self, deliveries: list[spool.NewDelivery]) -> None:
         """Deliveries the accept path just leased to this node: straight to routing."""
-        if self._tasks is None or self._stopping:
-            return  # not running: the leases expire and the reaper requeues them
+        if self._stopping:
+            return  # their leases expire and the reaper requeues them
         held = []
         for d in deliveries:
             m = d.message
             if m.id not in self._messages:
                 self._messages[m.id] = _Message(m.id, m.tenant, m.sender, m.body, m.smtputf8)
             held.append(Leased(d.id, m.id, d.recipient, d.domain, m.priority, 0, 0, m.received_at, False))
-        self._admit(held)
+        if self._tasks is None:
+            self._early.extend(held)  # accepted while run() is starting: admitted once it runs
+        else:
+            self._admit(held)
 
     # --- running -------------------------------------------------------------------------
 
@@ -203,6 +207,9 @@ class Delivery:
         try:
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
+                if self._early:
+                    self._admit(self._early)
+                    self._early = []
                 loops = [
                     tasks.create_task(self._lease_loop(), name="lease"),
                     tasks.create_task(self._every(self.settings.lease_duration / 3, self._renew), name="renew"),
@@ -448,8 +455,10 @@ class Delivery:
     ) -> None:
         """Decide each delivery's next state, record it with its event, let go of it."""
         now = self._now()
-        message = self._messages.get(job.message)
-        tenant = message.tenant if message is not None else ""
+        try:
+            tenant = (await self._message(job.message)).tenant
+        except errors.NotFound:
+            tenant = ""
         recorded: list[Outcome] = []
         for d in job.deliveries:
             verdict, reply = verdicts[d.id]
