@@ -427,7 +427,7 @@ class Delivery:
         tx = sessions.Transaction(message.sender, tuple(d.recipient for d in job.deliveries), message.body,
                                   message.smtputf8)  # fmt: skip
         self._stats.attempts += 1
-        result = await self._pool.deliver(targets, tx)
+        result = await self._pool.deliver(targets, tx, label=route.group)
         verdicts: dict[int, tuple[Verdict, Any]] = {}
         for d in job.deliveries:
             reply = result.replies.get(d.recipient)

@@ -75,7 +75,8 @@ SESSIONS_REUSED = Counter(
 )
 OUTBOUND_SESSIONS = Gauge(
     "mtad_delivery_sessions_open",
-    "Outbound SMTP sessions open, as of the last scrape.",
+    "Outbound SMTP sessions open, by the provider group they were opened for.",
+    ["group"],
 )
 LEASED = Counter(
     "mtad_delivery_leased",

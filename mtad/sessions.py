@@ -86,8 +86,9 @@ def reply_of(code: int, message: str) -> Reply:
 
 
 class _Session:
-    def __init__(self, client: aiosmtplib.SMTP, target: Target, tls: str | None, now: float) -> None:
+    def __init__(self, client: aiosmtplib.SMTP, target: Target, tls: str | None, now: float, label: str) -> None:
         self.client = client
+        self.label = label  # the provider group it was opened for (for metrics)
         self.target = target
         self.tls = tls
         self.messages = 0
@@ -140,13 +141,17 @@ class Pool:
         self._stats.open = sum(h.open for h in self._hosts.values())
         return self._stats
 
-    async def deliver(self, targets: Sequence[Target], tx: Transaction, source: str | None = None) -> Result:
-        """Send tx through the first target that takes it; a reply or a failure per recipient."""
+    async def deliver(
+        self, targets: Sequence[Target], tx: Transaction, source: str | None = None, *, label: str = "-"
+    ) -> Result:
+        """Send tx through the first target that takes it; a reply or a failure per recipient.
+
+        `label` (the provider group) names the sessions this opens in the metrics."""
         source = source if source is not None else self.settings.source_address
         last = Result(failure=Failure.CONNECT_FAILED, source=source)
         for target in targets:
             try:
-                session, reused = await self._acquire(target, source)
+                session, reused = await self._acquire(target, source, label)
             except _Refused as refused:
                 last = Result(
                     replies=dict.fromkeys(tx.recipients, refused.reply) if refused.reply else {},
@@ -202,7 +207,7 @@ class Pool:
             result.replies.clear()
         return result
 
-    async def _acquire(self, target: Target, source: str | None) -> tuple[_Session, bool]:
+    async def _acquire(self, target: Target, source: str | None, label: str) -> tuple[_Session, bool]:
         key = (target.address, target.port, source)
         pool = self._hosts.get(key)
         if pool is None:
@@ -216,21 +221,21 @@ class Pool:
                         return session, True
                     pool.open -= 1
                     self._stats.closed += 1
-                    metrics.OUTBOUND_SESSIONS.dec()
+                    metrics.OUTBOUND_SESSIONS.labels(group=session.label).dec()
                     await session.close()
                 if pool.open < pool.cap:
                     pool.open += 1
                     break
                 await pool.freed.wait()
         try:
-            session = await self._open(target, source)
+            session = await self._open(target, source, label)
         except BaseException:
             async with pool.freed:
                 pool.open -= 1
                 pool.freed.notify()
             raise
         self._stats.opened += 1
-        metrics.OUTBOUND_SESSIONS.inc()
+        metrics.OUTBOUND_SESSIONS.labels(group=label).inc()
         return session, False
 
     async def _release(self, session: _Session, source: str | None, *, keep: bool) -> None:
@@ -243,12 +248,12 @@ class Pool:
             return
         await session.close()
         self._stats.closed += 1
-        metrics.OUTBOUND_SESSIONS.dec()
+        metrics.OUTBOUND_SESSIONS.labels(group=session.label).dec()
         async with pool.freed:
             pool.open -= 1
             pool.freed.notify()
 
-    async def _open(self, target: Target, source: str | None) -> _Session:
+    async def _open(self, target: Target, source: str | None, label: str) -> _Session:
         settings = self.settings
         client = aiosmtplib.SMTP(
             hostname=target.address,
@@ -286,7 +291,7 @@ class Pool:
             client.close()
             self._stats.connect_failures += 1
             raise _Refused(None, Failure.CONNECT_FAILED) from exc
-        return _Session(client, target, tls, self._now())
+        return _Session(client, target, tls, self._now(), label)
 
     async def close_idle(self) -> int:
         """Close sessions idle longer than idle_timeout; returns how many."""
@@ -299,7 +304,7 @@ class Pool:
                 pool.freed.notify(len(stale))
             for session in stale:
                 await session.close()
-            metrics.OUTBOUND_SESSIONS.dec(len(stale))
+                metrics.OUTBOUND_SESSIONS.labels(group=session.label).dec()
             closed += len(stale)
         self._stats.closed += closed
         return closed
@@ -311,7 +316,8 @@ class Pool:
                 idle, pool.idle = pool.idle, []
                 pool.open -= len(idle)
             await asyncio.gather(*(s.close() for s in idle))
-            metrics.OUTBOUND_SESSIONS.dec(len(idle))
+            for session in idle:
+                metrics.OUTBOUND_SESSIONS.labels(group=session.label).dec()
             self._stats.closed += len(idle)
 
 

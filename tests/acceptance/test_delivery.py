@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email
+from tests.acceptance.test_run import email, http_get
 from tests.dnsserver import Dnsmasq
 from tests.sink import ThreadedSink
 
@@ -110,6 +110,14 @@ def test_deliver_defer_then_deliver_bounce_and_expire(
     assert rows["ok@sink.test"]["provider"] == "mx:mx1.sink.test,mx2.sink.test"
     by_group = daemon.cli("queue", "ls", "--json", "--provider", "mx:mx1.sink.test,mx2.sink.test")
     assert len(by_group.stdout.splitlines()) == 4
+
+    status, metrics = http_get(daemon.http_port, "/metrics")
+    assert status == 200
+    group = 'group="mx:mx1.sink.test,mx2.sink.test"'
+    assert f'mtad_delivery_outcomes_total{{outcome="delivered",{group}}} 2.0' in metrics
+    assert f'mtad_delivery_outcomes_total{{outcome="bounced",{group}}} 2.0' in metrics
+    assert f"mtad_delivery_attempt_seconds_count{{{group}}}" in metrics
+    assert f"mtad_delivery_sessions_open{{{group}}}" in metrics
     assert daemon.stop() == 0
 
 
