@@ -9,6 +9,11 @@ nothing without it.
 Between runs `reset()` empties the spool tables, VACUUM ANALYZEs them while empty
 (the plan trap of PERFORMANCE.md: a queue that drained, then takes a burst) and
 CHECKPOINTs, so that every run starts from the same state.
+
+Without `delivery` the node only accepts (`[delivery] enabled = false`), as the accept
+benchmark wants. With a `Delivery`, it also delivers: mail for one domain goes over a
+static route to a relay (the sink), with a providers file of its own that sets the
+group's concurrency, and the sessions per host to match.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.server import Managed
@@ -30,6 +36,8 @@ from mtad.db import embedded
 CONF = Path(__file__).parents[1] / "conf"
 
 SPOOL_TABLES = "messages, deliveries, events, idempotency_keys"
+# The accept benchmark's node: it only accepts (another node would deliver what it spools).
+ACCEPT_ONLY = f'[delivery]\nenabled = false\nproviders = "{CONF / "providers.toml"}"\nreplies = "{CONF / "replies.toml"}"\n'
 START_TIMEOUT = 180.0  # initdb, migrations and the first start of PostgreSQL
 STOP_TIMEOUT = 60.0
 
@@ -45,13 +53,42 @@ def _psql() -> Path:
     return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin" / "psql"
 
 
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A delivering node: mail for `domain` goes to `relay` ("127.0.0.1:PORT")."""
+
+    relay: str
+    domain: str = "example.com"
+    concurrency: int = 50  # [default] concurrency of its providers file: attempts in flight
+    sessions_per_host: int = 50  # [delivery] max_sessions_per_host
+    max_held: int = 20_000
+    shutdown_timeout: str = "30s"
+
+    def toml(self, workdir: Path) -> str:
+        providers = workdir / "providers.toml"
+        providers.write_text(f"[default]\nconcurrency = {self.concurrency}\n")
+        return (
+            "[delivery]\n"
+            "enabled = true\n"
+            f"port = {self.relay.rpartition(':')[2]}\n"
+            f'providers = "{providers}"\n'
+            f'replies = "{CONF / "replies.toml"}"\n'
+            f"max_sessions_per_host = {self.sessions_per_host}\n"
+            f"max_held = {self.max_held}\n"
+            f'shutdown_timeout = "{self.shutdown_timeout}"\n'
+            f'[routes."{self.domain}"]\n'
+            f'relay = "{self.relay}"\n'
+        )
+
+
 class MtadServer(Managed):
     """A running mtad; use as a context manager (the daemon and its database stop on exit)."""
 
     name = "mtad"
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, delivery: Delivery | None = None) -> None:
         self.workdir = workdir
+        self.delivery = delivery
         self.data_dir = workdir / "pgdata"
         self.stdout_log = workdir / "stdout.log"
         self.stderr_log = workdir / "stderr.log"
@@ -74,13 +111,10 @@ class MtadServer(Managed):
             "[submission]\n"
             'listen = ["127.0.0.1:0"]\n'
             'hostname = "mtad-bench.localdomain"\n'
-            # Accept only: this benchmark measures durable accept; there is no DNS here.
+            # There is no DNS here: recipient domains are not looked up.
             "check_recipient_domains = false\n"
-            "[delivery]\n"
-            "enabled = false\n"
-            f'providers = "{CONF / "providers.toml"}"\n'
-            f'replies = "{CONF / "replies.toml"}"\n'
-            "[http]\n"
+            + (self.delivery.toml(self.workdir) if self.delivery else ACCEPT_ONLY)
+            + "[http]\n"
             'listen = "127.0.0.1:0"\n'
             "[log]\n"
             'format = "json"\n'
@@ -149,6 +183,16 @@ class MtadServer(Managed):
             raise MtadError(f"{messages} messages but {deliveries} deliveries in the spool")
         return messages
 
+    def states(self) -> dict[str, int]:
+        """Deliveries by state."""
+        rows = self.query("SELECT state, count(*) FROM deliveries GROUP BY state")
+        return {state: int(n) for state, n in (row.split("|") for row in rows)}
+
+    def rss_kib(self) -> int:
+        """Resident memory of the mtad process (not of its PostgreSQL), in KiB."""
+        assert self._process is not None
+        return rss_kib(self._process.pid)
+
     def log_problems(self) -> Counter[str]:
         """Events that mtad logged at level warning or above, by name (read after the runs)."""
         problems: Counter[str] = Counter()
@@ -194,3 +238,11 @@ class MtadServer(Managed):
         except OSError:
             return ""
         return ("\n" + "\n".join(lines)) if lines else ""
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of a process, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise MtadError(f"no VmRSS for process {pid}")

@@ -47,6 +47,7 @@ class Sink:
     received: list[Received] = field(default_factory=list)
     connections: int = 0
     seen: set[str] = field(default_factory=set)  # flaky recipients already refused once
+    _open: set[SMTP] = field(default_factory=set)
     _servers: list[asyncio.base_events.Server] = field(default_factory=list)
     holding: asyncio.Event = field(default_factory=asyncio.Event)  # a slow-... reply is being held
     _slow: asyncio.Event = field(default_factory=asyncio.Event)
@@ -68,8 +69,12 @@ class Sink:
     async def stop(self) -> None:
         for server in self._servers:
             server.close()
+        for protocol in list(self._open):  # sessions a client left open
+            if protocol.transport is not None:
+                protocol.transport.abort()
         for server in self._servers:
             await server.wait_closed()
+        await asyncio.sleep(0)  # let the aborted transports finish closing
 
     def release(self) -> None:
         """Let the replies held by slow-... recipients go."""
@@ -104,7 +109,12 @@ class _Counting(SMTP):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self.transport is None:
             self._sink.connections += 1
+            self._sink._open.add(self)
         super().connection_made(transport)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self._sink._open.discard(self)
+        super().connection_lost(error)
 
 
 def _kind(recipient: str) -> str:

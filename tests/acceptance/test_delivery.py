@@ -114,8 +114,8 @@ def test_deliver_defer_then_deliver_bounce_and_expire(
     status, metrics = http_get(daemon.http_port, "/metrics")
     assert status == 200
     group = 'group="mx:mx1.sink.test,mx2.sink.test"'
-    assert f'mtad_delivery_outcomes_total{{outcome="delivered",{group}}} 2.0' in metrics
-    assert f'mtad_delivery_outcomes_total{{outcome="bounced",{group}}} 2.0' in metrics
+    assert f'mtad_delivery_outcomes_total{{{group},outcome="delivered"}} 2.0' in metrics
+    assert f'mtad_delivery_outcomes_total{{{group},outcome="bounced"}} 2.0' in metrics
     assert f"mtad_delivery_attempt_seconds_count{{{group}}}" in metrics
     assert f"mtad_delivery_sessions_open{{{group}}}" in metrics
     assert daemon.stop() == 0
