@@ -37,7 +37,12 @@ CONF = Path(__file__).parents[1] / "conf"
 
 SPOOL_TABLES = "messages, deliveries, events, idempotency_keys"
 # The accept benchmark's node: it only accepts (another node would deliver what it spools).
-ACCEPT_ONLY = f'[delivery]\nenabled = false\nproviders = "{CONF / "providers.toml"}"\nreplies = "{CONF / "replies.toml"}"\n'
+ACCEPT_ONLY = f"""\
+[delivery]
+enabled = false
+providers = "{CONF / "providers.toml"}"
+replies = "{CONF / "replies.toml"}"
+"""
 START_TIMEOUT = 180.0  # initdb, migrations and the first start of PostgreSQL
 STOP_TIMEOUT = 60.0
 

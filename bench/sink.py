@@ -107,7 +107,8 @@ class Sink(Managed):
                 raise SinkError(f"smtp-sink on {self.host}:{self.port} did not answer within {START_TIMEOUT:.0f} s")
 
     def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
+        assert self._process is not None
+        assert self._process.stdout is not None
         stdout = self._process.stdout
         while chunk := stdout.read1(1 << 16):
             now = time.perf_counter()
