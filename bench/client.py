@@ -3,8 +3,9 @@
 `send()` runs one burst and measures its wall time: `sessions` parallel SMTP sessions
 that stay connected (-d) and share `messages` messages, each with a `size`-octet body
 (-l; smtp-source adds From, To, Date and a Message-Id unique within the run), one
-recipient each, numbered so that recipients differ (-N). smtp-source has no
-pipelining: every command waits for its reply, like most submitting applications.
+recipient each (or `recipients`, -r), numbered so that recipients differ (-N).
+smtp-source has no pipelining: every command waits for its reply, like most
+submitting applications.
 Any reply other than the expected 2xx/3xx makes smtp-source stop with an error,
 which `send()` raises as ClientError.
 """
@@ -29,6 +30,7 @@ class ClientError(Exception):
 class Burst:
     messages: int
     seconds: float
+    started: float = 0.0  # perf_counter() just before smtp-source started
 
     @property
     def rate(self) -> float:
@@ -40,7 +42,9 @@ def smtp_source() -> str | None:
     return shutil.which("smtp-source") or shutil.which("smtp-source", path="/usr/sbin:/usr/bin")
 
 
-def send(host: str, port: int, *, sessions: int, messages: int, size: int, timeout: float) -> Burst:
+def send(
+    host: str, port: int, *, sessions: int, messages: int, size: int, timeout: float, recipients: int = 1
+) -> Burst:
     """Send one burst to host:port (a loopback address) and time it; blocks until done."""
     if not host.startswith("127."):
         raise ClientError(f"refusing to send to {host}: the benchmark stays on loopback")
@@ -48,6 +52,7 @@ def send(host: str, port: int, *, sessions: int, messages: int, size: int, timeo
     if program is None:
         raise ClientError("smtp-source is missing (Debian package postfix)")
     argv = [program, "-d", "-N", "-s", str(sessions), "-m", str(messages), "-l", str(size)]
+    argv += ["-r", str(recipients)] if recipients > 1 else []
     argv += ["-M", HELO, "-f", SENDER, "-t", RECIPIENT, f"{host}:{port}"]
     started = time.perf_counter()
     try:
@@ -58,4 +63,4 @@ def send(host: str, port: int, *, sessions: int, messages: int, size: int, timeo
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
         raise ClientError(f"smtp-source exited {done.returncode}: {said[-1] if said else 'no message'}")
-    return Burst(messages, seconds)
+    return Burst(messages, seconds, started)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtad import delivery, envelope, errors, outcomes, routing, sessions, submission, tenants
+from mtad import datafiles, delivery, envelope, errors, outcomes, routing, sessions, submission, tenants
 from mtad.endpoints import HostPort
 
 DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
@@ -358,12 +358,7 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
     problems: list[str] = []
     document: dict[str, Any] = {}
     if path is not None:
-        try:
-            document = tomllib.loads(path.read_text())
-        except OSError as exc:
-            raise errors.ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise errors.ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+        document = datafiles.read_toml(path)
     raw, origin = _merge(document, env, problems)
     values: dict[str, dict[str, Any]] = {}
     for section, fields in SCHEMA.items():

@@ -14,13 +14,12 @@ from __future__ import annotations
 import enum
 import random
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtad import errors
+from mtad import datafiles, errors
 from mtad.lifecycle import Reason, State
 from mtad.replies import Reply
 
@@ -141,12 +140,7 @@ def classify_failure(failure: Failure) -> Verdict:
 
 def load_rules(path: Path) -> Rules:
     """Read conf/replies.toml; ConfigError lists every problem."""
-    try:
-        document = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise errors.ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise errors.ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    document = datafiles.read_toml(path)
     return parse_rules(document, str(path))
 
 

@@ -20,7 +20,6 @@ import asyncio
 import ipaddress
 import random
 import time
-import tomllib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ import dns.nameserver
 import dns.rdatatype
 import dns.resolver
 
-from mtad import errors
+from mtad import datafiles, errors
 from mtad.endpoints import HostPort
 
 # How long to remember an answer that came with no usable TTL, and the bounds on any.
@@ -129,12 +128,7 @@ def _under(host: str, suffixes: tuple[str, ...]) -> bool:
 
 def load_providers(path: Path) -> Providers:
     """Read conf/providers.toml; ConfigError lists every problem."""
-    try:
-        document = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise errors.ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise errors.ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    document = datafiles.read_toml(path)
     return parse_providers(document, str(path))
 
 
