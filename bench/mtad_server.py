@@ -22,6 +22,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -43,6 +44,7 @@ enabled = false
 providers = "{CONF / "providers.toml"}"
 replies = "{CONF / "replies.toml"}"
 """
+_OUTCOME = re.compile(rb'"event": "(delivered|deferred|bounced|failed|cancelled)"')
 START_TIMEOUT = 180.0  # initdb, migrations and the first start of PostgreSQL
 STOP_TIMEOUT = 60.0
 
@@ -105,6 +107,8 @@ class MtadServer(Managed):
         self._ready = threading.Event()
         self._ready_line: dict[str, object] = {}
         self._reader: threading.Thread | None = None
+        self._log_offset = 0
+        self._outcomes: Counter[str] = Counter()
 
     def start(self) -> None:
         """Start mtad, wait for its `ready` line, and check the database's durability settings."""
@@ -152,7 +156,7 @@ class MtadServer(Managed):
     def _read_stdout(self, stdout: io.BufferedReader) -> None:
         """Copy mtad's stdout to a file so the pipe never fills; note the ready line on the way."""
         try:
-            with self.stdout_log.open("wb") as log:
+            with self.stdout_log.open("wb", buffering=0) as log:  # unbuffered: outcomes() reads it live
                 for line in stdout:
                     log.write(line)
                     if b'"event": "ready"' in line:
@@ -193,6 +197,18 @@ class MtadServer(Managed):
         rows = self.query("SELECT state, count(*) FROM deliveries GROUP BY state")
         return {state: int(n) for state, n in (row.split("|") for row in rows)}
 
+    def outcomes(self) -> Counter[str]:
+        """Delivery outcomes logged so far (`delivered`, `deferred`, ...), one line per recipient.
+
+        Reads only what the log gained since the last call (cheaper than asking the spool)."""
+        with contextlib.suppress(OSError), self.stdout_log.open("rb") as log:
+            log.seek(self._log_offset)
+            text = log.read()
+            text = text[: text.rfind(b"\n") + 1]  # a line being written is read next time
+            self._log_offset += len(text)
+            self._outcomes.update(event.decode() for event in _OUTCOME.findall(text))
+        return self._outcomes
+
     def rss_kib(self) -> int:
         """Resident memory of the mtad process (not of its PostgreSQL), in KiB."""
         assert self._process is not None
@@ -212,9 +228,20 @@ class MtadServer(Managed):
                     continue
                 problems[f"{record.get('level')}: {record.get('event')}"] += 1
         with contextlib.suppress(OSError):
-            for line in self.stderr_log.read_text(errors="replace").splitlines():
-                problems["stderr: " + line.strip()[:100]] += 1
+            for said in self.stderr_log.read_text(errors="replace").splitlines():
+                problems["stderr: " + said.strip()[:100]] += 1
         return problems
+
+    def problem_lines(self, limit: int = 3) -> list[str]:
+        """The first lines mtad logged at level warning or above, as they are (read after the runs)."""
+        found: list[str] = []
+        with contextlib.suppress(OSError), self.stdout_log.open("rb") as log:
+            for line in log:
+                if b'"level": "info"' not in line and b'"level": "debug"' not in line:
+                    found.append(line.decode(errors="replace").strip()[:400])
+                    if len(found) == limit:
+                        break
+        return found
 
     def stop(self) -> None:
         """SIGTERM mtad (it stops its PostgreSQL) and wait; if it does not go, kill it and stop PostgreSQL."""

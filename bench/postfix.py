@@ -1,12 +1,20 @@
-"""Postfix under test: a private instance from Debian's package, in a temp dir, on hold.
+"""Postfix under test: a private instance from Debian's package, in a temp dir, on hold or relaying.
 
 Not the system's Postfix: `postfix -c DIR` with a main.cf and master.cf written here,
-its own queue and data directories, smtpd on 127.0.0.1:<free port> only. Every message
-is accepted on hold (`smtpd_end_of_data_restrictions = check_client_access
-static:HOLD`): cleanup writes the queue file, fsyncs it and moves it to hold/ before
-smtpd answers 250, and the queue manager never sees it. Nothing can be delivered
-anyway: local, relay and default transports all discard. fsync is left as Postfix
-ships it (on). Logging goes to a file through postlogd, as mtad's log goes to a file.
+its own queue and data directories, smtpd on 127.0.0.1:<free port> only. fsync is
+left as Postfix ships it (on). Logging goes to a file through postlogd, as mtad's
+log goes to a file.
+
+On hold (the accept benchmark): every message is accepted on hold
+(`smtpd_end_of_data_restrictions = check_client_access static:HOLD`): cleanup writes
+the queue file, fsyncs it and moves it to hold/ before smtpd answers 250, and the
+queue manager never sees it. Nothing can be delivered anyway: local, relay and
+default transports all discard.
+
+Relaying (the delivery benchmark, `relay=(host, port)`): nothing is held; every
+message goes through the queue manager to the smtp client, which sends it to the
+relay host (the sink) with `concurrency` sessions at most, kept in Postfix's
+connection cache and reused.
 
 Between runs `reset()` deletes every queued message with postsuper.
 """
@@ -14,6 +22,7 @@ Between runs `reset()` deletes every queued message with postsuper.
 from __future__ import annotations
 
 import os
+import re
 import select
 import shutil
 import socket
@@ -21,14 +30,16 @@ import stat
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from bench.server import Managed
 
 TIMEOUT = 60.0
+_STATUS = re.compile(rb" status=(\w+)")
 
 MAIN_CF = """\
-# A private Postfix for the benchmark: loopback only, accepts on hold, delivers nothing.
+# A private Postfix for the benchmark: loopback only.
 compatibility_level = 3.6
 config_directory = {root}/etc
 queue_directory = {root}/queue
@@ -48,15 +59,29 @@ alias_maps =
 alias_database =
 smtpd_relay_restrictions = permit_mynetworks, reject
 smtpd_recipient_restrictions = permit_mynetworks, reject
+smtpd_banner = $myhostname ESMTP
+biff = no
+maillog_file = {root}/maillog
+maillog_file_prefixes = {root}
+"""
+
+HOLD_CF = """\
 # Keep what is accepted on hold: accept durably, like mtad, and go no further.
 smtpd_end_of_data_restrictions = check_client_access static:HOLD
 local_transport = discard:no local delivery in the benchmark
 relay_transport = discard:no delivery in the benchmark
 default_transport = discard:no delivery in the benchmark
-smtpd_banner = $myhostname ESMTP
-biff = no
-maillog_file = {root}/maillog
-maillog_file_prefixes = {root}
+"""
+
+RELAY_CF = """\
+# Relay everything to the sink, at most {concurrency} sessions, cached and reused.
+relayhost = [{host}]:{port}
+local_transport = discard:no local delivery in the benchmark
+relay_transport = smtp
+default_transport = smtp
+default_destination_concurrency_limit = {concurrency}
+smtp_destination_concurrency_limit = {concurrency}
+smtp_connection_cache_destinations = $relayhost
 """
 
 # The services smtpd and cleanup need, none chrooted; smtpd on the loopback port only.
@@ -80,6 +105,7 @@ anvil     unix  - - n -     1 anvil
 scache    unix  - - n -     1 scache
 postlog   unix-dgram n - n - 1 postlogd
 """
+RELAY_MASTER_CF = "smtp      unix  - - n -     - smtp\n"
 
 
 class PostfixError(Exception):
@@ -107,8 +133,12 @@ class PostfixServer(Managed):
 
     name = "Postfix"
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, relay: tuple[str, int] | None = None, concurrency: int = 50) -> None:
         self.workdir = workdir
+        self.relay = relay
+        self.concurrency = concurrency
+        self._log_offset = 0
+        self._statuses: Counter[str] = Counter()
         self.config_dir = workdir / "etc"
         self.queue_dir = workdir / "queue"
         self.host = "127.0.0.1"
@@ -138,8 +168,14 @@ class PostfixServer(Managed):
         for sub in ("etc", "queue", "data"):
             (self.workdir / sub).mkdir(exist_ok=True)
         shutil.chown(self.workdir / "data", "postfix", "postfix")
-        (self.config_dir / "main.cf").write_text(MAIN_CF.format(root=self.workdir))
-        (self.config_dir / "master.cf").write_text(MASTER_CF.format(port=self.port))
+        main_cf, master_cf = MAIN_CF.format(root=self.workdir), MASTER_CF.format(port=self.port)
+        if self.relay is None:
+            main_cf += HOLD_CF
+        else:
+            main_cf += RELAY_CF.format(host=self.relay[0], port=self.relay[1], concurrency=self.concurrency)
+            master_cf += RELAY_MASTER_CF
+        (self.config_dir / "main.cf").write_text(main_cf)
+        (self.config_dir / "master.cf").write_text(master_cf)
         self.version = subprocess.run(
             ["postconf", "-c", str(self.config_dir), "-h", "mail_version"],
             capture_output=True,
@@ -175,6 +211,21 @@ class PostfixServer(Managed):
 
     def _files(self, queue: str) -> int:
         return sum(len(files) for _, _, files in os.walk(self.queue_dir / queue))
+
+    def statuses(self) -> Counter[str]:
+        """Delivery statuses logged so far (`status=sent`, `deferred`, ...), one per recipient.
+
+        Reads only what the log gained since the last call."""
+        try:
+            with (self.workdir / "maillog").open("rb") as log:
+                log.seek(self._log_offset)
+                text = log.read()
+        except OSError:
+            return self._statuses
+        text = text[: text.rfind(b"\n") + 1]  # a line being written is read next time
+        self._log_offset += len(text)
+        self._statuses.update(status.decode() for status in _STATUS.findall(text))
+        return self._statuses
 
     def log_problems(self) -> dict[str, int]:
         """Warnings, errors and fatal lines of Postfix's log, by text (read after the runs)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import statistics
 import subprocess
 from dataclasses import dataclass, field
@@ -33,7 +34,8 @@ def size_label(size: int) -> str:
     return f"{size // 1024} KB" if size % 1024 == 0 else f"{size} B"
 
 
-def _spread(rates: list[float]) -> str:
+def spread(rates: list[float]) -> str:
+    """min / median / max, or "failed" when there is none."""
     if not rates:
         return "failed"
     return " / ".join(f"{x:,.0f}" for x in (min(rates), statistics.median(rates), max(rates)))
@@ -52,14 +54,20 @@ def table(cells: list[Cell], servers: list[str]) -> str:
     compare = "mtad" in servers and "Postfix" in servers
     if compare:
         head.append("mtad/Postfix")
-    rows = [head, ["---"] * len(head)]
+    rows = []
     for cell in cells:
         row = [size_label(cell.size), str(cell.sessions), f"{cell.messages:,}"]
-        row += [_spread(cell.rates.get(name, [])) for name in servers]
+        row += [spread(cell.rates.get(name, [])) for name in servers]
         if compare:
             r = ratio(cell)
             row.append("-" if r is None else f"{r:.2f}")
         rows.append(row)
+    return markdown_table(head, rows)
+
+
+def markdown_table(head: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table with aligned columns (readable as plain text too)."""
+    rows = [head, ["---"] * len(head), *rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = []
     for row in rows:
@@ -164,25 +172,50 @@ def _git_commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def results_md(
-    *, date: str, command: str, seconds: float, machine: dict[str, str], method: str, tables: str, notes: list[str]
-) -> str:
-    """The text of bench/RESULTS.md."""
+PARTS = ("accept", "delivery", "sessions", "memory")  # the order of the sections in RESULTS.md
+_MACHINE_LINE = re.compile(r"^- ([^:\n]+): (.*)$", re.M)
+_SECTION = re.compile(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->\n", re.S)
+
+
+def section_md(title: str, *, date: str, command: str, seconds: float, body: str, notes: list[str]) -> str:
+    """One part's section of RESULTS.md: when and how it was measured, then its text and notes."""
     lines = [
-        "# Durable accept throughput: mtad and Postfix",
-        "",
-        "Written by `python -m bench` (`make bench`); every run overwrites it.",
+        f"## {title}",
         "",
         f"- date: {date}",
-        f"- command: `{command}` (took {seconds / 60:.1f} min)",
-        *(f"- {key}: {value}" for key, value in machine.items()),
+        f"- command: `{command}` (this part took {seconds / 60:.1f} min)",
+        f"- mtad: {mtad.__version__} (commit {_git_commit()})",
         "",
-        "## Method",
-        "",
-        method,
-        "",
-        tables,
+        body.rstrip("\n"),
     ]
     if notes:
-        lines += ["", "## Notes from this run", "", *(f"- {note}" for note in notes)]
+        lines += ["", "### Notes from this run", "", *(f"- {note}" for note in notes)]
     return "\n".join(lines) + "\n"
+
+
+def write_results(path: Path, machine: dict[str, str], sections: dict[str, str]) -> None:
+    """Write bench/RESULTS.md: the machine, then one section per part, in PARTS order.
+    A part that did not run this time (`--only`) keeps the section it had in the file,
+    and the machine keeps the versions only those parts reported."""
+    kept: dict[str, str] = {}
+    if path.exists():
+        text = path.read_text()
+        kept = dict(_SECTION.findall(text))
+        before = text.partition("## Machine\n")[2].partition("<!--")[0]
+        machine = dict(_MACHINE_LINE.findall(before)) | machine  # versions of parts that did not run
+    kept.update(sections)
+    lines = [
+        "# mtad benchmarks: accept, delivery, outbound sessions, spool memory",
+        "",
+        "Written by `python -m bench` (`make bench`): every part rewrites its own section,",
+        "and `--only` leaves the sections of the other parts as they were.",
+        "",
+        "## Machine",
+        "",
+        *(f"- {key}: {value}" for key, value in machine.items()),
+        "",
+    ]
+    for key in PARTS:
+        if key in kept:
+            lines += [f"<!-- bench:{key} -->", kept[key].rstrip("\n"), f"<!-- /bench:{key} -->", ""]
+    path.write_text("\n".join(lines))

@@ -14,6 +14,7 @@ smtp-sink needs `-u USER` when it runs as root (it drops to that user after bind
 from __future__ import annotations
 
 import bisect
+import io
 import os
 import re
 import shutil
@@ -82,9 +83,11 @@ class Sink(Managed):
         argv += ["-w", str(self.delay)] if self.delay is not None else []
         argv += ["-u", "nobody"] if os.geteuid() == 0 else []
         argv += [f"{self.host}:{self.port}", "1024"]
-        self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
-        self._reader = threading.Thread(target=self._read, name=f"sink-{self.port}", daemon=True)
-        self._reader.start()
+        stdout = subprocess.PIPE if self.count_messages else subprocess.DEVNULL
+        self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout)
+        if self.count_messages:
+            self._reader = threading.Thread(target=self._read, name=f"sink-{self.port}", daemon=True)
+            self._reader.start()
         self._wait_listening()
 
     def _wait_listening(self) -> None:
@@ -108,7 +111,7 @@ class Sink(Managed):
 
     def _read(self) -> None:
         assert self._process is not None
-        assert self._process.stdout is not None
+        assert isinstance(self._process.stdout, io.BufferedReader)
         stdout = self._process.stdout
         while chunk := stdout.read1(1 << 16):
             now = time.perf_counter()

