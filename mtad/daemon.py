@@ -114,6 +114,7 @@ class Daemon:
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
         self._stop = asyncio.Event()
+        self._closing: list[db.Database] = []
 
     def stop(self) -> None:
         self._stop.set()
@@ -140,7 +141,9 @@ class Daemon:
         router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
         engine = None
         if out.enabled:
-            engine = delivery.Delivery(out.engine, database, router, sessions.Pool(out.sessions), out.rules)
+            queue = await db.Database.connect(database.dsn, max_size=settings.database.pool_size, replan=True)
+            self._closing.append(queue)
+            engine = delivery.Delivery(out.engine, queue, router, sessions.Pool(out.sessions), out.rules)
         committer = spool.GroupCommitter(
             database,
             window=settings.spool.commit_window,
@@ -197,6 +200,8 @@ class Daemon:
             committer.close()
             if web is not None:
                 await web.close()
+            for pool in self._closing:
+                await pool.close()
             with contextlib.suppress(errors.SpoolError):
                 await nodes.deregister(database, node_id)
         logger.info("stopped", committed=committer.statistics().messages)

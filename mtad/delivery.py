@@ -179,6 +179,10 @@ class Delivery:
     def lease_until(self, now: datetime) -> datetime:
         return now + timedelta(seconds=self.settings.lease_duration)
 
+    def has_room(self) -> bool:
+        """Whether to take newly accepted deliveries (else they are queued for anyone)."""
+        return not self._stopping and len(self._held) < self.settings.max_held
+
     def accepted(self, deliveries: list[spool.NewDelivery]) -> None:
         """Deliveries the accept path just leased to this node: straight to routing."""
         if self._stopping:
@@ -190,7 +194,9 @@ class Delivery:
                 self._messages[m.id] = _Message(m.id, m.tenant, m.sender, m.body, m.smtputf8)
             held.append(Leased(d.id, m.id, d.recipient, d.domain, m.priority, 0, 0, m.received_at, False))
         if self._tasks is None:
-            self._early.extend(held)  # accepted while run() is starting: admitted once it runs
+            for leased in held:  # accepted while run() is starting: held now, routed once it runs
+                self._held[leased.id] = leased
+            self._early.extend(held)
         else:
             self._admit(held)
 
@@ -308,12 +314,15 @@ class Delivery:
         return len(got) == room
 
     async def _renew(self) -> None:
-        if not self._held:
+        asked = [i for i in self._held if i not in self._started]
+        if not asked:
             return
         now = self._now()
-        kept = await leases.renew(self._db, self.node, list(self._held), self.lease_until(now))
-        lost = [i for i in self._held if i not in kept and i not in self._started]
-        for delivery in lost:  # taken over after our lease expired: not ours to send any more
+        kept = await leases.renew(self._db, self.node, asked, self.lease_until(now))
+        # Lost: taken over after our lease expired, or recorded meanwhile (then already
+        # let go of). Only what we still hold and nobody is working on counts.
+        lost = [i for i in asked if i not in kept and i in self._held and i not in self._started]
+        for delivery in lost:
             self._held.pop(delivery, None)
         if lost:
             log.warning("leases_lost", count=len(lost))
@@ -454,6 +463,7 @@ class Delivery:
         self, job: _Job, route: routing.Route | None, verdicts: dict[int, tuple[Verdict, Any]], data: dict[str, Any]
     ) -> None:
         """Decide each delivery's next state, record it with its event, let go of it."""
+        self._started.update(d.id for d in job.deliveries)  # being recorded: not for renewal
         now = self._now()
         try:
             tenant = (await self._message(job.message)).tenant
@@ -476,7 +486,10 @@ class Delivery:
             )
             if route is not None:
                 self._gate.observe(route.group, verdict)
-        await leases.record(self._db, self.node, recorded, now)
+        try:
+            await leases.record(self._db, self.node, recorded, now)
+        finally:
+            self._started.difference_update(d.id for d in job.deliveries)
         for outcome in recorded:
             self._count(outcome, job)
         self._forget(job)

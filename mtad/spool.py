@@ -87,6 +87,10 @@ class FastPath(Protocol):
 
     def lease_until(self, now: datetime) -> datetime: ...
 
+    def has_room(self) -> bool:
+        """False when the node holds all it may: new deliveries stay queued for any node."""
+        ...
+
     def accepted(self, deliveries: list[NewDelivery]) -> None:
         """Sync: enqueue, never wait."""
         ...
@@ -229,7 +233,7 @@ class GroupCommitter:
                 rcpt_of.append(index)
                 rcpts.append(str(rcpt))
                 domains.append(rcpt.domain)
-        fast = self._fast_path
+        fast = self._fast_path if self._fast_path is not None and self._fast_path.has_room() else None
         row = await self._db.call(
             "spool/accept",
             [m.id for m in messages],

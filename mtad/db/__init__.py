@@ -138,11 +138,19 @@ class Database:
         self.dsn = dsn
 
     @classmethod
-    async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Database:
-        """Open the pool; raises DatabaseUnavailable if the server cannot be reached."""
+    async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10, replan: bool = False) -> Database:
+        """Open the pool; raises DatabaseUnavailable if the server cannot be reached.
+
+        replan: plan every statement with the table sizes of the moment, never
+        reuse a generic plan. A generic plan made while the spool was drained (a
+        sequential scan of a tiny table) stays for the connection's life as the
+        table grows; the delivery queries (leasing, recording) need this, the
+        accept statement does not (it only inserts, through unique indexes).
+        """
         with _translated():
             pool = await asyncpg.create_pool(
                 dsn,
+                server_settings={"plan_cache_mode": "force_custom_plan"} if replan else None,
                 min_size=min_size,
                 max_size=max_size,
                 timeout=CONNECT_TIMEOUT,

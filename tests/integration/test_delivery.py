@@ -203,3 +203,13 @@ async def test_repeated_failures_of_mtad_itself_end_as_a_dead_letter(database: d
     row = (await deliveries(database))["a@sink.test"]
     assert (row["state"], row["reason"], row["failures"]) == ("failed", "internal", 2)
     assert sink.connections == 0
+
+
+async def test_a_full_node_leaves_new_deliveries_queued_for_any_node(database: db.Database, sink: Sink) -> None:
+    mtad = engine(database, sink, max_held=1)
+    async with running(spool.GroupCommitter(database, fast_path=mtad)) as committer:
+        await committer.commit(new_message("first@down.test"))  # held (run() has not started)
+        await committer.commit(new_message("second@down.test"))  # no room: queued
+    rows = await deliveries(database)
+    assert (rows["first@down.test"]["state"], rows["first@down.test"]["lease_owner"]) == ("leased", "n1")
+    assert (rows["second@down.test"]["state"], rows["second@down.test"]["lease_owner"]) == ("queued", None)

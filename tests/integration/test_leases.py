@@ -177,6 +177,9 @@ class Collector:
     def lease_until(self, now: datetime) -> datetime:
         return now + timedelta(minutes=5)
 
+    def has_room(self) -> bool:
+        return True
+
     def accepted(self, deliveries: list[spool.NewDelivery]) -> None:
         self.deliveries.extend(deliveries)
 
