@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import structlog
 
 from mtad import db, errors, leases, metrics, outcomes, routing, sessions, spool
+from mtad.batching import Batcher
 from mtad.leases import Leased, Outcome
 from mtad.lifecycle import Reason, State
 from mtad.outcomes import Failure, Verdict
@@ -168,6 +169,9 @@ class Delivery:
         self._stop = asyncio.Event()
         self._stopping = False
         self._early: list[Leased] = []
+        # Attempt ids and outcomes of concurrent attempts are written together.
+        self._begin: Batcher[leases.Attempt, set[int]] = Batcher(self._begin_batch)
+        self._record: Batcher[list[Outcome], set[int]] = Batcher(self._record_batch)
         self._stats = DeliveryStats()
 
     def statistics(self) -> DeliveryStats:
@@ -418,7 +422,7 @@ class Delivery:
             await self._finish(job, route, _failed(job, Failure.MESSAGE_UNREADABLE), {"message": "missing"})
             return
         attempt = uuid.uuid4()
-        owned = await leases.begin(self._db, self.node, [d.id for d in job.deliveries], attempt, route.group, now)
+        owned = await self._begin.submit(leases.Attempt(attempt, tuple(d.id for d in job.deliveries), route.group))
         lost = [d for d in job.deliveries if d.id not in owned]
         if lost:
             log.warning("leases_lost_before_sending", count=len(lost))
@@ -487,7 +491,7 @@ class Delivery:
             if route is not None:
                 self._gate.observe(route.group, verdict)
         try:
-            await leases.record(self._db, self.node, recorded, now)
+            await self._record.submit(recorded)
         finally:
             self._started.difference_update(d.id for d in job.deliveries)
         for outcome in recorded:
@@ -504,6 +508,14 @@ class Delivery:
             return State.BOUNCED, Reason.EXPIRED, None
         delay = self.settings.retry.delay(d.attempts + 1, self._rng)
         return State.DEFERRED, reason, now + timedelta(seconds=delay)
+
+    async def _begin_batch(self, attempts: list[leases.Attempt]) -> list[set[int]]:
+        owned = await leases.begin(self._db, self.node, attempts, self._now())
+        return [owned.intersection(a.deliveries) for a in attempts]
+
+    async def _record_batch(self, batches: list[list[Outcome]]) -> list[set[int]]:
+        recorded = await leases.record(self._db, self.node, [o for batch in batches for o in batch], self._now())
+        return [recorded.intersection(o.delivery for o in batch) for batch in batches]
 
     def _count(self, outcome: Outcome, job: _Job) -> None:
         name = outcome.state.value

@@ -77,11 +77,22 @@ async def renew(database: db.Database, node: str, ids: Sequence[int], until: dat
     return {r["id"] for r in await database.fetch("leases/renew", node, list(ids), until)}
 
 
-async def begin(
-    database: db.Database, node: str, ids: Sequence[int], attempt: uuid.UUID, group: str, now: datetime
-) -> set[int]:
-    """Write the attempt id before DATA; returns the ids still leased to this node."""
-    return {r["id"] for r in await database.fetch("leases/begin", node, list(ids), attempt, group, now)}
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """Deliveries about to be sent together, as one attempt to one provider group."""
+
+    id: uuid.UUID
+    deliveries: tuple[int, ...]
+    group: str
+
+
+async def begin(database: db.Database, node: str, attempts: Sequence[Attempt], now: datetime) -> set[int]:
+    """Write the attempt ids before DATA (one statement for several attempts);
+    returns the delivery ids still leased to this node."""
+    ids = [d for a in attempts for d in a.deliveries]
+    attempt_ids = [a.id for a in attempts for _ in a.deliveries]
+    groups = [a.group for a in attempts for _ in a.deliveries]
+    return {r["id"] for r in await database.fetch("leases/begin", node, ids, attempt_ids, groups, now)}
 
 
 async def record(database: db.Database, node: str, outcomes: Sequence[Outcome], now: datetime) -> set[int]:

@@ -147,7 +147,7 @@ async def test_a_send_cut_by_a_crash_is_retried_and_flagged(database: db.Databas
     await accept(database, new_message("a@sink.test"))
     now = datetime.now(UTC)
     [leased] = await leases.lease(database, "crashed", 1, now, now + timedelta(seconds=1))
-    await leases.begin(database, "crashed", [leased.id], uuid.uuid4(), "g", now)
+    await leases.begin(database, "crashed", [leases.Attempt(uuid.uuid4(), (leased.id,), "g")], now)
     assert await leases.reap(database, now + timedelta(seconds=5)) == 1
     await engine(database, sink).run_until_idle()
     [event] = await query(database, "SELECT data FROM events WHERE kind = 'delivered'")

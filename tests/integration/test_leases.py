@@ -65,7 +65,7 @@ async def test_renew_and_begin_only_touch_own_leases(database: db.Database) -> N
     ids = [mine[0].id, theirs[0].id]
     assert await leases.renew(database, "n1", ids, now + timedelta(minutes=5)) == {mine[0].id}
     attempt = uuid.uuid4()
-    assert await leases.begin(database, "n1", ids, attempt, "mx:x", now) == {mine[0].id}
+    assert await leases.begin(database, "n1", [leases.Attempt(attempt, tuple(ids), "mx:x")], now) == {mine[0].id}
     [row] = await query(database, "SELECT attempt_id, route_group FROM deliveries WHERE id = $1", mine[0].id)
     assert (row["attempt_id"], row["route_group"]) == (attempt, "mx:x")
 
@@ -125,7 +125,7 @@ async def test_expired_leases_are_reaped_and_say_whether_they_may_have_been_sent
     await spool_messages(database, "a@example.com", "b@example.com")
     now = datetime.now(UTC)
     a, b = await leases.lease(database, "dead-node", 2, now, now + timedelta(seconds=30))
-    await leases.begin(database, "dead-node", [a.id], uuid.uuid4(), "g", now)  # a was on the wire
+    await leases.begin(database, "dead-node", [leases.Attempt(uuid.uuid4(), (a.id,), "g")], now)  # a was on the wire
     assert await leases.reap(database, now) == 0  # not expired yet
     assert await leases.reap(database, now + timedelta(minutes=1)) == 2
     assert set((await states(database)).values()) == {"queued"}
@@ -143,7 +143,7 @@ async def test_release_hands_back_what_was_not_started(database: db.Database) ->
     await spool_messages(database, "a@example.com", "b@example.com")
     now = datetime.now(UTC)
     a, b = await leases.lease(database, "n1", 2, now, now + timedelta(minutes=5))
-    await leases.begin(database, "n1", [a.id], uuid.uuid4(), "g", now)
+    await leases.begin(database, "n1", [leases.Attempt(uuid.uuid4(), (a.id,), "g")], now)
     assert await leases.release(database, "n1", [a.id, b.id], now) == 1
     assert await states(database) == {a.id: "leased", b.id: "queued"}
 
