@@ -25,12 +25,36 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import aiosmtplib
+import aiosmtplib.protocol
+import aiosmtplib.smtp
 
 from mtad import metrics
 from mtad.outcomes import Failure
 from mtad.replies import Reply
 
 _ENHANCED = re.compile(r"^([245]\.\d{1,3}\.\d{1,3})\s*")
+
+
+class _PipeliningProtocol(aiosmtplib.protocol.SMTPProtocol):
+    """aiosmtplib's protocol, keeping replies that arrive while an earlier one waits.
+
+    aiosmtplib expects one reply per command it writes: data arriving while a
+    parsed reply waits to be picked up is dropped. With pipelined commands
+    (RFC 2920) the next replies can arrive exactly then; they are kept in the
+    buffer, where `_pipelined()` reads them. Data nobody asked for is still
+    dropped, as aiosmtplib intends.
+    """
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self._response_waiter
+        if waiter is not None and self._response_pending and waiter.done():
+            self._buffer.extend(data)
+            return
+        super().data_received(data)
+
+
+# aiosmtplib makes its protocol by this module-level name (pinned version).
+setattr(aiosmtplib.smtp, "SMTPProtocol", _PipeliningProtocol)  # noqa: B010
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +118,7 @@ class _Session:
         self.messages = 0
         self.last_used = now
         self.smtputf8 = client.supports_extension("smtputf8")
+        self.pipelining = client.supports_extension("pipelining")
 
     @property
     def alive(self) -> bool:
@@ -170,34 +195,40 @@ class Pool:
     async def _transact(self, session: _Session, tx: Transaction) -> Result:
         client, timeout = session.client, self.settings.command_timeout
         result = Result(tls=session.tls)
+        options = b" SMTPUTF8" if tx.smtputf8 and session.smtputf8 else b""
+        commands = [b"MAIL FROM:<" + _wire(tx.sender) + b">" + options]
+        commands += [b"RCPT TO:<" + _wire(rcpt) + b">" for rcpt in tx.recipients]
+        commands.append(b"DATA")
         try:
-            options = [b"SMTPUTF8"] if tx.smtputf8 and session.smtputf8 else []
-            response = await client.execute_command(b"MAIL", b"FROM:<" + _wire(tx.sender) + b">", *options,
-                                                    timeout=timeout)  # fmt: skip
-            if response.code != 250:
-                reply = reply_of(response.code, response.message)
-                result.replies = dict.fromkeys(tx.recipients, reply)
+            if session.pipelining:  # RFC 2920: the envelope in one write, the replies in order
+                responses = await _pipelined(client, commands, timeout)
+            else:
+                responses = await _one_by_one(client, commands, timeout)
+            mail, rcpts = responses[0], responses[1 : len(tx.recipients) + 1]
+            data = responses[-1] if len(responses) == len(commands) else None
+            if mail.code != 250:
+                result.replies = dict.fromkeys(tx.recipients, reply_of(mail.code, mail.message))
+            else:
+                accepted = []
+                for rcpt, response in zip(tx.recipients, rcpts, strict=True):
+                    if response.code in (250, 251):
+                        accepted.append(rcpt)
+                    else:
+                        result.replies[rcpt] = reply_of(response.code, response.message)
+                if accepted and data is not None and data.code == 354:
+                    result.data_sent = True
+                    reply = await _send_body(client, tx.body, timeout)
+                    for rcpt in accepted:
+                        result.replies[rcpt] = reply
+                    session.messages += 1
+                    return result
+                if accepted and data is not None:  # DATA refused although recipients were taken
+                    for rcpt in accepted:
+                        result.replies[rcpt] = reply_of(data.code, data.message)
+            if data is not None and data.code == 354:  # a server that took DATA with no recipient
+                await _send_body(client, b"", timeout)
+            else:
                 await client.execute_command(b"RSET", timeout=timeout)
-                return result
-            accepted = []
-            for rcpt in tx.recipients:
-                response = await client.execute_command(b"RCPT", b"TO:<" + _wire(rcpt) + b">", timeout=timeout)
-                if response.code in (250, 251):
-                    accepted.append(rcpt)
-                else:
-                    result.replies[rcpt] = reply_of(response.code, response.message)
-            if not accepted:
-                await client.execute_command(b"RSET", timeout=timeout)
-                return result
-            result.data_sent = True
-            try:
-                response = await client.data(tx.body, timeout=timeout)
-                reply = reply_of(response.code, response.message)
-            except aiosmtplib.SMTPDataError as exc:  # DATA refused, or the message refused after it
-                reply = reply_of(exc.code, exc.message)
-            for rcpt in accepted:
-                result.replies[rcpt] = reply
-            session.messages += 1
         except aiosmtplib.SMTPTimeoutError:
             result.failure = Failure.TIMEOUT
         except (aiosmtplib.SMTPServerDisconnected, ConnectionError):
@@ -328,6 +359,78 @@ class _Refused(Exception):
         super().__init__(reply.line() if reply else failure.value)
         self.reply = reply
         self.failure = failure
+
+
+async def _one_by_one(
+    client: aiosmtplib.SMTP, commands: Sequence[bytes], reply_timeout: float
+) -> list[aiosmtplib.SMTPResponse]:
+    """Each command and its reply in turn; stops after a refused MAIL (no RCPT, no DATA)
+    and before DATA when no recipient was taken."""
+    responses = [await client.execute_command(commands[0], timeout=reply_timeout)]
+    if responses[0].code != 250:
+        return responses
+    for command in commands[1:-1]:
+        responses.append(await client.execute_command(command, timeout=reply_timeout))
+    if any(r.code in (250, 251) for r in responses[1:]):
+        responses.append(await client.execute_command(commands[-1], timeout=reply_timeout))
+    return responses
+
+
+async def _pipelined(
+    client: aiosmtplib.SMTP, commands: Sequence[bytes], reply_timeout: float
+) -> list[aiosmtplib.SMTPResponse]:
+    """Write the commands at once and read their replies in order (RFC 2920).
+
+    aiosmtplib reads one reply per command it writes; here several replies can
+    arrive in one read, so the rest are taken from its buffer (see
+    _PipeliningProtocol). This leans on its protocol's internals (the version
+    is pinned). No other coroutine reads in between: the command lock is held.
+    """
+    protocol = client.protocol
+    if protocol is None or protocol._command_lock is None:
+        raise aiosmtplib.SMTPServerDisconnected("Connection lost")
+    responses: list[aiosmtplib.SMTPResponse] = []
+    async with protocol._command_lock:
+        protocol._response_pending = True
+        protocol.write(b"\r\n".join(commands) + b"\r\n")
+        while len(responses) < len(commands):
+            buffered = protocol._read_response_from_buffer()
+            if buffered is not None:
+                responses.append(buffered)
+                continue
+            try:
+                responses.append(await protocol.read_response(timeout=reply_timeout))
+            except aiosmtplib.SMTPReadTimeoutError as exc:
+                client.close()
+                raise aiosmtplib.SMTPTimeoutError(str(exc)) from exc
+            except aiosmtplib.SMTPServerDisconnected:
+                client.close()
+                raise
+    return responses
+
+
+async def _send_body(client: aiosmtplib.SMTP, body: bytes, reply_timeout: float) -> Reply:
+    """After 354: the message, dot-stuffed (RFC 5321 4.5.2), then the reply to it.
+
+    The body is CRLF-terminated already (submission refuses bare CR and LF)."""
+    protocol = client.protocol
+    if protocol is None or protocol._command_lock is None:
+        raise aiosmtplib.SMTPServerDisconnected("Connection lost")
+    if body and not body.endswith(b"\r\n"):
+        body += b"\r\n"
+    stuffed = (b"." + body if body.startswith(b".") else body).replace(b"\r\n.", b"\r\n..")
+    async with protocol._command_lock:
+        protocol._response_pending = True
+        protocol.write(stuffed + b".\r\n")
+        try:
+            response = await protocol.read_response(timeout=reply_timeout)
+        except aiosmtplib.SMTPReadTimeoutError as exc:
+            client.close()
+            raise aiosmtplib.SMTPTimeoutError(str(exc)) from exc
+        except aiosmtplib.SMTPServerDisconnected:
+            client.close()
+            raise
+    return reply_of(response.code, response.message)
 
 
 def _wire(address: str) -> bytes:

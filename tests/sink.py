@@ -44,6 +44,7 @@ class Sink:
     addresses: tuple[str, ...]
     port: int = 0
     tls: ssl.SSLContext | None = None
+    pipelining: bool = True  # advertise PIPELINING (RFC 2920)
     received: list[Received] = field(default_factory=list)
     connections: int = 0
     seen: set[str] = field(default_factory=set)  # flaky recipients already refused once
@@ -128,6 +129,13 @@ def _kind(recipient: str) -> str:
 class _Handler:
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
+
+    async def handle_EHLO(
+        self, server: SMTP, session: Session, envelope: Envelope, hostname: str, responses: list[str]
+    ) -> list[str]:
+        session.host_name = hostname
+        extra = ["250-PIPELINING"] if self.sink.pipelining else []
+        return [*responses[:-1], *extra, responses[-1]]
 
     async def handle_RCPT(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]

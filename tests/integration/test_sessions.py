@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiosmtplib
+import aiosmtplib.protocol
 import pytest
 
 from mtad import sessions
@@ -34,7 +36,9 @@ def tx(*recipients: str) -> sessions.Transaction:
     return sessions.Transaction("app@example.org", recipients or ("a@example.com",), BODY)
 
 
-async def test_each_recipient_gets_its_own_reply_and_sessions_are_reused(sink: Sink) -> None:
+@pytest.mark.parametrize("pipelining", [True, False])
+async def test_each_recipient_gets_its_own_reply_and_sessions_are_reused(sink: Sink, pipelining: bool) -> None:
+    sink.pipelining = pipelining
     p = pool(sink)
     result = await p.deliver([target(sink)], tx("ok@example.com", "reject-1@example.com", "tempfail-1@example.com"))
     assert result.failure is None
@@ -128,3 +132,58 @@ def test_replies_are_parsed_into_values() -> None:
     )
     assert sessions.reply_of(250, "OK").enhanced == ""
     assert sessions.reply_of(451, "5.1.1 mismatched class").enhanced == ""  # a 4xx with a 5.x.x is not trusted
+
+
+@pytest.mark.parametrize("pipelining", [True, False])
+async def test_every_recipient_refused_or_the_sender_refused(sink: Sink, pipelining: bool) -> None:
+    sink.pipelining = pipelining
+    p = pool(sink)
+    refused = await p.deliver([target(sink)], tx("reject-1@example.com", "tempfail-2@example.com"))
+    assert {r: reply.code for r, reply in refused.replies.items()} == {
+        "reject-1@example.com": 550,
+        "tempfail-2@example.com": 451,
+    }
+    assert not refused.data_sent
+    after = await p.deliver([target(sink)], tx("fine@example.com"))  # the session is still in step
+    assert after.replies["fine@example.com"].code == 250
+    assert after.reused
+    await p.close()
+
+
+async def test_dots_at_the_start_of_lines_survive(sink: Sink) -> None:
+    body = b"Subject: dots\r\n\r\n.leading\r\n..two\r\n.\r\nend\r\n"
+    p = pool(sink)
+    result = await p.deliver([target(sink)], sessions.Transaction("app@example.org", ("a@example.com",), body))
+    assert result.replies["a@example.com"].code == 250
+    assert sink.received[0].data == body
+    await p.close()
+
+
+async def test_a_reply_arriving_while_the_previous_one_waits_is_kept() -> None:
+    """uvloop reads several segments in one go: the reply to the next pipelined command
+    can arrive before the coroutine picked up the previous one. aiosmtplib's protocol
+    drops it; mtad's keeps it for the pipelined reader."""
+
+    class Transport(asyncio.Transport):
+        def get_extra_info(self, name: str, default: object = None) -> object:
+            return default
+
+        def is_closing(self) -> bool:
+            return False
+
+        def write(self, data: bytes | bytearray | memoryview) -> None:
+            pass
+
+    def feed(protocol: aiosmtplib.protocol.SMTPProtocol) -> list[aiosmtplib.SMTPResponse]:
+        protocol.connection_made(Transport())
+        protocol.data_received(b"250 first\r\n")  # parsed: waits to be picked up
+        protocol.data_received(b"250 second\r\n")  # arrives in the same turn of the loop
+        got = []
+        if (buffered := protocol._read_response_from_buffer()) is not None:
+            got.append(buffered)
+        return got
+
+    loop = asyncio.get_running_loop()
+    kept = feed(sessions._PipeliningProtocol(loop=loop))
+    assert [r.message for r in kept] == ["second"]
+    assert feed(aiosmtplib.protocol.SMTPProtocol(loop=loop)) == []  # what the fix is for
