@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,8 +84,12 @@ class Sink:
 
     async def wait_for(self, count: int, within: float = 30) -> list[Received]:
         """Until `count` messages have arrived (bounded by `within` seconds)."""
+        return await self.wait_until(lambda received: len(received) >= count, within)
+
+    async def wait_until(self, holds: Callable[[list[Received]], bool], within: float = 30) -> list[Received]:
+        """Until `holds(received)` is true, checked at every arrival (bounded by `within` seconds)."""
         async with asyncio.timeout(within), self._arrived:
-            await self._arrived.wait_for(lambda: len(self.received) >= count)
+            await self._arrived.wait_for(lambda: holds(self.received))
         return self.received
 
     async def _record(self, received: Received) -> None:
@@ -218,6 +223,9 @@ class ThreadedSink:
         return list(self.sink.received)
 
     def wait_for(self, count: int, within: float = 60) -> list[Received]:
+        return self.wait_until(lambda received: len(received) >= count, within)
+
+    def wait_until(self, holds: Callable[[list[Received]], bool], within: float = 60) -> list[Received]:
         assert self.sink is not None
-        result: list[Received] = self._call(self.sink.wait_for(count, within), within)
+        result: list[Received] = self._call(self.sink.wait_until(holds, within), within)
         return list(result)
