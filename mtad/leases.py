@@ -130,12 +130,18 @@ async def release(database: db.Database, node: str, ids: Sequence[int], now: dat
     return int(await database.fetchval("leases/release", node, list(ids), now))
 
 
+async def messages(database: db.Database, ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
+    """The envelopes and bodies of messages, for sending; a message no longer in the
+    spool is left out."""
+    return [dict(row) for row in await database.fetch("leases/message_for_sending", list(ids))]
+
+
 async def message(database: db.Database, message_id: uuid.UUID) -> dict[str, Any]:
-    """The envelope and body of a message, for sending."""
-    row = await database.fetchrow("leases/message_for_sending", message_id)
-    if row is None:
+    """The envelope and body of one message, for sending."""
+    rows = await messages(database, [message_id])
+    if not rows:
         raise errors.NotFound(f"message {message_id} is not in the spool")
-    return dict(row)
+    return rows[0]
 
 
 ACTIONS = {"retry": State.QUEUED, "cancel": State.CANCELLED, "bounce": State.BOUNCED}

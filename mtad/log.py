@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import json
 import logging
 import sys
-from typing import TextIO
+import time
+from typing import Any, TextIO
 
 import structlog
 
@@ -61,6 +63,26 @@ class _Coalescing:
 
 
 _out: _Coalescing | None = None
+_encode = json.JSONEncoder(separators=(", ", ": "), default=repr).encode
+_second: list[Any] = [0, ""]  # the last whole second formatted, and its text
+
+
+def _timestamp() -> str:
+    """Now, ISO 8601 in UTC with microseconds, as structlog's TimeStamper(fmt="iso",
+    utc=True) writes it; the date and time of day are formatted once a second."""
+    now = time.time()
+    second = int(now)
+    if second != _second[0]:
+        _second[0], _second[1] = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return f"{_second[1]}.{int((now - second) * 1_000_000):06d}Z"
+
+
+def _json_line(logger: Any, method_name: str, event_dict: structlog.types.EventDict) -> str:
+    """Level, timestamp and JSON in one step: the records structlog's add_log_level,
+    TimeStamper and JSONRenderer make, at half the cost (delivery logs a line per recipient)."""
+    event_dict["level"] = "warning" if method_name == "warn" else "error" if method_name == "exception" else method_name
+    event_dict["timestamp"] = _timestamp()
+    return _encode(event_dict)
 
 
 def flush() -> None:
@@ -84,13 +106,16 @@ def configure(format: str = "json", level: str = "info", stream: TextIO | None =
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: structlog.types.Processor
+    processors: list[structlog.types.Processor]
     if format == "json":
         renderer = structlog.processors.JSONRenderer()
         shared.append(structlog.processors.format_exc_info)
+        processors = [structlog.processors.format_exc_info, _json_line]
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
+        processors = [*shared, renderer]
     structlog.configure(
-        processors=[*shared, renderer],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.WriteLoggerFactory(out),  # type: ignore[arg-type]  # a TextIO in all that it uses
         cache_logger_on_first_use=True,
