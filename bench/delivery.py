@@ -7,7 +7,8 @@ wall time of smtp-source) and end to end (MESSAGES / time from the start of smtp
 to the sink's receipt of the last message; the sink's counter says when, see sink.py).
 
 - mtad: `mtad run` with `[delivery] enabled = true`, a static route for the recipient
-  domain to the sink, and a providers file whose `[default] concurrency` is CONCURRENCY,
+  domain to the sink, and a providers file whose `[default]` bucket is unlimited with
+  CONCURRENCY sessions,
   `max_sessions_per_host` the same. It records every outcome in PostgreSQL.
 - Postfix: the private instance relaying (`relayhost` = the sink), with its destination
   concurrency limits set to CONCURRENCY and its connection cache on for the sink.
@@ -246,8 +247,8 @@ with {WARMUP:,} messages first.
 Settings, the same concurrency for both:
 - mtad: `mtad run`, embedded PostgreSQL with fsync and synchronous_commit on,
   `[delivery] enabled = true`, `[routes."{DOMAIN}"] relay = "127.0.0.1:<sink port>"`,
-  a providers file with `[default] concurrency = {concurrency}` (attempts in flight to the
-  sink), `max_sessions_per_host = {concurrency}`, other keys as in conf/mtad.toml
+  a providers file whose `[default]` bucket has `rate = "unlimited"` and `sessions = {concurrency}`
+  (attempts in flight to the sink), `max_sessions_per_host = {concurrency}`, other keys as in conf/mtad.toml
   (`max_messages_per_session = 100`, `idle_timeout = 30s`, `lease_batch = 500`,
   `max_held = 20000`, `max_recipients_per_transaction = 50`); JSON log at level info
   to a file (a line per accepted message and per delivered recipient).

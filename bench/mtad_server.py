@@ -66,14 +66,17 @@ class Delivery:
 
     relay: str
     domain: str = "example.com"
-    concurrency: int = 50  # [default] concurrency of its providers file: attempts in flight
+    concurrency: int = 50  # [default] sessions of its providers file: attempts in flight
     sessions_per_host: int = 50  # [delivery] max_sessions_per_host
     max_held: int = 20_000
     shutdown_timeout: str = "30s"
 
     def toml(self, workdir: Path) -> str:
         providers = workdir / "providers.toml"
-        providers.write_text(f"[default]\nconcurrency = {self.concurrency}\n")
+        # One unlimited bucket: no token pacing, the same session cap as Postfix's concurrency.
+        providers.write_text(
+            f'[default]\nrate = "unlimited"\nmax_rate = "unlimited"\nsessions = {self.concurrency}\n'
+        )
         return (
             "[delivery]\n"
             "enabled = true\n"

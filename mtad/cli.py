@@ -1,4 +1,4 @@
-"""The command line: `mtad run`, `migrate`, `check-config`, `tenants`, `queue`.
+"""The command line: `mtad run`, `migrate`, `check-config`, `tenants`, `queue`, `buckets`.
 
 Every command takes --config PATH (default: conf/mtad.toml when present, else
 /etc/mtad/mtad.toml) and works while the daemon runs, the embedded PostgreSQL
@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mtad import __version__, config, daemon, errors, leases, log, spool, tenants
+from mtad import __version__, config, daemon, errors, leases, limits, log, shaping, spool, tenants
 from mtad.db import migrate
 from mtad.lifecycle import State
 
@@ -127,6 +128,32 @@ async def queue_ls(args: argparse.Namespace, settings: config.Settings) -> int:
                 print(_json(_delivery_json(row)))
         else:
             _table([_delivery_text(r) async for r in rows], _DELIVERY_COLUMNS)
+    return EXIT_OK
+
+
+_BUCKET_COLUMNS = ["group", "source", "rate", "sessions", "nodes", "in_flight", "tokens", "decreases", "increases",
+                   "changed_by", "changed_at"]  # fmt: skip
+
+
+async def buckets_ls(args: argparse.Namespace, settings: config.Settings) -> int:
+    """The shaping buckets: rate and session cap for all nodes (as the last checkpoint
+    wrote them, every [delivery] checkpoint_interval), with what the live nodes are
+    doing with them; with no node running, the checkpoint alone."""
+    live_since = datetime.now(UTC) - timedelta(seconds=3 * settings.node.heartbeat_interval)
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        rows = await shaping.listing(opened.database, live_since)
+    for row in rows:
+        row["group"] = row.pop("route_group")
+    if args.json:
+        for row in rows:
+            print(_json({**row, "rate": None if math.isinf(row["rate"]) else row["rate"]}))
+    else:
+        for row in rows:
+            row["source"] = row["source"] or "(default)"
+            row["rate"] = limits.show_rate(row["rate"])
+            row["tokens"] = f"{row['tokens']:.1f}"
+            row["changed_by"] = row["changed_by"] if row["changed_at"] else "(configured)"
+        _table(rows, _BUCKET_COLUMNS)
     return EXIT_OK
 
 
@@ -316,6 +343,20 @@ def _parser() -> argparse.ArgumentParser:
     qshow.add_argument("id", help="a queue id (UUID) or a delivery id (number)")
     qshow.add_argument("--json", action="store_true", help="one JSON object")
     qshow.set_defaults(command=queue_show)
+
+    bucket_parser = commands.add_parser("buckets", parents=[common], help="See the shaping buckets.")
+    bucket_commands = bucket_parser.add_subparsers(title="bucket commands", metavar="COMMAND", required=True)
+    bls = bucket_commands.add_parser(
+        "ls",
+        parents=[common],
+        help="List the buckets (provider group, source address) with their rate and sessions.",
+        description="List the shaping buckets: the rate and session cap of all nodes together, "
+        "when and by which node feedback last changed them, and what the live nodes are doing with "
+        "them (sessions in flight, tokens, decreases and increases since each started). With --json "
+        "one object per bucket and line; an unlimited rate is null.",
+    )
+    bls.add_argument("--json", action="store_true", help="one JSON object per bucket and line")
+    bls.set_defaults(command=buckets_ls)
     return parser
 
 

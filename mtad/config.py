@@ -338,6 +338,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "max_held": (_integer(1, 10_000_000), 20_000),
         "poll_interval": (_positive_duration, "5s"),
         "shutdown_timeout": (duration, "30s"),
+        "checkpoint_interval": (_positive_duration, "5s"),
     },
 }
 # Sections whose keys are names the operator chooses: [routes."example.org"] relay = "host:port".
@@ -496,6 +497,8 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
                 max_held=d["max_held"],
                 poll_interval=d["poll_interval"],
                 shutdown_timeout=d["shutdown_timeout"],
+                checkpoint_interval=d["checkpoint_interval"],
+                node_timeout=3 * values["node"]["heartbeat_interval"],
             ),
             sessions=sessions.Settings(
                 port=d["port"],

@@ -4,14 +4,19 @@ Deliveries this node holds (leased from the queue, or handed over by the accept
 path already leased) are grouped into jobs: the recipients of one message at one
 domain, sent in one SMTP transaction. A job is routed (MX, provider group) and
 put in its group's ready queue, priority first, then age. A dispatcher per group
-starts a job when the `Gate` says so (the single seam where traffic shaping will
-plug in; here a fixed concurrency per group). An attempt writes its attempt id
-before DATA, sends through the session pool, classifies each recipient's reply
-or the local failure once (outcomes), and records the outcomes with their events.
+starts a job when the group's bucket (shaping: rate, burst, session cap per
+provider group and source address) lets it; the single place where a delivery
+waits for permission to send. An attempt writes its attempt id before DATA,
+sends through the session pool, classifies each recipient's reply or the local
+failure once (outcomes), records the outcomes with their events, and tells the
+bucket what the receiver said (a throttling reply slows it down, deliveries
+speed it up). Deferred mail comes back through the same queues and buckets.
 
 Around that: a lease loop (woken by NOTIFY on `mtad_due`, with a periodic poll as
 the fallback), lease renewal while deliveries are held, and a reaper that returns
-any node's expired leases to the queue. Every task belongs to one TaskGroup.
+any node's expired leases to the queue, and the shaping checkpoint (the buckets'
+rates shared with the other nodes, divided by the number of live nodes). Every
+task belongs to one TaskGroup.
 """
 
 from __future__ import annotations
@@ -26,11 +31,11 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
-from mtad import db, errors, leases, metrics, outcomes, routing, sessions, spool
+from mtad import db, errors, leases, metrics, nodes, outcomes, routing, sessions, shaping, spool
 from mtad.batching import Batcher
 from mtad.leases import Leased, Outcome
 from mtad.lifecycle import Reason, State
@@ -55,38 +60,19 @@ class Settings:
     max_held: int = 20_000  # deliveries held in memory at once
     poll_interval: float = 5.0
     shutdown_timeout: float = 30.0
-
-
-# --- the permission seam ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    go: bool
-    retry_after: float | None = None  # None: wait until an attempt of the group ends
-
-
-class Gate(Protocol):
-    """Whether a group may start one more attempt now; answers at once, never waits."""
-
-    def decide(self, group: str, concurrency: int, in_flight: int) -> Decision: ...
-
-    def observe(self, group: str, verdict: Verdict) -> None:
-        """The outcome of an attempt of the group (feedback for shaping)."""
-        ...
-
-
-class FixedConcurrency:
-    """The gate of this stage: at most the provider's concurrency in flight per group."""
-
-    def decide(self, group: str, concurrency: int, in_flight: int) -> Decision:
-        return Decision(go=in_flight < concurrency)
-
-    def observe(self, group: str, verdict: Verdict) -> None:
-        pass
+    checkpoint_interval: float = 5.0  # buckets to and from PostgreSQL, and the live node count
+    node_timeout: float = 30.0  # a node whose heartbeat is older is not counted as live
 
 
 # --- jobs and groups -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Feedback:
+    """What the receiver said to one attempt, for its bucket."""
+
+    delivered: int = 0  # recipients accepted
+    throttled: bool = False  # a reply classed as throttled (421, 4.7.x, provider wording)
 
 
 @dataclass(slots=True)
@@ -113,10 +99,8 @@ class _Job:
 @dataclass(slots=True)
 class _Group:
     name: str
-    concurrency: int
     ready: list[tuple[int, datetime, int, _Job, routing.Route]] = field(default_factory=list)
-    in_flight: int = 0
-    freed: asyncio.Event = field(default_factory=asyncio.Event)
+    freed: asyncio.Event = field(default_factory=asyncio.Event)  # an attempt ended, or the limits changed
     dispatching: bool = False
 
 
@@ -143,7 +127,7 @@ class Delivery:
         pool: sessions.Pool,
         rules: outcomes.Rules,
         *,
-        gate: Gate | None = None,
+        shaper: shaping.Shaper | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: random.Random | None = None,
     ) -> None:
@@ -153,7 +137,8 @@ class Delivery:
         self._router = router
         self._pool = pool
         self._rules = rules
-        self._gate = gate or FixedConcurrency()
+        self._shaper = shaper or shaping.Shaper()
+        self._source = pool.settings.source_address or ""  # the bucket's source address
         self._now = now
         self._rng = rng or random.Random()
         self._held: dict[int, Leased] = {}
@@ -215,6 +200,10 @@ class Delivery:
         except errors.DatabaseUnavailable as exc:
             log.warning("listen_failed", error=str(exc))  # the periodic poll still finds the work
         try:
+            await self._sync_shaping()  # start where the cluster's buckets are
+        except errors.SpoolError as exc:
+            log.warning("shaping_checkpoint_failed", error=str(exc))  # the configured start rates
+        try:
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
                 if self._early:
@@ -225,6 +214,7 @@ class Delivery:
                     tasks.create_task(self._every(self.settings.lease_duration / 3, self._renew), name="renew"),
                     tasks.create_task(self._every(self.settings.lease_duration / 2, self._reap), name="reap"),
                     tasks.create_task(self._every(self._pool.settings.idle_timeout / 2, self._pool.close_idle)),
+                    tasks.create_task(self._every(self.settings.checkpoint_interval, self._sync_shaping)),
                 ]
                 await self._stop.wait()
                 for task in loops:
@@ -274,6 +264,11 @@ class Delivery:
             log.info("leases_released", count=released, cut_short=len(self._started))
         except errors.SpoolError as exc:
             log.warning("release_failed", error=str(exc))  # they expire and are reaped
+        try:
+            await shaping.sync(self._db, self._shaper, self.node, self._now())  # the last checkpoint
+            await shaping.leave(self._db, self.node)
+        except errors.SpoolError as exc:
+            log.warning("shaping_checkpoint_failed", error=str(exc))  # the previous one stands
 
     def _spawn(self, coro: Any) -> None:
         assert self._tasks is not None
@@ -332,6 +327,15 @@ class Delivery:
         if lost:
             log.warning("leases_lost", count=len(lost))
 
+    async def _sync_shaping(self) -> None:
+        """Share the buckets among the live nodes, checkpoint them, adopt other nodes' changes."""
+        now = self._now()
+        live = await nodes.live(self._db, now - timedelta(seconds=self.settings.node_timeout))
+        self._shaper.set_nodes(live)
+        await shaping.sync(self._db, self._shaper, self.node, now)
+        for group in self._groups.values():
+            group.freed.set()  # a cap may have grown
+
     async def _reap(self) -> None:
         reaped = await leases.reap(self._db, self._now())
         if reaped:
@@ -370,7 +374,7 @@ class Delivery:
             return
         group = self._groups.get(route.group)
         if group is None:
-            group = self._groups[route.group] = _Group(route.group, route.concurrency)
+            group = self._groups[route.group] = _Group(route.group)
         heapq.heappush(group.ready, (-job.priority, job.created_at, next(self._sequence), job, route))
         if not group.dispatching and not self._stopping:
             group.dispatching = True
@@ -378,10 +382,12 @@ class Delivery:
             self._tasks.create_task(self._dispatch(group))  # ends with the queue or the stop
 
     async def _dispatch(self, group: _Group) -> None:
-        """Start the group's jobs, best first, as the gate allows."""
+        """Start the group's jobs, best first, as its bucket allows: the one place
+        where a delivery waits for permission to send."""
         try:
             while group.ready and not self._stopping:
-                decision = self._gate.decide(group.name, group.concurrency, group.in_flight)
+                limits = group.ready[0][-1].limits
+                decision = self._shaper.take(group.name, self._source, limits)
                 if not decision.go:
                     group.freed.clear()
                     with contextlib.suppress(TimeoutError):
@@ -389,7 +395,6 @@ class Delivery:
                             await group.freed.wait()
                     continue
                 *_, job, route = heapq.heappop(group.ready)
-                group.in_flight += 1
                 self._started.update(d.id for d in job.deliveries)
                 self._spawn(self._attempt(job, route, group))
         finally:
@@ -399,19 +404,20 @@ class Delivery:
 
     async def _attempt(self, job: _Job, route: routing.Route, group: _Group) -> None:
         started = time.perf_counter()
+        feedback = _Feedback()
         try:
-            await self._send(job, route)
+            await self._send(job, route, feedback)
         except errors.SpoolError as exc:
             log.warning("attempt_not_recorded", message=str(job.message), error=str(exc))
             self._forget(job)  # the leases expire and the reaper requeues them
         finally:
-            group.in_flight -= 1
+            self._shaper.done(group.name, self._source, delivered=feedback.delivered, throttled=feedback.throttled)
             group.freed.set()
             self._started.difference_update(d.id for d in job.deliveries)
             metrics.ATTEMPT_LATENCY.labels(group=group.name).observe(time.perf_counter() - started)
             self._progress.set()
 
-    async def _send(self, job: _Job, route: routing.Route) -> None:
+    async def _send(self, job: _Job, route: routing.Route, feedback: _Feedback) -> None:
         now = self._now()
         if now - job.created_at >= timedelta(seconds=self.settings.max_age):
             verdict = Verdict(outcomes.Class.PERMANENT, Reason.EXPIRED, False)
@@ -441,12 +447,16 @@ class Delivery:
         tx = sessions.Transaction(message.sender, tuple(d.recipient for d in job.deliveries), message.body,
                                   message.smtputf8)  # fmt: skip
         self._stats.attempts += 1
-        result = await self._pool.deliver(targets, tx, label=route.group)
+        result = await self._pool.deliver(targets, tx, self._source or None, label=route.group)
         verdicts: dict[int, tuple[Verdict, Any]] = {}
         for d in job.deliveries:
             reply = result.replies.get(d.recipient)
             if reply is not None:
-                verdicts[d.id] = (self._rules.classify(reply), reply)
+                verdict = self._rules.classify(reply)
+                verdicts[d.id] = (verdict, reply)
+                # The receiver's own words are the only feedback shaping takes.
+                feedback.throttled |= verdict.cls is outcomes.Class.THROTTLED
+                feedback.delivered += verdict.cls is outcomes.Class.DELIVERED
             else:
                 verdicts[d.id] = (outcomes.classify_failure(result.failure or Failure.INTERNAL), None)
         data = {
@@ -489,8 +499,6 @@ class Delivery:
             recorded.append(
                 Outcome(d.id, tenant, state, reason, reply, next_at, group, reason is Reason.INTERNAL, event)
             )
-            if route is not None:
-                self._gate.observe(route.group, verdict)
         try:
             await self._record.submit(recorded)
         finally:

@@ -86,6 +86,36 @@ REAPED = Counter(
     "mtad_delivery_leases_reaped",
     "Expired leases (of any node) this node returned to the queue.",
 )
+BUCKET_RATE = Gauge(
+    "mtad_shaping_rate",
+    "This node's share of a bucket's rate, messages per second (+Inf: unlimited), by provider group and source.",
+    ["group", "source"],
+)
+BUCKET_TOKENS = Gauge(
+    "mtad_shaping_tokens",
+    "Tokens in this node's share of a bucket, by provider group and source address.",
+    ["group", "source"],
+)
+BUCKET_SESSIONS_OPEN = Gauge(
+    "mtad_shaping_sessions_open",
+    "Attempts in flight under a bucket on this node, by provider group and source address.",
+    ["group", "source"],
+)
+BUCKET_SESSIONS_ALLOWED = Gauge(
+    "mtad_shaping_sessions_allowed",
+    "This node's share of a bucket's session cap, by provider group and source address.",
+    ["group", "source"],
+)
+BUCKET_DECREASES = Counter(
+    "mtad_shaping_decreases",
+    "Multiplicative decreases of a bucket (the receiver throttled us), by provider group and source address.",
+    ["group", "source"],
+)
+BUCKET_INCREASES = Counter(
+    "mtad_shaping_increases",
+    "Additive increases of a bucket (a run of deliveries), by provider group and source address.",
+    ["group", "source"],
+)
 SPOOL_DEPTH = Gauge(
     "mtad_spool_deliveries",
     "Deliveries in the spool by state, as of the last scrape.",

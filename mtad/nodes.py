@@ -28,3 +28,8 @@ async def deregister(database: db.Database, node_id: str) -> None:
 
 async def list_all(database: db.Database) -> list[dict[str, Any]]:
     return [dict(row) for row in await database.fetch("nodes/list")]
+
+
+async def live(database: db.Database, since: datetime) -> int:
+    """How many nodes heartbeat at or after `since` (this one included when it does)."""
+    return int(await database.fetchval("nodes/live", since))

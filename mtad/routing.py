@@ -32,7 +32,7 @@ import dns.nameserver
 import dns.rdatatype
 import dns.resolver
 
-from mtad import datafiles, errors
+from mtad import datafiles, errors, limits
 from mtad.endpoints import HostPort
 
 # How long to remember an answer that came with no usable TTL, and the bounds on any.
@@ -104,22 +104,22 @@ class Provider:
 
     name: str
     mx_suffixes: tuple[str, ...]
-    concurrency: int
+    limits: limits.Limits
 
 
 @dataclass(frozen=True, slots=True)
 class Providers:
     known: tuple[Provider, ...]
-    default_concurrency: int
+    default: limits.Limits = limits.DEFAULT
 
-    def group_of(self, mx_hosts: Iterable[str]) -> tuple[str, int]:
-        """(group name, concurrency) for a set of MX hosts: a known provider when every
+    def group_of(self, mx_hosts: Iterable[str]) -> tuple[str, limits.Limits]:
+        """(group name, shaping limits) for a set of MX hosts: a known provider when every
         host matches one of its suffixes, else a group of these hosts alone."""
         hosts = sorted({h.lower().rstrip(".") for h in mx_hosts})
         for provider in self.known:
             if hosts and all(_under(h, provider.mx_suffixes) for h in hosts):
-                return provider.name, provider.concurrency
-        return "mx:" + ",".join(hosts), self.default_concurrency
+                return provider.name, provider.limits
+        return "mx:" + ",".join(hosts), self.default
 
 
 def _under(host: str, suffixes: tuple[str, ...]) -> bool:
@@ -134,34 +134,30 @@ def load_providers(path: Path) -> Providers:
 
 def parse_providers(document: Mapping[str, Any], where: str = "providers") -> Providers:
     problems: list[str] = []
-    default = document.get("default", {})
-    default_concurrency = _positive_int(default.get("concurrency", 10), f"{where}: [default] concurrency", problems)
+    default_table = document.get("default", {})
+    default = limits.parse(default_table, limits.DEFAULT, f"{where}: [default]", problems)
+    _unknown_keys(default_table, set(limits.KEYS), f"{where}: [default]", problems)
     known = []
     for name, table in document.get("providers", {}).items():
         suffixes = table.get("mx_suffixes")
         if not isinstance(suffixes, list) or not suffixes or not all(isinstance(s, str) and s for s in suffixes):
             problems.append(f"{where}: [providers.{name}] mx_suffixes: expected a non-empty list of domain names")
             suffixes = []
-        concurrency = _positive_int(
-            table.get("concurrency", default_concurrency), f"{where}: [providers.{name}] concurrency", problems
-        )
-        unknown = set(table) - {"mx_suffixes", "concurrency"}
-        if unknown:
-            problems.append(f"{where}: [providers.{name}]: unknown keys {', '.join(sorted(unknown))}")
-        known.append(Provider(name, tuple(s.lower().rstrip(".") for s in suffixes), concurrency))
+        provider_limits = limits.parse(table, default, f"{where}: [providers.{name}]", problems)
+        _unknown_keys(table, {"mx_suffixes", *limits.KEYS}, f"{where}: [providers.{name}]", problems)
+        known.append(Provider(name, tuple(s.lower().rstrip(".") for s in suffixes), provider_limits))
     unknown_sections = set(document) - {"default", "providers"}
     if unknown_sections:
         problems.append(f"{where}: unknown sections {', '.join(sorted(unknown_sections))}")
     if problems:
         raise errors.ConfigError(problems)
-    return Providers(tuple(known), default_concurrency)
+    return Providers(tuple(known), default)
 
 
-def _positive_int(value: Any, where: str, problems: list[str]) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        problems.append(f"{where}: expected a whole number of at least 1, got {value!r}")
-        return 1
-    return value
+def _unknown_keys(table: Mapping[str, Any], allowed: set[str], where: str, problems: list[str]) -> None:
+    unknown = set(table) - allowed
+    if unknown:
+        problems.append(f"{where}: unknown keys {', '.join(sorted(unknown))} (known: {', '.join(sorted(allowed))})")
 
 
 # --- routes --------------------------------------------------------------------------
@@ -181,7 +177,7 @@ class Hop:
 class Route:
     domain: str
     group: str  # the provider group: "google", "microsoft", ... or "mx:host1,host2"
-    concurrency: int
+    limits: limits.Limits  # the provider's shaping limits
     hops: tuple[Hop, ...]  # in preference order; equal preferences in random order per call
     relay: bool = False  # a static route, not DNS
 
@@ -270,7 +266,7 @@ class Router:
             if not addresses:
                 raise errors.RouteTempFail(f"the relay {relay} for {domain} has no address")
             hop = Hop(relay.host, 0, addresses, relay.port)
-            return Route(domain, f"relay:{relay}", self._providers.default_concurrency, (hop,), relay=True), ttl
+            return Route(domain, f"relay:{relay}", self._providers.default, (hop,), relay=True), ttl
         mx = await self._resolver.lookup(domain, "MX")
         if mx.nxdomain:
             return Undeliverable(domain, f"the domain {domain} does not exist (NXDOMAIN)"), mx.ttl
@@ -291,8 +287,8 @@ class Router:
             if not mx.values:
                 return Undeliverable(domain, f"the domain {domain} has no MX and no address record"), ttl
             raise errors.RouteTempFail(f"no MX host of {domain} has an address")
-        group, concurrency = self._providers.group_of(h.name for h in hops)
-        return Route(domain, group, concurrency, tuple(hops)), ttl
+        group, group_limits = self._providers.group_of(h.name for h in hops)
+        return Route(domain, group, group_limits, tuple(hops)), ttl
 
     async def _addresses(self, host: str) -> tuple[tuple[str, ...], float]:
         """IPv4 then IPv6 addresses of host (an IP literal is its own address)."""

@@ -11,6 +11,10 @@ The reply to a recipient is chosen by its local part:
     slow-...                the reply to the data waits until `release()`
     anything else           250
 
+With `max_per_second = N`, a transaction that would be the N+1th accepted within
+one second gets `421 4.7.0 Try again later` at MAIL, like a receiver that throttles;
+`transactions` records every MAIL's time and whether it was refused.
+
 It listens on one port on several loopback addresses (so that source-address
 binding and per-host pools are real), optionally offers STARTTLS, and records
 everything it received.
@@ -46,6 +50,8 @@ class Sink:
     port: int = 0
     tls: ssl.SSLContext | None = None
     pipelining: bool = True  # advertise PIPELINING (RFC 2920)
+    max_per_second: int | None = None  # refuse transactions beyond this many a second (421 4.7.0)
+    transactions: list[tuple[float, bool]] = field(default_factory=list)  # (loop time, refused) of every MAIL
     received: list[Received] = field(default_factory=list)
     connections: int = 0
     seen: set[str] = field(default_factory=set)  # flaky recipients already refused once
@@ -141,6 +147,24 @@ class _Handler:
         session.host_name = hostname
         extra = ["250-PIPELINING"] if self.sink.pipelining else []
         return [*responses[:-1], *extra, responses[-1]]
+
+    async def handle_MAIL(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
+    ) -> str:
+        limit = self.sink.max_per_second
+        now = asyncio.get_running_loop().time()
+        accepted = 0
+        for at, refused in reversed(self.sink.transactions):
+            if at <= now - 1.0:
+                break
+            accepted += not refused
+        refuse = limit is not None and accepted >= limit
+        self.sink.transactions.append((now, refuse))
+        if refuse:
+            return "421 4.7.0 Try again later"
+        envelope.mail_from = address
+        envelope.mail_options.extend(options)
+        return "250 2.1.0 OK"
 
     async def handle_RCPT(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]

@@ -120,6 +120,7 @@ class Mtad:
 
 
 CONF = Path(__file__).parents[2] / "conf"
+TESTS = Path(__file__).parents[1]
 
 
 def write_config(
@@ -158,7 +159,7 @@ level = "info"
 id = "{node}"
 
 [delivery]
-providers = "{CONF / "providers.toml"}"
+providers = "{TESTS / "providers.toml"}"
 replies = "{CONF / "replies.toml"}"
 {delivery}
 {extra}

@@ -218,3 +218,39 @@ def test_kill_9_during_delivery_loses_nothing(mtad_factory: Any, dsn: str, dns: 
     duplicates = sum(n - 1 for n in ids.values())
     assert duplicates <= 60, duplicates  # at most what was on the wire (provider concurrency x 1 per session)
     assert daemon.stop() == 0
+
+
+def test_a_throttled_bucket_is_checkpointed_listed_and_restored(
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink
+) -> None:
+    """A throttling reply drops a session from the bucket; SIGTERM writes the checkpoint,
+    `mtad buckets ls` shows it with no node running, and a restarted node goes on from it."""
+    group = "mx:mx1.sink.test,mx2.sink.test"
+    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', **delivering(dns, sink, retry='"1h"', max_age='"10m"'))
+
+    def throttle(recipient: str) -> None:
+        with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
+            client.sendmail("app@example.org", [recipient], email("slow down").as_bytes(policy=SMTP))
+        daemon.wait_for_log(lambda records: any(r.get("recipient") == recipient for r in records))
+
+    def buckets() -> dict[str, dict[str, Any]]:
+        listing = daemon.cli("buckets", "ls", "--json")
+        assert listing.returncode == 0, listing.stderr
+        return {b["group"]: b for b in map(json.loads, listing.stdout.splitlines())}
+
+    daemon.start()
+    throttle("throttle-1@sink.test")  # 451 4.7.1: the receiver asks us to slow down
+    assert daemon.stop() == 0
+    first = buckets()[group]
+    assert first["sessions"] == 9  # tests/providers.toml: 10 sessions, an unlimited rate
+    assert first["rate"] is None  # unlimited
+    assert (first["changed_by"], first["nodes"], first["in_flight"]) == ("test-node", 0, 0)
+    text = daemon.cli("buckets", "ls")
+    assert text.returncode == 0, text.stderr
+    assert group in text.stdout
+    assert "unlimited" in text.stdout
+
+    daemon.start()
+    throttle("throttle-2@sink.test")
+    assert daemon.stop() == 0
+    assert buckets()[group]["sessions"] == 8  # went on from the checkpoint, not from the configured 10

@@ -16,6 +16,8 @@ from mtad import db, routing, spool, submission, tenants
 from mtad.endpoints import HostPort
 from tests.zones import ZoneResolver
 
+TEST_PROVIDERS = routing.load_providers(Path(__file__).parents[1] / "providers.toml")
+
 
 @dataclasses.dataclass
 class Submission:
@@ -45,7 +47,7 @@ async def submission_server(
     settings = submission.Settings(**fields)
     committer = spool.GroupCommitter(database, window=0.001)
     context = submission.tls_context(*tls) if tls else None
-    router = routing.Router(ZoneResolver(ZONE, servfail={"dnsdown.test"}), routing.Providers((), 10))
+    router = routing.Router(ZoneResolver(ZONE, servfail={"dnsdown.test"}), TEST_PROVIDERS)
     handler = submission.Handler(settings, committer, tenants.Authenticator(database), router=router)
     server = submission.Server(settings, handler, context)
     task = asyncio.create_task(committer.run())

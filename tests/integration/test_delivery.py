@@ -17,7 +17,7 @@ from tests.sink import Sink
 from tests.zones import ZoneResolver
 
 CONF = Path(__file__).parents[2] / "conf"
-PROVIDERS = routing.load_providers(CONF / "providers.toml")
+PROVIDERS = routing.load_providers(Path(__file__).parents[1] / "providers.toml")
 RULES = outcomes.load_rules(CONF / "replies.toml")
 ZONE = """
 sink.test.        MX 10 mx1.sink.test.

@@ -35,6 +35,11 @@ EXPECTED_COLUMNS = {
     "nodes": {"id", "hostname", "pid", "started_at", "heartbeat_at"},
     "idempotency_keys": {"tenant", "key", "message", "expires_at"},
     "schema_migrations": {"version", "name", "applied_at"},
+    "buckets": {"route_group", "source", "rate", "sessions", "changed_by", "changed_at", "updated_at"},
+    "bucket_usage": {
+        "route_group", "source", "node", "local_rate", "allowed", "tokens", "in_flight", "decreases", "increases",
+        "updated_at",
+    },
 }  # fmt: skip
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
 import pytest
 
-from mtad import errors, routing
+from mtad import errors, limits, routing
 from mtad.endpoints import HostPort
 from tests.zones import ZoneResolver
 
@@ -67,7 +68,7 @@ async def test_unknown_provider_is_a_group_of_its_mx_hosts() -> None:
     route = await r.route("own.example")
     assert isinstance(route, routing.Route)
     assert route.group == "mx:backup.own.example,mx1.own.example,mx2.own.example"
-    assert route.concurrency == PROVIDERS.default_concurrency
+    assert route.limits == PROVIDERS.default
     assert {h.name: h.addresses for h in route.hops}["mx2.own.example"] == ("127.0.0.22", "::1")
 
 
@@ -148,7 +149,40 @@ async def test_static_routes_skip_dns() -> None:
 
 
 def test_providers_file_problems_are_all_reported() -> None:
-    providers = {"x": {"mx_suffixes": []}, "y": {"mx_suffixes": ["a"], "z": 1}}
+    providers = {"x": {"mx_suffixes": []}, "y": {"mx_suffixes": ["a"], "z": 1, "rate": "fast"}}
     with pytest.raises(errors.ConfigError) as info:
-        routing.parse_providers({"default": {"concurrency": 0}, "providers": providers})
-    assert len(info.value.problems) == 3
+        routing.parse_providers({"default": {"sessions": 0}, "providers": providers})
+    problems = info.value.problems
+    assert len(problems) == 4, problems
+    assert any("[default] sessions: expected a whole number" in p for p in problems)
+    assert any("[providers.x] mx_suffixes" in p for p in problems)
+    assert any("[providers.y]: unknown keys z" in p for p in problems)
+    assert any('[providers.y] rate: expected a rate such as "10/s"' in p for p in problems)
+
+
+def test_provider_limits_inherit_the_default_and_parse_rates() -> None:
+    providers = routing.parse_providers(
+        {
+            "default": {"rate": "120/min", "max_rate": "10/s", "sessions": 4},
+            "providers": {
+                "big": {"mx_suffixes": ["big.example"], "rate": "36000/h", "max_rate": "unlimited", "sessions": 30}
+            },
+        }
+    )
+    assert (providers.default.rate, providers.default.max_rate, providers.default.sessions) == (2.0, 10.0, 4)
+    [big] = providers.known
+    assert (big.limits.rate, big.limits.max_rate, big.limits.sessions) == (10.0, math.inf, 30)
+    assert big.limits.factor == providers.default.factor  # not set: the default's
+    assert providers.group_of(["mx.big.example"]) == ("big", big.limits)
+
+
+def test_limits_that_contradict_each_other_are_refused() -> None:
+    problems: list[str] = []
+    limits.parse({"rate": "50/s", "max_rate": "10/s", "min_sessions": 9, "factor": 1.5}, limits.DEFAULT, "[x]",
+                 problems)  # fmt: skip
+    assert any("[x] rate: expected min_rate <= rate <= max_rate" in p for p in problems)
+    assert any("[x] min_sessions: expected at most sessions (5), got 9" in p for p in problems)
+    assert any("[x] factor: expected a number between 0 and 1" in p for p in problems)
+    problems.clear()
+    limits.parse({"rate": "unlimited"}, limits.DEFAULT, "[y]", problems)
+    assert problems == ['[y] max_rate: an unlimited rate needs max_rate = "unlimited"']
