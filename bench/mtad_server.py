@@ -74,9 +74,7 @@ class Delivery:
     def toml(self, workdir: Path) -> str:
         providers = workdir / "providers.toml"
         # One unlimited bucket: no token pacing, the same session cap as Postfix's concurrency.
-        providers.write_text(
-            f'[default]\nrate = "unlimited"\nmax_rate = "unlimited"\nsessions = {self.concurrency}\n'
-        )
+        providers.write_text(f'[default]\nrate = "unlimited"\nmax_rate = "unlimited"\nsessions = {self.concurrency}\n')
         return (
             "[delivery]\n"
             "enabled = true\n"
