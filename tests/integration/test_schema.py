@@ -36,6 +36,7 @@ EXPECTED_COLUMNS = {
     "idempotency_keys": {"tenant", "key", "message", "expires_at"},
     "schema_migrations": {"version", "name", "applied_at"},
     "buckets": {"route_group", "source", "rate", "sessions", "changed_by", "changed_at", "updated_at"},
+    "warmup": {"address", "provider", "day", "day_started", "sent", "deferred", "complaints", "updated_at"},
     "bucket_usage": {
         "route_group", "source", "node", "local_rate", "allowed", "tokens", "in_flight", "decreases", "increases",
         "updated_at",

@@ -1,0 +1,883 @@
+"""Egress: source IP pools for outbound delivery (selection, rotation, warm-up).
+
+A pool is a named list of source IP addresses (`[pools.NAME]` in mtad.toml); the
+first address is the pool's primary. By convention a deployment has two pools,
+`transactional` (receipts, password resets: few messages, a reputation to keep
+spotless) and `bulk` (newsletters), so that a bulk campaign that upsets a
+provider does not hold back the mail people are waiting for. An address belongs
+to exactly one pool: its reputation is the pool's.
+
+Before each send the delivery path asks `Egress.choose(pool, provider)` and gets a
+`Choice` at once (sync, no I/O, never sleeps, O(addresses of the pool)). It then
+calls `sent(...)` when the transaction is handed to the receiver (at DATA, also
+when the outcome is unknown) and `report(...)` with what came of it. A send is
+never blocked for want of an address: when no address is eligible the choice is
+the primary with `fallback=True` and a `why` for the delivery event. The choice
+carries the address's EHLO name: its entry in the pool's `ehlo` table, else the
+pool's `ehlo_default`, else None (the caller uses the node's hostname). A pool
+name that is not configured raises ConfigError.
+
+Policies, per pool:
+- sticky: each provider keeps one address while it stays healthy (providers are
+  spread over the addresses by a stable hash of their name); an unhealthy address
+  is left for the next healthy one, which the provider then keeps.
+- round-robin: each provider cycles through the addresses.
+- least-used: the address with the fewest sends to this provider today (UTC),
+  ties by the order in `addresses`.
+- rotate: one address is used for a random number of sends drawn from
+  `rotate_after`, then parked (rests) for `park` seconds; the next is drawn at
+  random among the unparked addresses.
+
+Every policy skips an address that is unhealthy at the provider: `unhealthy_after`
+throttling replies or connection failures in a row (with no delivery in between)
+make it unhealthy there for `cool_off` seconds. Health is per (address, provider):
+one provider throttling an address says nothing of the others.
+
+Warm-up: an address listed in `warming` is new, and may send to each provider
+at most min(target, round(start * growth ** (day - 1))) messages on its warm-up
+day `day`. A send that would go over the cap spills to another address of the
+pool, a warm one first. Days are 24 h long and start when the address first
+sends to the provider; `advance_days(now)`, called every minute or so by the
+owner, ends them: the day number advances only if the finished day had sends and
+its deferral rate and complaint rate (over its sends) stayed under the pool's
+thresholds; otherwise the same day starts again. Until it is called a finished
+day's count still applies, which errs towards sending less. At the day whose cap
+reaches the target the address is warm at that provider and has no cap there.
+Complaints arrive late (feedback loops): they count towards the day in which
+they arrive. Warm-up state is persisted in the `warmup` table by `save` and read
+back at start by `load` (one statement each, a row per warming address and
+provider); everything else (health, rotation, today's counts) is this node's
+and starts afresh.
+
+Several nodes: each takes its share of a cap (cap // live nodes, at least one,
+set by `set_nodes`). Each node counts its own sends; a saved row never moves
+backwards (an older day is not written over a newer one, and within a day the
+larger counts win), so a restarted node resumes with at least its own count.
+
+Memory: an entry per (address, provider) sent to today, per warming address and
+provider sent to while warming, and per provider for sticky and round-robin.
+The clock `now` is wall-clock seconds (time.time), since warm-up days are stored
+as timestamps.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import ipaddress
+import math
+import random
+import re
+import time
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from mtad import db, errors
+
+DAY = 86400.0
+
+
+class Policy(enum.StrEnum):
+    """How a pool picks an address for a send (see the module docstring)."""
+
+    STICKY = "sticky"
+    ROUND_ROBIN = "round-robin"
+    LEAST_USED = "least-used"
+    ROTATE = "rotate"
+
+
+class SendOutcome(enum.StrEnum):
+    """What came of a send through an address, as `report` takes it."""
+
+    DELIVERED = "delivered"  # accepted: ends a run of throttling or connection failures
+    DEFERRED = "deferred"  # a transient reply: counts towards the warm-up day's deferral rate
+    THROTTLED = "throttled"  # the receiver asked us to slow down: deferral rate, and a strike against health
+    COMPLAINT = "complaint"  # a feedback-loop report: counts towards the warm-up day's complaint rate
+    CONNECT_FAILED = "connect_failed"  # no SMTP session through this address: a strike against health
+
+
+@dataclass(frozen=True, slots=True)
+class Warmup:
+    """The warm-up schedule of a pool's new addresses, per provider."""
+
+    start: int = 50  # sends per provider on day 1
+    growth: float = 1.5  # the cap grows by this factor per day
+    target: int = 100_000  # the cap at which an address counts as warm
+    max_deferral_rate: float = 0.10  # a day advances only if its rates stayed under these
+    max_complaint_rate: float = 0.003
+
+    def cap(self, day: int) -> int:
+        """Sends to one provider allowed on warm-up day `day` (1 is the first)."""
+        try:
+            return min(self.target, round(self.start * self.growth ** (day - 1)))
+        except OverflowError:
+            return self.target
+
+    def warm(self, day: int) -> bool:
+        """Whether an address on this day has finished warming (no cap any more)."""
+        return self.cap(day) >= self.target
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSettings:
+    """One `[pools.NAME]` table, parsed. The defaults are the documented ones."""
+
+    name: str
+    addresses: tuple[str, ...]  # the first is the primary
+    policy: Policy = Policy.STICKY
+    rotate_after: tuple[int, int] = (8, 15)  # rotate: retire after this many sends (inclusive range)
+    park: float = 1800.0  # rotate: seconds a retired address rests
+    ehlo: Mapping[str, str] = field(default_factory=dict)  # address -> EHLO hostname
+    ehlo_default: str | None = None  # None: the node's hostname (the caller's choice)
+    warming: frozenset[str] = frozenset()  # new addresses, a subset of addresses
+    warmup: Warmup = Warmup()
+    unhealthy_after: int = 3  # throttling replies / connection failures in a row
+    cool_off: float = 600.0  # seconds an unhealthy address is left alone
+
+    @property
+    def primary(self) -> str:
+        return self.addresses[0]
+
+    def ehlo_for(self, address: str) -> str | None:
+        return self.ehlo.get(address, self.ehlo_default)
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The address for one send. `why` is None on the ordinary path; it explains a
+    spill past a full warming address, or (with fallback=True) what was exhausted."""
+
+    address: str
+    ehlo: str | None  # None: the node's hostname
+    fallback: bool
+    why: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupRow:
+    """The warm-up state of one address at one provider, as stored."""
+
+    address: str
+    provider: str
+    day: int
+    day_started: float  # wall-clock seconds
+    sent: int
+    deferred: int
+    complaints: int
+
+
+@dataclass(frozen=True, slots=True)
+class DayEnd:
+    """A warm-up day that ended in `advance_days`; worth a log line."""
+
+    address: str
+    provider: str
+    day: int  # the day that ended
+    next_day: int  # day + 1 if it advanced, else day (a refusal)
+    sent: int
+    deferred: int
+    complaints: int
+    warm: bool  # next_day's cap reaches the target: the address is warm at this provider
+    why: str | None  # why it did not advance
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupStatistics:
+    provider: str
+    day: int
+    cap: int | None  # this node's share of the day's cap; None: warm
+    sent: int
+    deferred: int
+    complaints: int
+    day_started: float
+
+
+@dataclass(frozen=True, slots=True)
+class AddressStatistics:
+    address: str
+    ehlo: str | None
+    warming: bool  # listed in `warming` (it may be warm at some providers already)
+    sent_today: int  # to every provider, this UTC day, by this node
+    sent_today_by_provider: Mapping[str, int]
+    parked_until: float | None  # rotate
+    unhealthy_until: Mapping[str, float]  # provider -> end of the cool-off, for cool-offs not over
+    warmup: tuple[WarmupStatistics, ...]  # per provider, for a warming address
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatistics:
+    name: str
+    policy: Policy
+    addresses: tuple[AddressStatistics, ...]
+    spills: int  # choices that went past a full warming address, since start
+    fallbacks: int  # choices that fell back to the primary, since start
+
+
+@dataclass(frozen=True, slots=True)
+class Statistics:
+    pools: tuple[PoolStatistics, ...]
+
+
+# --- live state
+
+
+@dataclass(slots=True)
+class _Day:
+    """A warming address's current day at one provider."""
+
+    day: int
+    day_started: float
+    sent: int = 0
+    deferred: int = 0
+    complaints: int = 0
+
+
+@dataclass(slots=True)
+class _Health:
+    strikes: int = 0  # throttling replies / connection failures in a row
+    until: float = -math.inf  # unhealthy until then
+
+
+@dataclass(slots=True)
+class _Pool:
+    settings: PoolSettings
+    index: dict[str, int]  # address -> position in addresses
+    sticky: dict[str, str] = field(default_factory=dict)  # provider -> address
+    cursor: dict[str, int] = field(default_factory=dict)  # provider -> next position (round-robin)
+    current: str | None = None  # rotate: the address in use
+    budget: int = 0  # rotate: sends left on current
+    parked: dict[str, float] = field(default_factory=dict)  # rotate: address -> resting until
+    spills: int = 0
+    fallbacks: int = 0
+
+
+class Egress:
+    """Every pool's live state. Sync, no I/O; see the module docstring.
+
+    `now` is the wall clock in seconds (time.time; injected in tests), `rng` draws
+    the rotate policy's counts and addresses. Raises ConfigError for pools that
+    parse_pools would have refused (no address, warming not a subset, an address
+    in two pools).
+    """
+
+    def __init__(
+        self,
+        pools: Mapping[str, PoolSettings],
+        *,
+        now: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        problems: list[str] = []
+        owner: dict[str, str] = {}
+        for name, settings in pools.items():
+            if not settings.addresses:
+                problems.append(f"[pools.{name}] addresses: a pool needs at least one address")
+            if not settings.warming <= set(settings.addresses):
+                problems.append(f"[pools.{name}] warming: not a subset of the pool's addresses")
+            for address in settings.addresses:
+                if address in owner:
+                    problems.append(f"[pools.{name}] addresses: {address} is also in [pools.{owner[address]}]")
+                owner[address] = name
+        if problems:
+            raise errors.ConfigError(problems)
+        self.now = now
+        self._rng = rng if rng is not None else random.Random()
+        self._pools = {
+            name: _Pool(settings, {a: i for i, a in enumerate(settings.addresses)}) for name, settings in pools.items()
+        }
+        self._owner = owner
+        self._nodes = 1
+        self._today = -1  # the UTC day (days since the epoch) of _sent_today
+        self._sent_today: dict[tuple[str, str], int] = {}  # (address, provider) -> sends
+        self._health: dict[tuple[str, str], _Health] = {}
+        self._days: dict[tuple[str, str], _Day] = {}  # warming addresses only
+
+    @property
+    def pools(self) -> Mapping[str, PoolSettings]:
+        return {name: pool.settings for name, pool in self._pools.items()}
+
+    # --- selection
+
+    def choose(self, pool: str, provider: str) -> Choice:
+        """The address for one send of `pool` to `provider`. Raises ConfigError for
+        a pool that is not configured."""
+        state = self._pool(pool)
+        settings = state.settings
+        now = self.now()
+        self._roll_today(now)
+        pick = self._pick(state, provider, now)
+        if pick is None:
+            return self._fallback(state, provider, now)
+        if self._has_room(settings, pick, provider):
+            return Choice(pick, settings.ehlo_for(pick), False, None)
+        spill = self._spill(state, provider, now, pick)
+        if spill is None:
+            return self._fallback(state, provider, now)
+        state.spills += 1
+        cap = self._cap_share(settings, self._days[(pick, provider)].day)
+        why = f"{pick} is at its warm-up cap of {cap} sends to {provider} today; spilled to {spill}"
+        return Choice(spill, settings.ehlo_for(spill), False, why)
+
+    def _pick(self, state: _Pool, provider: str, now: float) -> str | None:
+        """The policy's address among the usable ones (healthy, not parked), or None."""
+        addresses = state.settings.addresses
+        policy = state.settings.policy
+        if policy is Policy.STICKY:
+            current = state.sticky.get(provider)
+            if current is not None and self._usable(state, current, provider, now):
+                return current
+            start = state.index[current] + 1 if current is not None else zlib.crc32(provider.encode())
+            found = self._first_usable(state, provider, now, start)
+            if found is not None:
+                state.sticky[provider] = found
+            return found
+        if policy is Policy.ROUND_ROBIN:
+            found = self._first_usable(state, provider, now, state.cursor.get(provider, 0))
+            if found is not None:
+                state.cursor[provider] = (state.index[found] + 1) % len(addresses)
+            return found
+        if policy is Policy.LEAST_USED:
+            return self._least_used(state, provider, now, addresses)
+        return self._rotate(state, provider, now)
+
+    def _rotate(self, state: _Pool, provider: str, now: float) -> str | None:
+        current = state.current
+        if current is not None:
+            if self._usable(state, current, provider, now):
+                return current
+            # Unhealthy at this provider only: another address for this send, and
+            # the current one keeps its turn for the other providers.
+            return self._least_used(state, provider, now, state.settings.addresses)
+        candidates = [a for a in state.settings.addresses if self._usable(state, a, provider, now)]
+        if not candidates:
+            return None
+        low, high = state.settings.rotate_after
+        state.current = self._rng.choice(candidates)
+        state.budget = self._rng.randint(low, high)
+        return state.current
+
+    def _first_usable(self, state: _Pool, provider: str, now: float, start: int) -> str | None:
+        addresses = state.settings.addresses
+        for step in range(len(addresses)):
+            address = addresses[(start + step) % len(addresses)]
+            if self._usable(state, address, provider, now):
+                return address
+        return None
+
+    def _least_used(self, state: _Pool, provider: str, now: float, among: tuple[str, ...]) -> str | None:
+        usable = [a for a in among if self._usable(state, a, provider, now)]
+        if not usable:
+            return None
+        return min(usable, key=lambda a: (self._sent_today.get((a, provider), 0), state.index[a]))
+
+    def _spill(self, state: _Pool, provider: str, now: float, full: str) -> str | None:
+        """Where a send goes when `full` is at its cap: a usable address with room,
+        warm ones first, then the fewest sends to this provider today."""
+        settings = state.settings
+        candidates = [
+            a
+            for a in settings.addresses
+            if a != full and self._usable(state, a, provider, now) and self._has_room(settings, a, provider)
+        ]
+        if not candidates:
+            return None
+        return min(
+            candidates,
+            key=lambda a: (
+                self._warming_at(settings, a, provider),
+                self._sent_today.get((a, provider), 0),
+                state.index[a],
+            ),
+        )
+
+    def _fallback(self, state: _Pool, provider: str, now: float) -> Choice:
+        settings = state.settings
+        state.fallbacks += 1
+        reasons = [self._unavailable(state, a, provider, now) for a in settings.addresses]
+        why = (
+            f"no address of pool {settings.name} can send to {provider} now"
+            f" ({'; '.join(r for r in reasons if r)}); fell back to the primary {settings.primary}"
+        )
+        return Choice(settings.primary, settings.ehlo_for(settings.primary), True, why)
+
+    def _unavailable(self, state: _Pool, address: str, provider: str, now: float) -> str | None:
+        """Why an address cannot take a send to the provider now, or None."""
+        parked = state.parked.get(address)
+        if parked is not None and parked > now:
+            return f"{address} parked for {math.ceil(parked - now)}s more"
+        health = self._health.get((address, provider))
+        if health is not None and health.until > now:
+            return f"{address} unhealthy at {provider} for {math.ceil(health.until - now)}s more"
+        if not self._has_room(state.settings, address, provider):
+            cap = self._cap_share(state.settings, self._days[(address, provider)].day)
+            return f"{address} at its warm-up cap of {cap} to {provider}"
+        return None
+
+    def _usable(self, state: _Pool, address: str, provider: str, now: float) -> bool:
+        parked = state.parked.get(address)
+        if parked is not None:
+            if parked > now:
+                return False
+            del state.parked[address]
+        health = self._health.get((address, provider))
+        return health is None or health.until <= now
+
+    def _warming_at(self, settings: PoolSettings, address: str, provider: str) -> bool:
+        if address not in settings.warming:
+            return False
+        day = self._days.get((address, provider))
+        return day is None or not settings.warmup.warm(day.day)
+
+    def _has_room(self, settings: PoolSettings, address: str, provider: str) -> bool:
+        if not self._warming_at(settings, address, provider):
+            return True
+        day = self._days.get((address, provider))
+        return day is None or day.sent < self._cap_share(settings, day.day)
+
+    def _cap_share(self, settings: PoolSettings, day: int) -> int:
+        return max(1, settings.warmup.cap(day) // self._nodes)
+
+    # --- feedback
+
+    def sent(self, pool: str, provider: str, address: str, count: int = 1) -> None:
+        """Count `count` messages handed to `provider` through `address` (call at DATA,
+        also when the outcome is unknown: an unknown send is counted)."""
+        state = self._pool(pool)
+        settings = state.settings
+        self._check_address(state, address)
+        now = self.now()
+        self._roll_today(now)
+        key = (address, provider)
+        self._sent_today[key] = self._sent_today.get(key, 0) + count
+        if address in settings.warming:
+            day = self._days.setdefault(key, _Day(1, now))
+            if not settings.warmup.warm(day.day):
+                day.sent += count
+        if settings.policy is Policy.ROTATE and address == state.current:
+            state.budget -= count
+            if state.budget <= 0:
+                state.parked[address] = now + settings.park
+                state.current = None
+
+    def report(self, pool: str, provider: str, address: str, outcome: SendOutcome) -> bool:
+        """Feed what came of a send back; returns True when this report made the
+        address unhealthy at the provider (worth a log line)."""
+        state = self._pool(pool)
+        settings = state.settings
+        self._check_address(state, address)
+        now = self.now()
+        key = (address, provider)
+        if outcome in (SendOutcome.DEFERRED, SendOutcome.THROTTLED, SendOutcome.COMPLAINT) and (
+            address in settings.warming
+        ):
+            day = self._days.setdefault(key, _Day(1, now))
+            if not settings.warmup.warm(day.day):
+                if outcome is SendOutcome.COMPLAINT:
+                    day.complaints += 1
+                else:
+                    day.deferred += 1
+        if outcome is SendOutcome.DELIVERED:
+            health = self._health.get(key)
+            if health is not None:
+                health.strikes = 0
+                if health.until <= now:
+                    del self._health[key]
+        elif outcome in (SendOutcome.THROTTLED, SendOutcome.CONNECT_FAILED):
+            health = self._health.setdefault(key, _Health())
+            health.strikes += 1
+            if health.strikes >= settings.unhealthy_after:
+                health.strikes = 0
+                health.until = now + settings.cool_off
+                return True
+        return False
+
+    def set_nodes(self, count: int) -> None:
+        """The number of live nodes sharing the pools: each takes cap // count."""
+        self._nodes = max(1, count)
+
+    # --- warm-up days
+
+    def advance_days(self, now: float) -> list[DayEnd]:
+        """End every warm-up day that began 24 h or more before `now`: the next day
+        starts (aligned on the day's start), advancing the day number only when the
+        finished day had sends and stayed under both rate thresholds."""
+        ended: list[DayEnd] = []
+        for (address, provider), day in self._days.items():
+            warmup = self._pools[self._owner[address]].settings.warmup
+            elapsed = now - day.day_started
+            if warmup.warm(day.day) or elapsed < DAY:
+                continue
+            why = _refusal(warmup, day)
+            next_day = day.day if why else day.day + 1
+            counts = (day.sent, day.deferred, day.complaints)
+            ended.append(DayEnd(address, provider, day.day, next_day, *counts, warmup.warm(next_day), why))
+            day.day = next_day
+            day.day_started += DAY * math.floor(elapsed / DAY)
+            day.sent = day.deferred = day.complaints = 0
+        return ended
+
+    def warmup_state(self) -> list[WarmupRow]:
+        """Every warming address's day per provider, for `save`."""
+        return [
+            WarmupRow(address, provider, d.day, d.day_started, d.sent, d.deferred, d.complaints)
+            for (address, provider), d in self._days.items()
+        ]
+
+    def warming_addresses(self) -> list[str]:
+        return sorted({a for pool in self._pools.values() for a in pool.settings.warming})
+
+    def restore(self, rows: list[WarmupRow]) -> int:
+        """Take stored warm-up days (at start); rows of addresses that are not
+        warming in any pool are ignored. Returns how many were taken."""
+        taken = 0
+        for row in rows:
+            name = self._owner.get(row.address)
+            if name is None or row.address not in self._pools[name].settings.warming:
+                continue
+            self._days[(row.address, row.provider)] = _Day(
+                row.day, row.day_started, row.sent, row.deferred, row.complaints
+            )
+            taken += 1
+        return taken
+
+    # --- statistics
+
+    def statistics(self) -> Statistics:
+        now = self.now()
+        self._roll_today(now)
+        by_address: dict[str, dict[str, int]] = {}
+        for (address, provider), count in self._sent_today.items():
+            by_address.setdefault(address, {})[provider] = count
+        unhealthy: dict[str, dict[str, float]] = {}
+        for (address, provider), health in self._health.items():
+            if health.until > now:
+                unhealthy.setdefault(address, {})[provider] = health.until
+        days: dict[str, list[WarmupStatistics]] = {}
+        for (address, provider), d in sorted(self._days.items()):
+            settings = self._pools[self._owner[address]].settings
+            cap = None if settings.warmup.warm(d.day) else self._cap_share(settings, d.day)
+            days.setdefault(address, []).append(
+                WarmupStatistics(provider, d.day, cap, d.sent, d.deferred, d.complaints, d.day_started)
+            )
+        pools = []
+        for name, state in self._pools.items():
+            settings = state.settings
+            addresses = []
+            for address in settings.addresses:
+                sent = by_address.get(address, {})
+                parked = state.parked.get(address)
+                addresses.append(
+                    AddressStatistics(
+                        address=address,
+                        ehlo=settings.ehlo_for(address),
+                        warming=address in settings.warming,
+                        sent_today=sum(sent.values()),
+                        sent_today_by_provider=dict(sent),
+                        parked_until=parked if parked is not None and parked > now else None,
+                        unhealthy_until=unhealthy.get(address, {}),
+                        warmup=tuple(days.get(address, ())),
+                    )
+                )
+            pools.append(PoolStatistics(name, settings.policy, tuple(addresses), state.spills, state.fallbacks))
+        return Statistics(tuple(pools))
+
+    # --- helpers
+
+    def _pool(self, name: str) -> _Pool:
+        state = self._pools.get(name)
+        if state is None:
+            known = ", ".join(sorted(self._pools)) or "none"
+            raise errors.ConfigError([f"unknown source IP pool {name!r} (configured pools: {known})"])
+        return state
+
+    def _check_address(self, state: _Pool, address: str) -> None:
+        if address not in state.index:
+            raise errors.ConfigError([f"{address} is not an address of source IP pool {state.settings.name!r}"])
+
+    def _roll_today(self, now: float) -> None:
+        today = math.floor(now / DAY)
+        if today != self._today:
+            self._today = today
+            self._sent_today.clear()
+
+
+def _refusal(warmup: Warmup, day: _Day) -> str | None:
+    """Why a finished warm-up day must not advance, or None."""
+    if day.sent == 0:
+        return "no sends"
+    reasons = []
+    deferral_rate = day.deferred / day.sent
+    complaint_rate = day.complaints / day.sent
+    if deferral_rate >= warmup.max_deferral_rate:
+        reasons.append(f"deferral rate {deferral_rate:.3f} is not under {warmup.max_deferral_rate}")
+    if complaint_rate >= warmup.max_complaint_rate:
+        reasons.append(f"complaint rate {complaint_rate:.4f} is not under {warmup.max_complaint_rate}")
+    return "; ".join(reasons) or None
+
+
+# --- persistence
+
+
+def _timestamp(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+async def load(database: db.Database, egress: Egress) -> int:
+    """Restore the stored warm-up days of the pools' warming addresses; returns how
+    many (address, provider) rows were taken. Call `advance_days` after it, since
+    days may have ended while no node ran."""
+    rows = await database.fetch("egress/load", egress.warming_addresses())
+    stored = [
+        WarmupRow(
+            address=r["address"],
+            provider=r["provider"],
+            day=r["day"],
+            day_started=r["day_started"].timestamp(),
+            sent=r["sent"],
+            deferred=r["deferred"],
+            complaints=r["complaints"],
+        )
+        for r in rows
+    ]
+    return egress.restore(stored)
+
+
+async def save(database: db.Database, egress: Egress) -> int:
+    """Write every warm-up day (one statement, idempotent); returns how many rows
+    changed. A row is never moved backwards (see save.sql)."""
+    rows = egress.warmup_state()
+    if not rows:
+        return 0
+    written = await database.fetch(
+        "egress/save",
+        [r.address for r in rows],
+        [r.provider for r in rows],
+        [r.day for r in rows],
+        [_timestamp(r.day_started) for r in rows],
+        [r.sent for r in rows],
+        [r.deferred for r in rows],
+        [r.complaints for r in rows],
+        _timestamp(egress.now()),
+    )
+    return len(written)
+
+
+# --- settings: the [pools.NAME] tables of mtad.toml
+
+
+def parse_pools(raw: Mapping[str, Any], problems: list[str]) -> dict[str, PoolSettings]:
+    """Parse the `[pools.NAME]` tables; every problem is appended to `problems`,
+    naming its table and key. Only pools without a problem are returned; a caller
+    that finds problems must refuse the configuration (nothing falls back)."""
+    if not isinstance(raw, Mapping):
+        problems.append("[pools]: expected tables such as [pools.bulk]")
+        return {}
+    pools: dict[str, PoolSettings] = {}
+    owner: dict[str, str] = {}
+    for name, table in raw.items():
+        where = f"[pools.{name}]"
+        if not _POOL_NAME.fullmatch(name):
+            problems.append(f"{where}: a pool name is 1-64 letters, digits, '.', '_' or '-'")
+            continue
+        if not isinstance(table, Mapping):
+            problems.append(f"{where}: expected a table of pool settings")
+            continue
+        settings = _parse_pool(name, table, problems)
+        if settings is None:
+            continue
+        shared = [a for a in settings.addresses if a in owner]
+        for address in shared:
+            problems.append(
+                f"{where} addresses: {address} is also in [pools.{owner[address]}];"
+                " an address belongs to one pool (its reputation is the pool's)"
+            )
+        for address in settings.addresses:
+            owner.setdefault(address, name)
+        if not shared:
+            pools[name] = settings
+    return pools
+
+
+_POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_HOSTNAME = re.compile(
+    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _address(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected an IP address as a string, got {value!r}")
+    try:
+        return str(ipaddress.ip_address(value.strip()))
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address") from None
+
+
+def _address_list(*, allow_empty: bool) -> Callable[[Any], tuple[str, ...]]:
+    def parse(value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            raise ValueError(f'expected a list of IP addresses such as ["192.0.2.10"], got {value!r}')
+        if not value and not allow_empty:
+            raise ValueError("must list at least one address (the first is the pool's primary)")
+        addresses = tuple(_address(v) for v in value)
+        for i, address in enumerate(addresses):
+            if address in addresses[:i]:
+                raise ValueError(f"{address} is listed twice")
+        return addresses
+
+    return parse
+
+
+def _policy(value: Any) -> Policy:
+    if isinstance(value, str) and value.lower() in {p.value for p in Policy}:
+        return Policy(value.lower())
+    options = ", ".join(f'"{p.value}"' for p in Policy)
+    raise ValueError(f"expected one of {options}, got {value!r}")
+
+
+def _rotate_after(value: Any) -> tuple[int, int]:
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        and 1 <= value[0] <= value[1]
+    ):
+        return (value[0], value[1])
+    raise ValueError(f"expected two integers [low, high] with 1 <= low <= high, got {value!r}")
+
+
+def _duration(value: Any) -> float:
+    """Seconds from a number or a string such as "90s", "30m", "2h", "1h30m" (the
+    format of mtad.toml's durations); must be longer than zero."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip():
+        seconds = _compound_duration(value)
+    else:
+        raise ValueError(f'expected a duration such as "90s", "30m" or "2h", got {value!r}')
+    if not seconds > 0:
+        raise ValueError(f"must be longer than zero, got {value!r}")
+    return seconds
+
+
+def _compound_duration(value: str) -> float:
+    text = value.replace(" ", "")
+    parts = _DURATION.findall(text)
+    if "".join(number + unit for number, unit in parts) != text:
+        raise ValueError(f'expected a duration such as "90s", "30m" or "2h", got {value!r}')
+    return sum(float(number) * _SECONDS[unit] for number, unit in parts)
+
+
+def _hostname(value: Any) -> str:
+    if not isinstance(value, str) or not _HOSTNAME.fullmatch(value):
+        raise ValueError(f"{value!r} is not a valid host name")
+    return value
+
+
+def _optional_hostname(value: Any) -> str | None:
+    if value == "":
+        return None  # as in mtad.toml: empty means the node's hostname
+    return _hostname(value)
+
+
+def _ehlo_table(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f'expected a table such as {{ "192.0.2.10" = "mta1.example.com" }}, got {value!r}')
+    table: dict[str, str] = {}
+    for key, name in value.items():
+        table[_address(key)] = _hostname(name)
+    return table
+
+
+def _whole(low: int, high: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a whole number, got {value!r}")
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}, got {value}")
+        return value
+
+    return parse
+
+
+def _number(low: float, high: float, *, what: str) -> Callable[[Any], float]:
+    """A number in (low, high]."""
+
+    def parse(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"expected {what}, got {value!r}")
+        if not low < value <= high:
+            raise ValueError(f"must be more than {low} and at most {high}, got {value}")
+        return float(value)
+
+    return parse
+
+
+# key -> (parser, the PoolSettings or Warmup field it sets). Defaults are the dataclasses'.
+_KEYS: Mapping[str, tuple[Callable[[Any], Any], str]] = {
+    "addresses": (_address_list(allow_empty=False), "addresses"),
+    "policy": (_policy, "policy"),
+    "rotate_after": (_rotate_after, "rotate_after"),
+    "park": (_duration, "park"),
+    "ehlo": (_ehlo_table, "ehlo"),
+    "ehlo_default": (_optional_hostname, "ehlo_default"),
+    "warming": (_address_list(allow_empty=True), "warming"),
+    "warmup_start": (_whole(1, 10_000_000), "start"),
+    "warmup_growth": (_number(1.0, 10.0, what="a growth factor such as 1.5"), "growth"),
+    "warmup_target": (_whole(1, 1_000_000_000), "target"),
+    "warmup_max_deferral_rate": (_number(0.0, 1.0, what="a fraction such as 0.10 (10%)"), "max_deferral_rate"),
+    "warmup_max_complaint_rate": (_number(0.0, 1.0, what="a fraction such as 0.003 (0.3%)"), "max_complaint_rate"),
+    "unhealthy_after": (_whole(1, 1000), "unhealthy_after"),
+    "cool_off": (_duration, "cool_off"),
+}
+_ROTATE_KEYS = ("rotate_after", "park")
+_WARMUP_BOUNDS = (("warmup_start", "start"), ("warmup_target", "target"))
+
+
+def _parse_pool(name: str, table: Mapping[str, Any], problems: list[str]) -> PoolSettings | None:
+    where = f"[pools.{name}]"
+    before = len(problems)
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in _KEYS:
+            close = difflib.get_close_matches(key, list(_KEYS), n=1)
+            problems.append(f"{where} {key}: unknown key" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            continue
+        parse, attribute = _KEYS[key]
+        try:
+            values[attribute] = parse(value)
+        except ValueError as exc:
+            problems.append(f"{where} {key}: {exc}")
+    if "addresses" not in table:
+        problems.append(f"{where} addresses: missing; list the pool's source IP addresses, the primary first")
+    addresses = values.get("addresses")
+    if addresses is not None:
+        for key, listed in (("warming", values.get("warming", ())), ("ehlo", values.get("ehlo", {}))):
+            for address in listed:
+                if address not in addresses:
+                    problems.append(f"{where} {key}: {address} is not one of the pool's addresses")
+    policy = values.get("policy", Policy.STICKY if "policy" not in table else None)
+    if policy is not None and policy is not Policy.ROTATE:
+        # A key with no effect under the chosen policy is a mistake to point out,
+        # not something to ignore. (The warm-up keys are different: keeping the
+        # schedule after the last address warmed up is normal.)
+        for key in _ROTATE_KEYS:
+            if key in table:
+                problems.append(f'{where} {key}: only used with policy = "rotate" (this pool is "{policy.value}")')
+    warmup_fields = ("start", "growth", "target", "max_deferral_rate", "max_complaint_rate")
+    warmup = Warmup(**{k: values[k] for k in warmup_fields if k in values})
+    parsed = all(key not in table or attribute in values for key, attribute in _WARMUP_BOUNDS)
+    if parsed and warmup.target <= warmup.start:
+        problems.append(
+            f"{where} warmup_target: must be larger than warmup_start ({warmup.start}), got {warmup.target}"
+        )
+    if len(problems) > before:
+        return None
+    fields = {k: v for k, v in values.items() if k not in warmup_fields}
+    fields["warming"] = frozenset(values.get("warming", ()))
+    return PoolSettings(name=name, warmup=warmup, **fields)

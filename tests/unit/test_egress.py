@@ -1,0 +1,497 @@
+"""Source IP pools: policies, health, warm-up caps and days, fallback, settings.
+
+An injected clock and a seeded random generator; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from mtad import egress, errors
+from mtad.egress import DAY, Egress, Policy, PoolSettings, SendOutcome, Warmup
+
+START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
+A, B, C = "192.0.2.1", "192.0.2.2", "192.0.2.3"
+W = "192.0.2.9"  # a new address, warming up
+
+
+class Clock:
+    def __init__(self, t: float = START) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def make(*pools: PoolSettings, clock: Clock | None = None, seed: int = 7) -> Egress:
+    return Egress({p.name: p for p in pools}, now=clock or Clock(), rng=random.Random(seed))
+
+
+def providers_at(index: int, count: int) -> Iterator[str]:
+    """Provider names that a sticky pool of `count` addresses starts on addresses[index]."""
+    return (f"p{i}" for i in range(10_000) if zlib.crc32(f"p{i}".encode()) % count == index)
+
+
+def send(e: Egress, pool: str, provider: str, times: int = 1) -> list[egress.Choice]:
+    """Choose and count `times` sends, as the delivery path does."""
+    choices = []
+    for _ in range(times):
+        choice = e.choose(pool, provider)
+        e.sent(pool, provider, choice.address)
+        choices.append(choice)
+    return choices
+
+
+def throttle(e: Egress, pool: str, provider: str, address: str, times: int = 3) -> list[bool]:
+    return [e.report(pool, provider, address, SendOutcome.THROTTLED) for _ in range(times)]
+
+
+# --- sticky
+
+
+def test_sticky_keeps_one_address_per_provider() -> None:
+    e = make(PoolSettings("p", (A, B, C)))
+    for provider in ("gmail", "microsoft", "yahoo", "mx:mail.example.org"):
+        chosen = {c.address for c in send(e, "p", provider, 20)}
+        assert chosen == {(A, B, C)[zlib.crc32(provider.encode()) % 3]}
+    assert all(not c.fallback and c.why is None for c in send(e, "p", "gmail", 5))
+
+
+def test_sticky_moves_off_an_unhealthy_address_and_stays_on_the_new_one() -> None:
+    clock = Clock()
+    e = make(PoolSettings("p", (A, B, C), cool_off=600), clock=clock)
+    first, other = list(providers_at(0, 3))[:2]  # both start on A
+    assert send(e, "p", first)[0].address == A
+    assert throttle(e, "p", first, A) == [False, False, True]  # the third in a row makes it unhealthy
+    assert {c.address for c in send(e, "p", first, 5)} == {B}  # the next address, kept
+    assert send(e, "p", other)[0].address == A  # health is per provider
+    clock.advance(600)  # A is healthy again; the provider stays where it went
+    assert send(e, "p", first)[0].address == B
+    assert e.statistics().pools[0].addresses[0].unhealthy_until == {}
+
+
+def test_a_delivery_breaks_a_run_of_strikes_and_connect_failures_count() -> None:
+    e = make(PoolSettings("p", (A, B), unhealthy_after=2))
+    provider = next(providers_at(0, 2))
+    assert e.report("p", provider, A, SendOutcome.THROTTLED) is False
+    assert e.report("p", provider, A, SendOutcome.DELIVERED) is False
+    assert e.report("p", provider, A, SendOutcome.CONNECT_FAILED) is False
+    assert e.report("p", provider, A, SendOutcome.DEFERRED) is False  # not a strike, and not a reset
+    assert e.choose("p", provider).address == A
+    assert e.report("p", provider, A, SendOutcome.CONNECT_FAILED) is True
+    assert e.choose("p", provider).address == B
+
+
+def test_a_delivery_does_not_end_a_cool_off() -> None:
+    e = make(PoolSettings("p", (A, B), unhealthy_after=1))
+    provider = next(providers_at(0, 2))
+    e.report("p", provider, A, SendOutcome.THROTTLED)
+    e.report("p", provider, A, SendOutcome.DELIVERED)  # a send that was already in flight
+    assert e.choose("p", provider).address == B
+
+
+# --- round-robin and least-used
+
+
+def test_round_robin_cycles_per_provider_and_skips_an_unhealthy_address() -> None:
+    e = make(PoolSettings("p", (A, B, C), policy=Policy.ROUND_ROBIN, unhealthy_after=1))
+    assert [c.address for c in send(e, "p", "gmail", 7)] == [A, B, C, A, B, C, A]
+    assert [c.address for c in send(e, "p", "yahoo", 2)] == [A, B]  # a cursor of its own
+    e.report("p", "gmail", C, SendOutcome.THROTTLED)
+    assert [c.address for c in send(e, "p", "gmail", 4)] == [B, A, B, A]
+
+
+def test_least_used_picks_the_fewest_sends_to_the_provider_today() -> None:
+    clock = Clock()
+    e = make(PoolSettings("p", (A, B, C), policy=Policy.LEAST_USED), clock=clock)
+    assert e.choose("p", "gmail").address == A  # a tie: the first
+    for address, times in ((A, 3), (B, 1), (C, 2)):
+        for _ in range(times):
+            e.sent("p", "gmail", address)
+    for _ in range(5):
+        e.sent("p", "yahoo", B)  # other providers do not count
+    assert e.choose("p", "gmail").address == B
+    e.sent("p", "gmail", B, count=2)  # B: 3, C: 2
+    assert e.choose("p", "gmail").address == C
+    assert [c.address for c in send(e, "p", "gmail", 4)] == [C, A, B, C]
+    clock.advance(DAY)  # a new UTC day: counts start again
+    assert e.choose("p", "gmail").address == A
+    assert e.statistics().pools[0].addresses[0].sent_today == 0
+
+
+# --- rotate
+
+
+def runs(choices: list[egress.Choice]) -> list[tuple[str, int]]:
+    """(address, sends in a row) for each run of the same address."""
+    out: list[tuple[str, int]] = []
+    for choice in choices:
+        if out and out[-1][0] == choice.address:
+            out[-1] = (choice.address, out[-1][1] + 1)
+        else:
+            out.append((choice.address, 1))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_rotate_retires_an_address_after_a_count_in_range_and_parks_it(seed: int) -> None:
+    clock = Clock()
+    e = make(PoolSettings("p", (A, B, C), policy=Policy.ROTATE, rotate_after=(3, 5), park=600), clock=clock, seed=seed)
+    choices = []
+    while not (choice := e.choose("p", "gmail")).fallback:
+        e.sent("p", "gmail", choice.address)
+        choices.append(choice)
+    # Three runs, one per address (a parked address is not chosen), each of 3 to 5 sends.
+    found = runs(choices)
+    assert sorted(a for a, _ in found) == [A, B, C]
+    assert all(3 <= n <= 5 for _, n in found)
+    assert (choice.address, choice.why) == (
+        A,
+        f"no address of pool p can send to gmail now ({A} parked for 600s more; {B} parked for 600s more;"
+        f" {C} parked for 600s more); fell back to the primary {A}",
+    )
+    parked = {s.address: s.parked_until for s in e.statistics().pools[0].addresses}
+    assert parked == {A: START + 600, B: START + 600, C: START + 600}
+    clock.advance(599)
+    assert e.choose("p", "gmail").fallback
+    clock.advance(1)  # the rest is over: every address may be chosen again
+    assert not any(c.fallback for c in send(e, "p", "gmail", 3))
+
+
+def test_rotate_draws_every_count_of_its_range() -> None:
+    lengths = set()
+    for seed in range(40):
+        e = make(PoolSettings("p", (A, B), policy=Policy.ROTATE, rotate_after=(2, 4), park=60), seed=seed)
+        lengths.add(runs(send(e, "p", "gmail", 4))[0][1])
+    assert lengths == {2, 3, 4}
+
+
+def test_rotate_parked_address_returns_after_park() -> None:
+    clock = Clock()
+    e = make(PoolSettings("p", (A, B), policy=Policy.ROTATE, rotate_after=(2, 2), park=30), clock=clock)
+    first = runs(send(e, "p", "gmail", 2))[0][0]
+    second = send(e, "p", "gmail")[0].address
+    assert second != first  # first is parked
+    clock.advance(30)
+    e.sent("p", "gmail", second)  # second retires
+    assert send(e, "p", "gmail")[0].address == first
+
+
+def test_rotate_sends_around_an_address_unhealthy_at_one_provider() -> None:
+    e = make(PoolSettings("p", (A, B), policy=Policy.ROTATE, rotate_after=(10, 10), unhealthy_after=1))
+    current = e.choose("p", "gmail").address
+    e.report("p", "gmail", current, SendOutcome.THROTTLED)
+    assert e.choose("p", "gmail").address != current
+    assert e.choose("p", "yahoo").address == current  # still the current one elsewhere
+
+
+# --- warm-up
+
+
+def test_the_cap_grows_geometrically_up_to_the_target() -> None:
+    schedule = Warmup()
+    assert [schedule.cap(d) for d in (1, 2, 3, 4)] == [50, 75, 112, 169]
+    assert schedule.cap(19) == round(50 * 1.5**18) < 100_000
+    assert schedule.cap(20) == schedule.cap(500) == 100_000
+    assert (schedule.warm(19), schedule.warm(20)) == (False, True)
+    assert Warmup(growth=10.0).cap(10_000) == 100_000  # no overflow
+
+
+def warming_pool(**overrides: Any) -> PoolSettings:
+    fields: dict[str, Any] = {
+        "name": "p",
+        "addresses": (W, A),
+        "warming": frozenset({W}),
+        "warmup": Warmup(start=5, growth=2.0, target=40),
+        "ehlo": {W: "new.example.com"},
+        "ehlo_default": "mta.example.com",
+    }
+    fields.update(overrides)
+    return PoolSettings(**fields)
+
+
+def test_a_full_warming_address_spills_to_a_warm_one() -> None:
+    e = make(warming_pool())
+    provider, other = list(providers_at(0, 2))[:2]  # sticky on W
+    first = send(e, "p", provider, 5)
+    assert [(c.address, c.ehlo, c.fallback, c.why) for c in first] == [(W, "new.example.com", False, None)] * 5
+    spilled = send(e, "p", provider, 3)
+    assert [(c.address, c.ehlo, c.fallback) for c in spilled] == [(A, "mta.example.com", False)] * 3
+    assert spilled[0].why == f"{W} is at its warm-up cap of 5 sends to {provider} today; spilled to {A}"
+    assert send(e, "p", other)[0].address == W  # the cap is per provider
+    [stats] = e.statistics().pools
+    assert (stats.spills, stats.fallbacks) == (3, 0)
+    w = stats.addresses[0]
+    assert (w.warming, w.sent_today, w.sent_today_by_provider) == (True, 6, {provider: 5, other: 1})
+    assert [(s.provider, s.day, s.cap, s.sent) for s in w.warmup] == sorted([(provider, 1, 5, 5), (other, 1, 5, 1)])
+
+
+def test_a_spill_prefers_a_warm_address_over_another_warming_one() -> None:
+    e = make(warming_pool(addresses=(W, B, A), warming=frozenset({W, B}), policy=Policy.ROUND_ROBIN))
+    for _ in range(5):
+        e.sent("p", "gmail", W)
+    assert e.choose("p", "gmail").address == A  # W is full: A, not B
+    for _ in range(3):
+        e.report("p", "gmail", A, SendOutcome.CONNECT_FAILED)
+    assert e.choose("p", "gmail").address == B  # B's turn
+    spilled = e.choose("p", "gmail")  # A is unhealthy, W's turn: W is full, and B still has room
+    assert (spilled.address, spilled.why) == (B, f"{W} is at its warm-up cap of 5 sends to gmail today; spilled to {B}")
+
+
+def test_when_nothing_is_eligible_the_primary_is_used_and_the_reason_given() -> None:
+    e = make(warming_pool())
+    provider = next(providers_at(0, 2))
+    for _ in range(5):
+        e.sent("p", provider, W)
+    throttle(e, "p", provider, A)
+    choice = e.choose("p", provider)
+    assert (choice.address, choice.ehlo, choice.fallback) == (W, "new.example.com", True)
+    assert choice.why == (
+        f"no address of pool p can send to {provider} now ({W} at its warm-up cap of 5 to {provider};"
+        f" {A} unhealthy at {provider} for 600s more); fell back to the primary {W}"
+    )
+    assert e.statistics().pools[0].fallbacks == 1
+
+
+def test_every_policy_falls_back_when_every_address_is_unhealthy() -> None:
+    for policy in Policy:
+        e = make(PoolSettings("p", (A, B), policy=policy, unhealthy_after=1))
+        for address in (A, B):
+            e.report("p", "gmail", address, SendOutcome.THROTTLED)
+        choice = e.choose("p", "gmail")
+        assert (choice.address, choice.fallback) == (A, True), policy
+        assert choice.why == (
+            f"no address of pool p can send to gmail now ({A} unhealthy at gmail for 600s more;"
+            f" {B} unhealthy at gmail for 600s more); fell back to the primary {A}"
+        )
+
+
+def test_several_nodes_share_a_cap() -> None:
+    e = make(warming_pool(warmup=Warmup(start=10, growth=2.0, target=1000)))
+    e.set_nodes(3)
+    provider = next(providers_at(0, 2))
+    assert [c.address for c in send(e, "p", provider, 4)] == [W, W, W, A]  # 10 // 3
+    e.set_nodes(20)
+    assert e.statistics().pools[0].addresses[0].warmup[0].cap == 1  # never below one
+
+
+def test_a_day_advances_when_the_rates_stayed_under_the_thresholds() -> None:
+    clock = Clock()
+    e = make(warming_pool(warmup=Warmup(start=10, growth=2.0, target=1000)), clock=clock)
+    provider = next(providers_at(0, 2))
+    assert [c.address for c in send(e, "p", provider, 11)] == [W] * 10 + [A]
+    e.report("p", provider, W, SendOutcome.DEFERRED)  # 10%: not under 0.10
+    e.report("p", provider, A, SendOutcome.DEFERRED)  # a warm address has no warm-up day
+    assert e.advance_days(START + DAY - 1) == []  # not 24 h yet
+    clock.advance(DAY + 5)
+    [ended] = e.advance_days(clock())
+    assert (ended.day, ended.next_day, ended.sent, ended.deferred, ended.warm) == (1, 1, 10, 1, False)
+    assert ended.why == "deferral rate 0.100 is not under 0.1"
+    [row] = e.warmup_state()
+    assert (row.day, row.day_started, row.sent, row.deferred) == (1, START + DAY, 0, 0)  # aligned, counts reset
+    assert [c.address for c in send(e, "p", provider, 11)] == [W] * 10 + [A]  # day 1 again: the same cap
+    e.report("p", provider, W, SendOutcome.THROTTLED)  # throttling counts as a deferral: 1 in 10 again...
+    clock.advance(DAY)
+    assert e.advance_days(clock())[0].next_day == 1
+    send(e, "p", provider, 10)  # ...and a clean day advances
+    clock.advance(DAY)
+    [ended] = e.advance_days(clock())
+    assert (ended.day, ended.next_day, ended.why) == (1, 2, None)
+    assert [c.address for c in send(e, "p", provider, 21)] == [W] * 20 + [A]  # day 2: 20
+
+
+def test_a_day_with_complaints_over_the_threshold_does_not_advance() -> None:
+    clock = Clock()
+    e = make(warming_pool(warmup=Warmup(start=100, growth=2.0, target=1000, max_complaint_rate=0.01)), clock=clock)
+    provider = next(providers_at(0, 2))
+    send(e, "p", provider, 100)
+    e.report("p", provider, W, SendOutcome.COMPLAINT)  # 1%: not under 1%
+    clock.advance(DAY)
+    [ended] = e.advance_days(clock())
+    assert (ended.next_day, ended.complaints, ended.why) == (1, 1, "complaint rate 0.0100 is not under 0.01")
+    send(e, "p", provider, 200)
+    e.report("p", provider, W, SendOutcome.COMPLAINT)  # 1 in 100 sent on this day (the cap): refused again
+    e.report("p", provider, W, SendOutcome.DELIVERED)
+    clock.advance(DAY)
+    assert e.advance_days(clock())[0].next_day == 1
+
+
+def test_a_day_without_sends_does_not_advance() -> None:
+    clock = Clock()
+    e = make(warming_pool(), clock=clock)
+    e.report("p", "gmail", W, SendOutcome.DEFERRED)  # a day starts even so (a late report)
+    clock.advance(3 * DAY + 10)  # three days with no node running
+    [ended] = e.advance_days(clock())
+    assert (ended.day, ended.next_day, ended.sent, ended.why) == (1, 1, 0, "no sends")
+    [row] = e.warmup_state()
+    assert row.day_started == START + 3 * DAY
+
+
+def test_an_address_that_reaches_the_target_stops_warming() -> None:
+    clock = Clock()
+    e = make(warming_pool(), clock=clock)  # 5, 10, 20, then 40 = the target
+    provider = next(providers_at(0, 2))
+    for day, cap in ((1, 5), (2, 10), (3, 20)):
+        assert [c.address for c in send(e, "p", provider, cap + 1)] == [W] * cap + [A], day
+        clock.advance(DAY)
+        [ended] = e.advance_days(clock())
+        assert (ended.day, ended.next_day, ended.warm) == (day, day + 1, day == 3)
+    assert {c.address for c in send(e, "p", provider, 100)} == {W}  # no cap any more
+    [row] = e.warmup_state()
+    assert (row.day, row.sent) == (4, 0)
+    assert e.statistics().pools[0].addresses[0].warmup[0].cap is None
+    clock.advance(DAY)
+    assert e.advance_days(clock()) == []  # a warm address has no more days
+
+
+# --- errors and settings
+
+
+def test_an_unknown_pool_or_an_address_of_another_pool_is_an_error() -> None:
+    e = make(PoolSettings("transactional", (A,)), PoolSettings("bulk", (B,)))
+    with pytest.raises(errors.ConfigError) as info:
+        e.choose("marketing", "gmail")
+    assert info.value.problems == ("unknown source IP pool 'marketing' (configured pools: bulk, transactional)",)
+    with pytest.raises(errors.ConfigError, match=f"{A} is not an address of source IP pool 'bulk'"):
+        e.sent("bulk", "gmail", A)
+    with pytest.raises(errors.ConfigError, match="is also in"):
+        make(PoolSettings("transactional", (A,)), PoolSettings("bulk", (B, A)))
+
+
+REFERENCE = {
+    "transactional": {
+        "addresses": ["192.0.2.1", "2001:db8::0001"],
+        "ehlo": {"2001:DB8::1": "tx6.example.com"},
+        "ehlo_default": "tx.example.com",
+    },
+    "bulk": {
+        "addresses": ["198.51.100.1", "198.51.100.2", "198.51.100.3"],
+        "policy": "rotate",
+        "rotate_after": [8, 15],
+        "park": "1h30m",
+        "warming": ["198.51.100.3"],
+        "warmup_start": 100,
+        "warmup_growth": 2,
+        "warmup_target": 50_000,
+        "warmup_max_deferral_rate": 0.05,
+        "warmup_max_complaint_rate": 0.001,
+        "unhealthy_after": 5,
+        "cool_off": "15m",
+    },
+}
+
+
+def test_parse_pools() -> None:
+    problems: list[str] = []
+    pools = egress.parse_pools(REFERENCE, problems)
+    assert problems == []
+    assert pools["transactional"] == PoolSettings(
+        "transactional", ("192.0.2.1", "2001:db8::1"), ehlo={"2001:db8::1": "tx6.example.com"},
+        ehlo_default="tx.example.com",
+    )  # fmt: skip
+    assert pools["bulk"] == PoolSettings(
+        "bulk",
+        ("198.51.100.1", "198.51.100.2", "198.51.100.3"),
+        policy=Policy.ROTATE,
+        rotate_after=(8, 15),
+        park=5400.0,
+        warming=frozenset({"198.51.100.3"}),
+        warmup=Warmup(100, 2.0, 50_000, 0.05, 0.001),
+        unhealthy_after=5,
+        cool_off=900.0,
+    )
+    assert pools["transactional"].ehlo_for("192.0.2.1") == "tx.example.com"
+    assert egress.parse_pools({"p": {"addresses": [A], "ehlo_default": ""}}, problems)["p"].ehlo_default is None
+    assert egress.parse_pools({"p": {"addresses": [A], "park": 90}}, problems) == {}
+    assert problems == ['[pools.p] park: only used with policy = "rotate" (this pool is "sticky")']
+
+
+def problems_of(raw: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    assert egress.parse_pools(raw, problems) == {}
+    return problems
+
+
+def test_parse_pools_names_every_bad_key() -> None:
+    assert problems_of(
+        {
+            "bulk": {
+                "addresses": ["198.51.100.1", "not-an-ip"],
+                "policy": "random",
+                "rotate_after": [5, 2],
+                "park": "30 minutes",
+                "ehlo": {"198.51.100.1": "bad_name"},
+                "ehlo_default": 7,
+                "warming": "198.51.100.1",
+                "warmup_start": 0,
+                "warmup_growth": 1.0,
+                "warmup_target": "lots",
+                "warmup_max_deferral_rate": 10,
+                "warmup_max_complaint_rate": True,
+                "unhealthy_after": 0,
+                "cool_off": "-5m",
+                "polcy": "sticky",
+            }
+        }
+    ) == [
+        "[pools.bulk] addresses: 'not-an-ip' is not an IP address",
+        '[pools.bulk] policy: expected one of "sticky", "round-robin", "least-used", "rotate", got \'random\'',
+        "[pools.bulk] rotate_after: expected two integers [low, high] with 1 <= low <= high, got [5, 2]",
+        '[pools.bulk] park: expected a duration such as "90s", "30m" or "2h", got \'30 minutes\'',
+        "[pools.bulk] ehlo: 'bad_name' is not a valid host name",
+        "[pools.bulk] ehlo_default: 7 is not a valid host name",
+        "[pools.bulk] warming: expected a list of IP addresses such as [\"192.0.2.10\"], got '198.51.100.1'",
+        "[pools.bulk] warmup_start: must be between 1 and 10000000, got 0",
+        "[pools.bulk] warmup_growth: must be more than 1.0 and at most 10.0, got 1.0",
+        "[pools.bulk] warmup_target: expected a whole number, got 'lots'",
+        "[pools.bulk] warmup_max_deferral_rate: must be more than 0.0 and at most 1.0, got 10",
+        "[pools.bulk] warmup_max_complaint_rate: expected a fraction such as 0.003 (0.3%), got True",
+        "[pools.bulk] unhealthy_after: must be between 1 and 1000, got 0",
+        '[pools.bulk] cool_off: expected a duration such as "90s", "30m" or "2h", got \'-5m\'',
+        "[pools.bulk] polcy: unknown key (did you mean 'policy'?)",
+    ]
+
+
+def test_parse_pools_checks_across_keys_and_pools() -> None:
+    assert problems_of({"bulk": {"addresses": [A, B], "warming": [C], "ehlo": {W: "mta.example.com"}}}) == [
+        f"[pools.bulk] warming: {C} is not one of the pool's addresses",
+        f"[pools.bulk] ehlo: {W} is not one of the pool's addresses",
+    ]
+    assert problems_of({"bulk": {"policy": "sticky"}}) == [
+        "[pools.bulk] addresses: missing; list the pool's source IP addresses, the primary first"
+    ]
+    assert problems_of({"bulk": {"addresses": []}}) == [
+        "[pools.bulk] addresses: must list at least one address (the first is the pool's primary)"
+    ]
+    assert problems_of({"bulk": {"addresses": ["2001:db8::1", "2001:DB8::0001"]}}) == [
+        "[pools.bulk] addresses: 2001:db8::1 is listed twice"
+    ]
+    assert problems_of({"bulk": {"addresses": [A], "warmup_start": 500, "warmup_target": 500}}) == [
+        "[pools.bulk] warmup_target: must be larger than warmup_start (500), got 500"
+    ]
+    assert problems_of({"bulk": {"addresses": [A], "policy": "round-robin", "rotate_after": [1, 2]}}) == [
+        '[pools.bulk] rotate_after: only used with policy = "rotate" (this pool is "round-robin")'
+    ]
+    assert problems_of({"bulk": {"addresses": [A], "policy": "rotate", "rotate_after": [0, 3]}}) == [
+        "[pools.bulk] rotate_after: expected two integers [low, high] with 1 <= low <= high, got [0, 3]"
+    ]
+    assert problems_of({"bad name": {"addresses": [A]}, "x": "not a table"}) == [
+        "[pools.bad name]: a pool name is 1-64 letters, digits, '.', '_' or '-'",
+        "[pools.x]: expected a table of pool settings",
+    ]
+    problems: list[str] = []
+    pools = egress.parse_pools({"transactional": {"addresses": [A]}, "bulk": {"addresses": [B, A]}}, problems)
+    assert list(pools) == ["transactional"]
+    assert problems == [
+        f"[pools.bulk] addresses: {A} is also in [pools.transactional]; an address belongs to one pool"
+        " (its reputation is the pool's)"
+    ]
