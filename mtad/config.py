@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtad import datafiles, delivery, envelope, errors, outcomes, routing, sessions, submission, tenants
+from mtad import datafiles, delivery, egress, envelope, errors, outcomes, routing, sessions, submission, tenants
 from mtad.endpoints import HostPort
 
 DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
@@ -67,7 +67,8 @@ class DeliverySettings:
     dns_timeout: float
     providers: routing.Providers
     rules: outcomes.Rules
-    routes: Mapping[str, HostPort]
+    routes: Mapping[str, HostPort]  # domain -> relay
+    pools: Mapping[str, egress.PoolSettings]  # [pools.NAME]
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,10 +340,12 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "poll_interval": (_positive_duration, "5s"),
         "shutdown_timeout": (duration, "30s"),
         "checkpoint_interval": (_positive_duration, "5s"),
+        "default_pool": (_optional_string, ""),
     },
 }
-# Sections whose keys are names the operator chooses: [routes."example.org"] relay = "host:port".
-DYNAMIC_SECTIONS = ("routes",)
+# Sections whose keys are names the operator chooses: [routes."example.org"] relay = "host:port",
+# [pools.bulk] addresses = [...], [tenants."shop"] priority = 10.
+DYNAMIC_SECTIONS = ("routes", "pools", "tenants")
 
 
 def default_path() -> Path | None:
@@ -370,7 +373,11 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
                 values[section][key] = parse(value)
             except ValueError as exc:
                 problems.append(f"{origin.get((section, key), f'[{section}] {key}')}: {exc}")
-    extras = _load_delivery_data(values, document.get("routes", {}), problems)
+    extras = _load_delivery_data(values, document.get("routes", {}), document.get("pools", {}), problems)
+    extras["tenant_weights"] = {}
+    extras["tenant_defaults"] = _load_tenant_defaults(
+        document.get("tenants", {}), extras["pools"], extras["tenant_weights"], problems
+    )
     if problems:
         raise errors.ConfigError(problems)
     settings = _build(values, extras, path)
@@ -428,9 +435,14 @@ def _did_you_mean(word: str, options: Mapping[str, Any]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _load_delivery_data(values: dict[str, dict[str, Any]], routes: Any, problems: list[str]) -> dict[str, Any]:
-    """The files [delivery] names (providers, reply rules) and the [routes] table."""
-    extras: dict[str, Any] = {"routes": {}}
+def _load_delivery_data(
+    values: dict[str, dict[str, Any]], routes: Any, pools: Any, problems: list[str]
+) -> dict[str, Any]:
+    """The files [delivery] names (providers, reply rules), the [pools] and the [routes] tables."""
+    extras: dict[str, Any] = {"routes": {}, "route_pools": {}, "pools": egress.parse_pools(pools, problems)}
+    default_pool = values["delivery"].get("default_pool")
+    if default_pool and default_pool not in extras["pools"]:
+        problems.append(f"[delivery] default_pool: no pool named {default_pool!r}{_pools_known(extras['pools'])}")
     for key, load_file in (("providers", routing.load_providers), ("replies", outcomes.load_rules)):
         path = values["delivery"].get(key)
         if path is None:
@@ -449,14 +461,71 @@ def _load_delivery_data(values: dict[str, dict[str, Any]], routes: Any, problems
         except errors.AddressError as exc:
             problems.append(f"{where}: {exc.text}")
             continue
-        if not isinstance(table, dict) or set(table) != {"relay"}:
-            problems.append(f'{where}: expected exactly one key, relay = "host:port"')
+        if not isinstance(table, dict) or not table or not set(table) <= {"relay", "pool"}:
+            problems.append(f'{where}: expected relay = "host:port", pool = "NAME" or both')
             continue
-        try:
-            extras["routes"][ascii_domain] = host_port(table["relay"])
-        except ValueError as exc:
-            problems.append(f"{where} relay: {exc}")
+        if "relay" in table:
+            try:
+                extras["routes"][ascii_domain] = host_port(table["relay"])
+            except ValueError as exc:
+                problems.append(f"{where} relay: {exc}")
+        if "pool" in table:
+            if table["pool"] in extras["pools"]:
+                extras["route_pools"][ascii_domain] = table["pool"]
+            else:
+                problems.append(f"{where} pool: no pool named {table['pool']!r}{_pools_known(extras['pools'])}")
     return extras
+
+
+def _pools_known(pools: Mapping[str, Any]) -> str:
+    return f" (configured: {', '.join(sorted(pools))})" if pools else " (no [pools] are configured)"
+
+
+_TENANT_KEYS = {"priority": "a whole number", "pool": "a pool name", "weight": "a whole number"}
+
+
+def _load_tenant_defaults(
+    table: Any, pools: Mapping[str, Any], weights: dict[str, int], problems: list[str]
+) -> dict[str, submission.TenantDefaults]:
+    """The [tenants."NAME"] tables: the priority and source IP pool of a tenant's
+    messages when they name none (X-Mtad-Priority, Priority, X-Mtad-Pool), and the
+    tenant's weight in delivery's ready queues (put in `weights`)."""
+    if not isinstance(table, dict):
+        problems.append('[tenants]: expected tables such as [tenants."shop"]')
+        return {}
+    priority = _integer(submission.MIN_PRIORITY, submission.MAX_PRIORITY)
+    defaults: dict[str, submission.TenantDefaults] = {}
+    for name, keys in table.items():
+        where = f'[tenants."{name}"]'
+        try:
+            tenants.check_name(name)
+        except errors.MtadError as exc:
+            problems.append(f"{where}: {exc}")
+            continue
+        if not isinstance(keys, dict):
+            problems.append(f'{where}: expected a table such as priority = 10, pool = "bulk"')
+            continue
+        found = len(problems)
+        for key in keys:
+            if key not in _TENANT_KEYS:
+                problems.append(f"{where} {key}: unknown key{_did_you_mean(key, _TENANT_KEYS)}")
+        chosen = 0
+        try:
+            chosen = priority(keys.get("priority", 0))
+        except ValueError as exc:
+            problems.append(f"{where} priority: {exc}")
+        try:
+            weights[name] = _integer(1, 100)(keys.get("weight", 1))
+        except ValueError as exc:
+            problems.append(f"{where} weight: {exc}")
+        pool = keys.get("pool", "")  # "" as elsewhere in the file: none
+        if not isinstance(pool, str):
+            problems.append(f"{where} pool: expected a pool name, got {pool!r}")
+        elif pool and pool not in pools:
+            problems.append(f"{where} pool: no pool named {pool!r}{_pools_known(pools)}")
+        if len(problems) == found:
+            defaults[name] = submission.TenantDefaults(chosen, pool or None)
+    return defaults
 
 
 def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None) -> Settings:
@@ -479,6 +548,8 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
             check_recipient_domains=sub["check_recipient_domains"],
             tls_cert=values["tls"]["cert"],
             tls_key=values["tls"]["key"],
+            pools=frozenset(extras["pools"]),
+            tenant_defaults=extras["tenant_defaults"],
         ),
         spool=SpoolSettings(**values["spool"]),
         http=HttpSettings(**values["http"]),
@@ -499,6 +570,9 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
                 shutdown_timeout=d["shutdown_timeout"],
                 checkpoint_interval=d["checkpoint_interval"],
                 node_timeout=3 * values["node"]["heartbeat_interval"],
+                default_pool=d["default_pool"],
+                route_pools=extras["route_pools"],
+                tenant_weights=extras["tenant_weights"],
             ),
             sessions=sessions.Settings(
                 port=d["port"],
@@ -516,6 +590,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
             providers=extras["providers"],
             rules=extras["replies"],
             routes=extras["routes"],
+            pools=extras["pools"],
         ),
         source=path,
     )

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 
 import structlog
 
-from mtad import config, db, delivery, errors, http, log, nodes, routing, sessions, spool, submission, tenants
+from mtad import config, db, delivery, egress, errors, http, log, nodes, routing, sessions, spool, submission, tenants
 from mtad.db import embedded, migrate
 
 logger = structlog.get_logger("mtad.daemon")
@@ -143,7 +143,9 @@ class Daemon:
         if out.enabled:
             queue = await db.Database.connect(database.dsn, max_size=settings.database.pool_size, replan=True)
             self._closing.append(queue)
-            engine = delivery.Delivery(out.engine, queue, router, sessions.Pool(out.sessions), out.rules)
+            engine = delivery.Delivery(
+                out.engine, queue, router, sessions.Pool(out.sessions), out.rules, pools=egress.Egress(out.pools)
+            )
         committer = spool.GroupCommitter(
             database,
             window=settings.spool.commit_window,

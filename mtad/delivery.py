@@ -23,23 +23,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
 
-from mtad import db, errors, leases, metrics, nodes, outcomes, routing, sessions, shaping, spool
+from mtad import db, egress, errors, leases, metrics, nodes, outcomes, routing, sessions, shaping, spool
 from mtad.batching import Batcher
 from mtad.leases import Leased, Outcome
 from mtad.lifecycle import Reason, State
 from mtad.outcomes import Failure, Verdict
+from mtad.ready import ReadyQueue
 
 log = structlog.get_logger("mtad.delivery")
 
@@ -60,11 +59,23 @@ class Settings:
     max_held: int = 20_000  # deliveries held in memory at once
     poll_interval: float = 5.0
     shutdown_timeout: float = 30.0
-    checkpoint_interval: float = 5.0  # buckets to and from PostgreSQL, and the live node count
+    checkpoint_interval: float = 5.0  # buckets and warm-up to and from PostgreSQL, and the live node count
     node_timeout: float = 30.0  # a node whose heartbeat is older is not counted as live
+    default_pool: str | None = None  # the source IP pool of mail that names none (None: source_address)
+    route_pools: Mapping[str, str] = field(default_factory=dict)  # domain -> pool, over what the message says
+    tenant_weights: Mapping[str, int] = field(default_factory=dict)  # turns per round in a ready queue (default 1)
 
 
 # --- jobs and groups -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Egress:
+    """Where an attempt goes out from."""
+
+    source: str  # the source address ("": the system's choice)
+    pool: str | None = None
+    choice: egress.Choice | None = None  # the pool's answer, with its EHLO name and any fallback
 
 
 @dataclass(slots=True)
@@ -73,6 +84,22 @@ class _Feedback:
 
     delivered: int = 0  # recipients accepted
     throttled: bool = False  # a reply classed as throttled (421, 4.7.x, provider wording)
+    deferred: bool = False  # a transient reply
+    connect_failed: bool = False  # no session through the source address
+    maybe_sent: bool = False  # the connection dropped after the data: it may have gone out
+
+    @property
+    def outcome(self) -> egress.SendOutcome | None:
+        """What the send says about its source address, for the pool (None: nothing)."""
+        if self.throttled:
+            return egress.SendOutcome.THROTTLED
+        if self.delivered:
+            return egress.SendOutcome.DELIVERED
+        if self.deferred or self.maybe_sent:
+            return egress.SendOutcome.DEFERRED
+        if self.connect_failed:
+            return egress.SendOutcome.CONNECT_FAILED
+        return None
 
 
 @dataclass(slots=True)
@@ -84,12 +111,14 @@ class _Message:
     sender: str
     body: bytes
     smtputf8: bool
+    pool: str | None  # chosen at submission (X-Mtad-Pool, the tenant's), None: not chosen
     jobs: int = 0
 
 
 @dataclass(slots=True)
 class _Job:
     message: uuid.UUID
+    tenant: str
     domain: str
     deliveries: list[Leased]
     priority: int
@@ -99,7 +128,7 @@ class _Job:
 @dataclass(slots=True)
 class _Group:
     name: str
-    ready: list[tuple[int, datetime, int, _Job, routing.Route]] = field(default_factory=list)
+    ready: ReadyQueue[tuple[_Job, routing.Route]]  # priority, then tenants' turns, then age
     freed: asyncio.Event = field(default_factory=asyncio.Event)  # an attempt ended, or the limits changed
     dispatching: bool = False
 
@@ -128,6 +157,7 @@ class Delivery:
         rules: outcomes.Rules,
         *,
         shaper: shaping.Shaper | None = None,
+        pools: egress.Egress | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: random.Random | None = None,
     ) -> None:
@@ -138,13 +168,13 @@ class Delivery:
         self._pool = pool
         self._rules = rules
         self._shaper = shaper or shaping.Shaper()
-        self._source = pool.settings.source_address or ""  # the bucket's source address
+        self._egress = pools or egress.Egress({})
+        self._source = pool.settings.source_address or ""  # the source of mail without a pool
         self._now = now
         self._rng = rng or random.Random()
         self._held: dict[int, Leased] = {}
         self._messages: dict[uuid.UUID, _Message] = {}
         self._groups: dict[str, _Group] = {}
-        self._sequence = itertools.count()
         self._tasks: asyncio.TaskGroup | None = None
         self._work: set[asyncio.Task[None]] = set()  # routing and attempts, cancelled at the end of a drain
         self._started: set[int] = set()  # deliveries of attempts under way
@@ -180,7 +210,7 @@ class Delivery:
         for d in deliveries:
             m = d.message
             if m.id not in self._messages:
-                self._messages[m.id] = _Message(m.id, m.tenant, m.sender, m.body, m.smtputf8)
+                self._messages[m.id] = _Message(m.id, m.tenant, m.sender, m.body, m.smtputf8, m.pool)
             held.append(Leased(d.id, m.id, d.recipient, d.domain, m.priority, 0, 0, m.received_at, False))
         if self._tasks is None:
             for leased in held:  # accepted while run() is starting: held now, routed once it runs
@@ -200,9 +230,10 @@ class Delivery:
         except errors.DatabaseUnavailable as exc:
             log.warning("listen_failed", error=str(exc))  # the periodic poll still finds the work
         try:
-            await self._sync_shaping()  # start where the cluster's buckets are
+            await egress.load(self._db, self._egress)  # warm-up days go on where they were
+            await self._checkpoint()  # and the buckets start where the cluster's are
         except errors.SpoolError as exc:
-            log.warning("shaping_checkpoint_failed", error=str(exc))  # the configured start rates
+            log.warning("checkpoint_failed", error=str(exc))  # the configured start rates; warm-up day 1
         try:
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
@@ -214,7 +245,7 @@ class Delivery:
                     tasks.create_task(self._every(self.settings.lease_duration / 3, self._renew), name="renew"),
                     tasks.create_task(self._every(self.settings.lease_duration / 2, self._reap), name="reap"),
                     tasks.create_task(self._every(self._pool.settings.idle_timeout / 2, self._pool.close_idle)),
-                    tasks.create_task(self._every(self.settings.checkpoint_interval, self._sync_shaping)),
+                    tasks.create_task(self._every(self.settings.checkpoint_interval, self._checkpoint)),
                 ]
                 await self._stop.wait()
                 for task in loops:
@@ -267,8 +298,9 @@ class Delivery:
         try:
             await shaping.sync(self._db, self._shaper, self.node, self._now())  # the last checkpoint
             await shaping.leave(self._db, self.node)
+            await egress.save(self._db, self._egress)
         except errors.SpoolError as exc:
-            log.warning("shaping_checkpoint_failed", error=str(exc))  # the previous one stands
+            log.warning("checkpoint_failed", error=str(exc))  # the previous one stands
 
     def _spawn(self, coro: Any) -> None:
         assert self._tasks is not None
@@ -327,12 +359,22 @@ class Delivery:
         if lost:
             log.warning("leases_lost", count=len(lost))
 
-    async def _sync_shaping(self) -> None:
-        """Share the buckets among the live nodes, checkpoint them, adopt other nodes' changes."""
+    async def _checkpoint(self) -> None:
+        """Share the buckets and warm-up caps among the live nodes, checkpoint the buckets
+        (adopting other nodes' changes), end warm-up days that are over, save warm-up."""
         now = self._now()
-        live = await nodes.live(self._db, now - timedelta(seconds=self.settings.node_timeout))
+        live = max(1, await nodes.live(self._db, now - timedelta(seconds=self.settings.node_timeout)))
+        if live != self._shaper.nodes:
+            log.info("nodes_changed", live=live, share=f"1/{live}")  # every bucket is re-divided
         self._shaper.set_nodes(live)
+        self._egress.set_nodes(live)
         await shaping.sync(self._db, self._shaper, self.node, now)
+        for end in self._egress.advance_days(now.timestamp()):
+            log.info(
+                "warmup_day_ended", address=end.address, group=end.provider, day=end.day, next_day=end.next_day,
+                sent=end.sent, deferred=end.deferred, complaints=end.complaints, warm=end.warm, refused=end.why,
+            )  # fmt: skip
+        await egress.save(self._db, self._egress)
         for group in self._groups.values():
             group.freed.set()  # a cap may have grown
 
@@ -354,7 +396,9 @@ class Delivery:
             self._held[d.id] = d
             batch = jobs.setdefault((d.message, d.domain), [])
             if not batch or len(batch[-1].deliveries) >= limit:
-                batch.append(_Job(d.message, d.domain, [], d.priority, d.created_at))
+                message = self._messages.get(d.message)
+                tenant = message.tenant if message is not None else ""
+                batch.append(_Job(d.message, tenant, d.domain, [], d.priority, d.created_at))
             batch[-1].deliveries.append(d)
         for per_domain in jobs.values():
             for job in per_domain:
@@ -374,8 +418,8 @@ class Delivery:
             return
         group = self._groups.get(route.group)
         if group is None:
-            group = self._groups[route.group] = _Group(route.group)
-        heapq.heappush(group.ready, (-job.priority, job.created_at, next(self._sequence), job, route))
+            group = self._groups[route.group] = _Group(route.group, ReadyQueue(self.settings.tenant_weights))
+        group.ready.push(job.tenant, job.priority, job.created_at, (job, route))
         if not group.dispatching and not self._stopping:
             group.dispatching = True
             assert self._tasks is not None
@@ -386,38 +430,66 @@ class Delivery:
         where a delivery waits for permission to send."""
         try:
             while group.ready and not self._stopping:
-                limits = group.ready[0][-1].limits
-                decision = self._shaper.take(group.name, self._source, limits)
+                job, route = group.ready.peek()
+                out = self._egress_for(job, group.name)
+                decision = self._shaper.take(group.name, out.source, route.limits)
                 if not decision.go:
                     group.freed.clear()
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(decision.retry_after):
                             await group.freed.wait()
                     continue
-                *_, job, route = heapq.heappop(group.ready)
+                group.ready.pop()
+                if out.pool is not None:  # counted now, so the next choice sees it (warm-up caps, rotation)
+                    self._egress.sent(out.pool, group.name, out.source)
                 self._started.update(d.id for d in job.deliveries)
-                self._spawn(self._attempt(job, route, group))
+                self._spawn(self._attempt(job, route, group, out))
         finally:
             group.dispatching = False
 
+    def _egress_for(self, job: _Job, provider: str) -> _Egress:
+        """The source of a job: from its pool (a route's, else the message's, else the
+        default pool), or the configured source_address when there is no pool."""
+        message = self._messages.get(job.message)
+        pool = self.settings.route_pools.get(job.domain) or (message and message.pool) or self.settings.default_pool
+        if pool is None:
+            return _Egress(self._source)
+        try:
+            choice = self._egress.choose(pool, provider)
+        except errors.ConfigError as exc:  # a pool removed from the configuration since the mail was accepted
+            log.warning("unknown_pool", pool=pool, queue_id=str(job.message), error=str(exc))
+            return _Egress(self._source)
+        metrics.EGRESS_CHOICES.labels(
+            pool=pool, kind="fallback" if choice.fallback else "spill" if choice.why else "ordinary"
+        ).inc()
+        return _Egress(choice.address, pool, choice)
+
     # --- one attempt -------------------------------------------------------------------------
 
-    async def _attempt(self, job: _Job, route: routing.Route, group: _Group) -> None:
+    async def _attempt(self, job: _Job, route: routing.Route, group: _Group, out: _Egress) -> None:
         started = time.perf_counter()
         feedback = _Feedback()
         try:
-            await self._send(job, route, feedback)
+            await self._send(job, route, out, feedback)
         except errors.SpoolError as exc:
             log.warning("attempt_not_recorded", message=str(job.message), error=str(exc))
             self._forget(job)  # the leases expire and the reaper requeues them
         finally:
-            self._shaper.done(group.name, self._source, delivered=feedback.delivered, throttled=feedback.throttled)
+            self._shaper.done(group.name, out.source, delivered=feedback.delivered, throttled=feedback.throttled)
+            if out.pool is not None and feedback.outcome is not None:
+                self._report_egress(out.pool, group.name, out.source, feedback)
             group.freed.set()
             self._started.difference_update(d.id for d in job.deliveries)
             metrics.ATTEMPT_LATENCY.labels(group=group.name).observe(time.perf_counter() - started)
             self._progress.set()
 
-    async def _send(self, job: _Job, route: routing.Route, feedback: _Feedback) -> None:
+    def _report_egress(self, pool: str, provider: str, address: str, feedback: _Feedback) -> None:
+        """What the receiver made of a send through a pool's address (warm-up, health)."""
+        assert feedback.outcome is not None
+        if self._egress.report(pool, provider, address, feedback.outcome):
+            log.warning("source_unhealthy", pool=pool, address=address, group=provider, outcome=feedback.outcome.value)
+
+    async def _send(self, job: _Job, route: routing.Route, out: _Egress, feedback: _Feedback) -> None:
         now = self._now()
         if now - job.created_at >= timedelta(seconds=self.settings.max_age):
             verdict = Verdict(outcomes.Class.PERMANENT, Reason.EXPIRED, False)
@@ -447,7 +519,8 @@ class Delivery:
         tx = sessions.Transaction(message.sender, tuple(d.recipient for d in job.deliveries), message.body,
                                   message.smtputf8)  # fmt: skip
         self._stats.attempts += 1
-        result = await self._pool.deliver(targets, tx, self._source or None, label=route.group)
+        ehlo = out.choice.ehlo if out.choice else None
+        result = await self._pool.deliver(targets, tx, out.source or None, label=route.group, ehlo=ehlo)
         verdicts: dict[int, tuple[Verdict, Any]] = {}
         for d in job.deliveries:
             reply = result.replies.get(d.recipient)
@@ -457,6 +530,7 @@ class Delivery:
                 # The receiver's own words are the only feedback shaping takes.
                 feedback.throttled |= verdict.cls is outcomes.Class.THROTTLED
                 feedback.delivered += verdict.cls is outcomes.Class.DELIVERED
+                feedback.deferred |= verdict.cls is outcomes.Class.TRANSIENT
             else:
                 verdicts[d.id] = (outcomes.classify_failure(result.failure or Failure.INTERNAL), None)
         data = {
@@ -467,10 +541,17 @@ class Delivery:
             "tls": result.tls,
             "reused": result.reused,
         }
+        if out.pool is not None:
+            data["pool"] = out.pool
+        if out.choice is not None and out.choice.why is not None:
+            data["egress"] = out.choice.why  # a spill past a full warming address, or a fallback
+            data["egress_fallback"] = out.choice.fallback
         if result.failure is not None:
             data["failure"] = result.failure.value
+        feedback.connect_failed = result.failure is Failure.CONNECT_FAILED
         if result.failure is Failure.DISCONNECTED_IN_DATA:
             data["maybe_delivered"] = True
+            feedback.maybe_sent = True
         metrics.SESSIONS_REUSED.labels(group=route.group).inc(result.reused)
         await self._finish(job, route, verdicts, data)
 
@@ -570,17 +651,19 @@ class Delivery:
             log.warning("messages_not_read", count=len(missing), error=str(exc))
             return
         for row in rows:  # counted as their jobs are admitted
-            self._messages[row["id"]] = _Message(
-                row["id"], row["tenant"], row["sender"], bytes(row["body"]), row["smtputf8"]
-            )
+            self._messages[row["id"]] = _message(row)
 
     async def _message(self, message_id: uuid.UUID) -> _Message:
         message = self._messages.get(message_id)
         if message is None:
-            row = await leases.message(self._db, message_id)
-            message = _Message(row["id"], row["tenant"], row["sender"], bytes(row["body"]), row["smtputf8"], jobs=1)
+            message = _message(await leases.message(self._db, message_id))
+            message.jobs = 1
             self._messages[message_id] = message
         return message
+
+
+def _message(row: Mapping[str, Any]) -> _Message:
+    return _Message(row["id"], row["tenant"], row["sender"], bytes(row["body"]), row["smtputf8"], row["pool"])
 
 
 def _failed(job: _Job, failure: Failure) -> dict[int, tuple[Verdict, Any]]:

@@ -1,4 +1,4 @@
-"""Read and add the few message headers the accept path needs, on bytes.
+"""Read, add and remove the few message headers the accept path needs, on bytes.
 
 The accept path never parses the whole message with the email package (that
 costs ~0.5 ms per message and cut accept throughput 2.7x); it scans the header
@@ -56,12 +56,55 @@ def find(header_block: bytes, names: Iterable[bytes]) -> dict[bytes, bytes]:
     return found
 
 
+def remove(header_block: bytes, names: Iterable[bytes]) -> tuple[bytes, dict[bytes, list[bytes]]]:
+    """The header block without any field of the given (lower-case) names, folded
+    lines included, and the values of the fields removed, in order of appearance.
+
+    As cheap as `find` when none is present (one search per name in a
+    lower-cased copy), and then the block itself comes back, not a copy.
+    """
+    lower = CRLF + header_block.lower()
+    spans: list[tuple[int, int]] = []
+    values: dict[bytes, list[bytes]] = {}
+    for name in names:
+        needle = CRLF + name
+        at = lower.find(needle)
+        while at >= 0:
+            colon = at + len(needle)
+            while lower[colon : colon + 1] in (b" ", b"\t"):  # obsolete: space before the colon
+                colon += 1
+            if lower[colon : colon + 1] == b":":
+                # lower[i] is header_block[i - 2]: the field starts at `at` in the block.
+                start = colon - len(CRLF) + 1
+                end = _end_of_field(header_block, start)
+                values.setdefault(name, []).append(_unfold(header_block[start:end]))
+                spans.append((at, min(end + len(CRLF), len(header_block))))
+            at = lower.find(needle, at + 1)
+    if not spans:
+        return header_block, values
+    spans.sort()
+    kept, previous = [], 0
+    for start, end in spans:
+        kept.append(header_block[previous:start])
+        previous = end
+    kept.append(header_block[previous:])
+    return b"".join(kept), values
+
+
 def _value(header_block: bytes, start: int) -> bytes:
     """The field value from start to the CRLF that is not followed by folding white space."""
+    return _unfold(header_block[start : _end_of_field(header_block, start)])
+
+
+def _end_of_field(header_block: bytes, start: int) -> int:
+    """Where the CRLF that ends the field holding `start` is (folded lines go on), or the end."""
     end = header_block.find(CRLF, start)
     while end >= 0 and header_block[end + 2 : end + 3] in (b" ", b"\t"):
         end = header_block.find(CRLF, end + 2)
-    value = header_block[start : len(header_block) if end < 0 else end]
+    return len(header_block) if end < 0 else end
+
+
+def _unfold(value: bytes) -> bytes:
     return value.replace(CRLF, b"").strip()
 
 

@@ -116,6 +116,12 @@ BUCKET_INCREASES = Counter(
     "Additive increases of a bucket (a run of deliveries), by provider group and source address.",
     ["group", "source"],
 )
+EGRESS_CHOICES = Counter(
+    "mtad_egress_choices",
+    "Source addresses chosen from a pool, by pool and kind (ordinary; spill: past a full warming address; "
+    "fallback: nothing was eligible, the pool's primary was used).",
+    ["pool", "kind"],
+)
 SPOOL_DEPTH = Gauge(
     "mtad_spool_deliveries",
     "Deliveries in the spool by state, as of the last scrape.",

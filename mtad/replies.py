@@ -8,6 +8,7 @@ Sync, no I/O.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -81,6 +82,21 @@ def queued(queue_id: str) -> Reply:
 
 def already_queued(queue_id: str) -> Reply:
     return Reply(250, "2.0.0", f"Ok: already queued as {queue_id} (duplicate submission)")
+
+
+# Refusals of the instructions a message gives mtad in its header (X-Mtad-*); the
+# values are shown quoted and in ASCII (`!a`), as reply lines should be.
+def bad_priority(value: str, low: int, high: int) -> Reply:
+    return Reply(550, "5.6.0", f"X-Mtad-Priority: expected a whole number from {low} to {high}, got {value!a}")
+
+
+def unknown_pool(name: str, configured: Iterable[str]) -> Reply:
+    names = ", ".join(sorted(configured)) or "none"
+    return Reply(550, "5.7.0", f"X-Mtad-Pool: no source IP pool named {name!a} (configured: {names})")
+
+
+def repeated_instruction(field: str) -> Reply:
+    return Reply(550, "5.6.0", f"{field}: given more than once; give it once")
 
 
 # Default enhanced codes for replies that arrive at the edge without one (aiosmtpd's

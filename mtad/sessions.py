@@ -167,16 +167,25 @@ class Pool:
         return self._stats
 
     async def deliver(
-        self, targets: Sequence[Target], tx: Transaction, source: str | None = None, *, label: str = "-"
+        self,
+        targets: Sequence[Target],
+        tx: Transaction,
+        source: str | None = None,
+        *,
+        label: str = "-",
+        ehlo: str | None = None,
     ) -> Result:
         """Send tx through the first target that takes it; a reply or a failure per recipient.
 
-        `label` (the provider group) names the sessions this opens in the metrics."""
+        `source` binds the connection (default: settings.source_address); `ehlo` is the
+        name a new session gives for it (default: settings.ehlo_hostname; it should match
+        the source address's reverse DNS). `label` (the provider group) names the sessions
+        this opens in the metrics."""
         source = source if source is not None else self.settings.source_address
         last = Result(failure=Failure.CONNECT_FAILED, source=source)
         for target in targets:
             try:
-                session, reused = await self._acquire(target, source, label)
+                session, reused = await self._acquire(target, source, label, ehlo)
             except _Refused as refused:
                 last = Result(
                     replies=dict.fromkeys(tx.recipients, refused.reply) if refused.reply else {},
@@ -238,7 +247,7 @@ class Pool:
             result.replies.clear()
         return result
 
-    async def _acquire(self, target: Target, source: str | None, label: str) -> tuple[_Session, bool]:
+    async def _acquire(self, target: Target, source: str | None, label: str, ehlo: str | None) -> tuple[_Session, bool]:
         key = (target.address, target.port, source)
         pool = self._hosts.get(key)
         if pool is None:
@@ -259,7 +268,7 @@ class Pool:
                     break
                 await pool.freed.wait()
         try:
-            session = await self._open(target, source, label)
+            session = await self._open(target, source, label, ehlo)
         except BaseException:
             async with pool.freed:
                 pool.open -= 1
@@ -284,12 +293,12 @@ class Pool:
             pool.open -= 1
             pool.freed.notify()
 
-    async def _open(self, target: Target, source: str | None, label: str) -> _Session:
+    async def _open(self, target: Target, source: str | None, label: str, ehlo: str | None) -> _Session:
         settings = self.settings
         client = aiosmtplib.SMTP(
             hostname=target.address,
             port=target.port,
-            local_hostname=settings.ehlo_hostname,
+            local_hostname=ehlo or settings.ehlo_hostname,
             source_address=(source, 0) if source else None,
             timeout=settings.command_timeout,
             start_tls=False,

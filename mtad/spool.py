@@ -60,7 +60,8 @@ class NewMessage:
     client_address: str
     received_at: datetime
     smtputf8: bool = False
-    priority: int = 0
+    priority: int = 0  # higher goes first (-100..100 from submission)
+    pool: str | None = None  # the source IP pool chosen at submission; None: not chosen
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +247,7 @@ class GroupCommitter:
             [m.client_address for m in messages],
             [m.received_at for m in messages],
             [m.priority for m in messages],
+            [m.pool for m in messages],
             [len(m.recipients) for m in messages],
             rcpt_of,
             rcpts,

@@ -1,13 +1,26 @@
 """The submission port: aiosmtpd on the daemon's own event loop.
 
 policy    Settings, the handler hooks (who may send, AUTH, the durable accept)
-assembly  how an accepted message is stored (Received, Message-ID, Date, key)
+assembly  how an accepted message is stored (Received, Message-ID, Date, key,
+          priority and pool from the X-Mtad-* instructions, which it removes)
 protocol  aiosmtpd's SMTP protocol adapted at the edge
 server    the listening sockets and sessions, drained at shutdown
 """
 
+from mtad.submission.assembly import MAX_PRIORITY, MIN_PRIORITY, TenantDefaults
 from mtad.submission.policy import AuthThrottle, Handler, Settings, tls_context
 from mtad.submission.protocol import MAX_LINE, has_long_line
 from mtad.submission.server import Server
 
-__all__ = ["MAX_LINE", "AuthThrottle", "Handler", "Server", "Settings", "has_long_line", "tls_context"]
+__all__ = [
+    "MAX_LINE",
+    "MAX_PRIORITY",
+    "MIN_PRIORITY",
+    "AuthThrottle",
+    "Handler",
+    "Server",
+    "Settings",
+    "TenantDefaults",
+    "has_long_line",
+    "tls_context",
+]

@@ -1,7 +1,19 @@
 """What an accepted message looks like in the spool: the bytes as received with
 a Received header on top, a Message-ID and a Date at the end of the header block
 when the client gave none (made once here, reused on every delivery attempt),
-and the key that recognises a resubmission. Sync, no I/O.
+the key that recognises a resubmission, and the message's priority and source IP
+pool. Sync, no I/O.
+
+A message instructs mtad with two header fields, which are removed before it is
+stored (they never reach a recipient):
+
+    X-Mtad-Priority: 20     a whole number from -100 to 100; higher goes first
+    X-Mtad-Pool: bulk       a configured source IP pool ([pools.bulk])
+
+Without X-Mtad-Priority the standard Priority field (RFC 2156: urgent, normal,
+non-urgent) sets the priority, kept as it is in the message; without either, the
+tenant's default ([tenants."NAME"] priority, else 0). Without X-Mtad-Pool the
+tenant's default pool, else none (delivery then picks the route's or the default).
 """
 
 from __future__ import annotations
@@ -9,12 +21,36 @@ from __future__ import annotations
 import email.utils
 import functools
 import hashlib
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from mtad import headers, spool
+from mtad import headers, replies, spool
 from mtad.envelope import Address
+from mtad.replies import Reply
+
+MIN_PRIORITY = -100
+MAX_PRIORITY = 100
+# RFC 2156 section 5.3.6 Priority values, as MUAs write them; any other is ignored.
+STANDARD_PRIORITIES = {b"urgent": 50, b"normal": 0, b"non-urgent": -50}
+
+_PRIORITY = b"x-mtad-priority"
+_POOL = b"x-mtad-pool"
+_INSTRUCTIONS = {_PRIORITY: "X-Mtad-Priority", _POOL: "X-Mtad-Pool"}
+_WHOLE_NUMBER = re.compile(rb"[+-]?[0-9]{1,9}")  # ASCII digits only; the range is checked after
+_SHOWN = 64  # characters of a refused value quoted back in the reply
+
+
+@dataclass(frozen=True, slots=True)
+class TenantDefaults:
+    """What a tenant's messages get when they say nothing ([tenants."NAME"])."""
+
+    priority: int = 0
+    pool: str | None = None  # a configured pool name; None: the route's or the default
+
+
+NO_DEFAULTS = TenantDefaults()
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +73,20 @@ def spoolable(
     origin: Origin,
     hostname: str,
     now: float,
-) -> spool.NewMessage:
-    """The message as it will be stored (content: as received, dot-unstuffed)."""
-    queue_id = spool.new_queue_id(now)
+    pools: frozenset[str] = frozenset(),
+    defaults: TenantDefaults = NO_DEFAULTS,
+) -> spool.NewMessage | Reply:
+    """The message as it will be stored (content: as received, dot-unstuffed), or
+    the refusal of a bad X-Mtad-* instruction. pools: the configured pool names;
+    defaults: the submitting tenant's."""
     end = headers.header_end(content)
-    found = headers.find(content[:end], (b"message-id", b"idempotency-key", b"date"))
+    block, instructions = headers.remove(content[:end], _INSTRUCTIONS)
+    found = headers.find(block, (b"message-id", b"idempotency-key", b"date", b"priority"))
+    chosen = _ordering(instructions, found.get(b"priority"), pools, defaults)
+    if isinstance(chosen, Reply):
+        return chosen
+    priority, pool = chosen
+    queue_id = spool.new_queue_id(now)
     added = b""
     given_id = found.get(b"message-id", b"").decode(errors="replace")
     message_id = given_id or f"<{queue_id.hex}@{hostname}>"
@@ -57,11 +102,46 @@ def spoolable(
         recipients=tuple(recipients),
         message_id=message_id,
         idempotency_key=idempotency_key(found.get(b"idempotency-key"), given_id, sender, recipients),
-        body=b"".join((trace, content[:end], added, content[end:])),
+        body=b"".join((trace, block, added, content[end:])),
         client_address=origin.client,
         received_at=datetime.fromtimestamp(now, UTC),
         smtputf8=smtputf8,
+        priority=priority,
+        pool=pool,
     )
+
+
+def _ordering(
+    instructions: Mapping[bytes, list[bytes]],
+    standard: bytes | None,
+    pools: frozenset[str],
+    defaults: TenantDefaults,
+) -> tuple[int, str | None] | Reply:
+    """The priority and pool of a message, from its X-Mtad-* fields (taken out of
+    the header), its standard Priority field, and its tenant's defaults."""
+    priority = STANDARD_PRIORITIES.get((standard or b"").lower(), defaults.priority)
+    if not instructions:  # the common case
+        return priority, defaults.pool
+    for field, shown in _INSTRUCTIONS.items():
+        if len(instructions.get(field, ())) > 1:
+            return replies.repeated_instruction(shown)
+    if given := instructions.get(_PRIORITY):
+        value = given[0]
+        if not _WHOLE_NUMBER.fullmatch(value) or not MIN_PRIORITY <= int(value) <= MAX_PRIORITY:
+            return replies.bad_priority(_shown(value), MIN_PRIORITY, MAX_PRIORITY)
+        priority = int(value)
+    pool = defaults.pool
+    if given := instructions.get(_POOL):
+        named = given[0].decode("utf-8", errors="replace")
+        if named not in pools:
+            return replies.unknown_pool(_shown(given[0]), pools)
+        pool = named
+    return priority, pool
+
+
+def _shown(value: bytes) -> str:
+    text = value.decode("utf-8", errors="replace")
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
 
 
 def received(

@@ -13,7 +13,7 @@ import socket
 import ssl
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,8 @@ class Settings:
     check_recipient_domains: bool = True  # refuse recipients whose domain takes no mail (550 5.1.2)
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    pools: frozenset[str] = frozenset()  # the configured source IP pools, for X-Mtad-Pool
+    tenant_defaults: Mapping[str, assembly.TenantDefaults] = field(default_factory=dict)  # by tenant
 
 
 def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -280,7 +282,11 @@ class Handler:
             origin=origin,
             hostname=self.settings.hostname,
             now=self._now(),
+            pools=self.settings.pools,
+            defaults=self.settings.tenant_defaults.get(origin.tenant, assembly.NO_DEFAULTS),
         )
+        if isinstance(message, Reply):
+            return refuse(message, "bad_instruction")
         try:
             accepted = await self._committer.commit(message)
         except errors.OutcomeUnknown as exc:

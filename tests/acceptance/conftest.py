@@ -131,6 +131,8 @@ def write_config(
     delivery: str = "enabled = false",
     submission: str = "check_recipient_domains = false",
     node: str = "test-node",
+    heartbeat: str = "10s",
+    providers: Path = TESTS / "providers.toml",
 ) -> Path:
     """A configuration for tests: free ports, JSON logs, the given [database] lines.
 
@@ -157,9 +159,10 @@ level = "info"
 
 [node]
 id = "{node}"
+heartbeat_interval = "{heartbeat}"
 
 [delivery]
-providers = "{TESTS / "providers.toml"}"
+providers = "{providers}"
 replies = "{CONF / "replies.toml"}"
 {delivery}
 {extra}

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import shutil
 import smtplib
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from email.policy import SMTP
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -254,3 +257,49 @@ def test_a_throttled_bucket_is_checkpointed_listed_and_restored(
     throttle("throttle-2@sink.test")
     assert daemon.stop() == 0
     assert buckets()[group]["sessions"] == 8  # went on from the checkpoint, not from the configured 10
+
+
+def test_nodes_share_a_bucket_and_take_up_a_dead_nodes_share(
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink, tmp_path: Path
+) -> None:
+    """Two nodes, one bucket of 40 messages a second (burst 4): together they never go
+    faster than the bucket allows; when one is killed the other takes its share once
+    the dead node's heartbeat is older than the timeout (3 heartbeats of 1 s)."""
+    providers = tmp_path / "providers.toml"
+    providers.write_text('[default]\nrate = "40/s"\nmin_rate = "40/s"\nmax_rate = "40/s"\nburst = 4\nsessions = 8\n')
+    options = delivering(dns, sink, checkpoint_interval='"250ms"', max_age='"10m"')
+    nodes = [
+        mtad_factory(f'dsn = "{dsn}"', node=name, heartbeat="1s", providers=providers, **options).start()
+        for name in ("n1", "n2")
+    ]
+    nodes[0].wait_for_log(lambda records: any(r["event"] == "nodes_changed" and r["live"] == 2 for r in records))
+
+    def submit(node: Mtad, first: int, count: int) -> None:
+        with smtplib.SMTP("127.0.0.1", node.smtp_port, timeout=30) as client:
+            for i in range(first, first + count):
+                client.sendmail("app@example.org", [f"r{i}@sink.test"], email(f"m{i}").as_bytes(policy=SMTP))
+
+    submit(nodes[0], 0, 150)  # each node delivers what it accepted (the fast path)
+    submit(nodes[1], 150, 150)
+    sink.wait_for(100)
+    nodes[0].kill()
+    killed_at = time.monotonic()
+    nodes[1].wait_for_log(lambda records: any(r["event"] == "nodes_changed" and r["live"] == 1 for r in records))
+    alone_at = time.monotonic()
+    assert alone_at - killed_at < 3 + 1 + 2  # the heartbeat timeout, a checkpoint, some slack
+    sink.wait_for(300, within=60)  # the dead node's leases expire, are reaped, and n2 sends them
+
+    arrivals = sorted(m.at for m in sink.received)  # the sink's loop clock is time.monotonic() too
+
+    def busiest(start: float, end: float = float("inf")) -> int:
+        """Most arrivals in one second starting in [start, end)."""
+        return max(
+            (bisect.bisect_left(arrivals, t + 1.0) - i for i, t in enumerate(arrivals) if start <= t < end - 1.0),
+            default=0,
+        )
+
+    assert busiest(0) <= 40 + 4 + 2  # together never above the rate and the burst (+2: clocks)
+    assert busiest(killed_at + 0.2, alone_at) <= 20 + 2 + 2  # n2 alone, still at its half share
+    assert busiest(alone_at + 0.5) >= 30  # then n2 takes the dead node's share
+    assert len({r for m in sink.received for r in m.recipients}) == 300
+    assert nodes[1].stop() == 0

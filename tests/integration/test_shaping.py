@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mtad import db, delivery, limits, outcomes, routing, sessions, shaping
+from mtad import db, delivery, limits, outcomes, routing, sessions, shaping, spool
 from tests.conftest import query
+from tests.integration.conftest import TEST_PROVIDERS
 from tests.integration.test_delivery import RULES, ZONE, accept, new_message
+from tests.integration.test_spool import running
 from tests.sink import Sink
 from tests.zones import ZoneResolver
 
@@ -129,3 +132,25 @@ async def test_nodes_share_a_bucket_and_usage_is_listed_for_live_nodes(database:
     await shaping.leave(database, "a")
     [row] = await shaping.listing(database, now - timedelta(seconds=30))
     assert (row["nodes"], row["in_flight"]) == (0, 0)
+
+
+async def test_a_small_tenant_is_not_starved_by_a_big_campaign(database: db.Database) -> None:
+    """10,000 messages of one tenant, then 10 of another, all waiting together: the small
+    tenant's mail takes turns with the campaign and is out within the first few percent."""
+    sink = await Sink(("127.0.0.2", "127.0.0.3")).start()
+    try:
+        big = [dataclasses.replace(new_message(f"c{i}@sink.test"), tenant="campaign") for i in range(10_000)]
+        small = [dataclasses.replace(new_message(f"s{i}@sink.test"), tenant="shop") for i in range(10)]
+        async with running(spool.GroupCommitter(database)) as committer:  # committed in batches
+            await asyncio.gather(*(committer.commit(m) for m in big))
+            await asyncio.gather(*(committer.commit(m) for m in small))
+        router = routing.Router(ZoneResolver(ZONE), TEST_PROVIDERS, port=sink.port)
+        pool = sessions.Pool(sessions.Settings(port=sink.port, ehlo_hostname="mtad.test"))
+        mtad = delivery.Delivery(delivery.Settings(node="n1"), database, router, pool, RULES)
+        await mtad.run_until_idle()
+    finally:
+        await sink.stop()
+    arrivals = [r for m in sink.received for r in m.recipients]
+    assert len(arrivals) == 10_010
+    last_small = max(arrivals.index(f"s{i}@sink.test") for i in range(10))
+    assert last_small < 0.03 * len(arrivals), last_small

@@ -9,7 +9,7 @@ import ssl
 import aiosmtplib
 import pytest
 
-from mtad import db, tenants
+from mtad import db, leases, submission, tenants
 from tests.conftest import query
 from tests.integration.conftest import Factory
 from tests.proxy import PgProxy
@@ -352,3 +352,63 @@ async def test_recipients_whose_domain_takes_no_mail_are_refused(make_submission
         assert (await raw.command("RCPT TO:<a@nxdomain.test>")).startswith("550 5.1.2")
         assert (await raw.command("RCPT TO:<a@dnsdown.test>")).startswith("250")  # DNS trouble refuses nothing
         await raw.close()
+
+
+async def test_priority_and_pool_are_stored_and_the_instructions_never_are(make_submission: Factory) -> None:
+    pools = frozenset({"transactional", "bulk"})
+    defaults = {
+        "default": submission.TenantDefaults(priority=-20, pool="transactional"),
+        "shop": submission.TenantDefaults(priority=10),
+    }
+    async with make_submission(pools=pools, tenant_defaults=defaults) as srv:
+        await tenants.add(srv.database, "shop", "s3cret")
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        replies = {}
+        for name, head in [
+            ("instructed", b"X-Mtad-Priority: 30\r\nPriority: non-urgent\r\nx-mtad-pool: bulk\r\n"),
+            ("standard", b"Priority: urgent\r\n"),
+            ("tenant", b""),
+        ]:
+            await raw.envelope("app@example.org", "a@example.com", "b@example.com")
+            replies[name] = await raw.data(head + MESSAGE + b".\r\n")
+        refusals = []
+        for head in [b"X-Mtad-Priority: high\r\n", b"X-Mtad-Priority: 101\r\n", b"X-Mtad-Pool: warm\r\n"]:
+            await raw.envelope()
+            refusals.append(await raw.data(head + MESSAGE + b".\r\n"))
+        await raw.close()
+        shop = await RawClient.connect("127.0.0.1", srv.port)
+        await shop.ehlo()
+        assert (await shop.auth_plain("shop", "s3cret")).startswith("235")
+        await shop.envelope()
+        replies["shop"] = await shop.data(MESSAGE + b".\r\n")
+        await shop.close()
+
+        rows = await query(
+            srv.database,
+            "SELECT m.id, m.tenant, m.pool, m.body, array_agg(d.priority ORDER BY d.id) AS priorities"
+            " FROM messages m JOIN deliveries d ON d.message = m.id GROUP BY m.id",
+        )
+        ids = {name: reply.rsplit(" ", 1)[1] for name, reply in replies.items()}
+        for_sending = await leases.messages(srv.database, [row["id"] for row in rows])
+
+    assert all(reply.startswith("250 2.0.0 Ok: queued as ") for reply in replies.values()), replies
+    stored_rows = {str(row["id"]): row for row in rows}
+    assert len(stored_rows) == 4  # nothing refused was stored
+    expected = {"instructed": (30, "bulk"), "standard": (50, "transactional"), "tenant": (-20, "transactional")}
+    expected["shop"] = (10, None)
+    for name, (priority, pool) in expected.items():
+        row = stored_rows[ids[name]]
+        assert set(row["priorities"]) == {priority}, name  # every delivery of the message
+        assert row["pool"] == pool, name
+        body = bytes(row["body"])
+        assert b"x-mtad-" not in body.lower(), name
+        assert MESSAGE.split(b"\r\n\r\n")[0] + b"\r\nMessage-ID: " in body, name  # the rest as it was
+        assert body.endswith(b"\r\n\r\nHello.\r\n"), name
+    assert b"\r\nPriority: non-urgent\r\n" in bytes(stored_rows[ids["instructed"]]["body"])  # kept
+    assert stored_rows[ids["shop"]]["tenant"] == "shop"
+    assert {str(m["id"]): m["pool"] for m in for_sending} == {ids[n]: pool for n, (_, pool) in expected.items()}
+
+    assert refusals[0] == "550 5.6.0 X-Mtad-Priority: expected a whole number from -100 to 100, got 'high'"
+    assert refusals[1] == "550 5.6.0 X-Mtad-Priority: expected a whole number from -100 to 100, got '101'"
+    assert refusals[2] == "550 5.7.0 X-Mtad-Pool: no source IP pool named 'warm' (configured: bulk, transactional)"

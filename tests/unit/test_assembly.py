@@ -1,11 +1,21 @@
+import pytest
+
 from mtad import envelope
+from mtad.replies import Reply
 from mtad.submission import assembly
 
 ORIGIN = assembly.Origin(tenant="shop", client="192.0.2.7", helo="app.example", tls=True, authenticated=True)
 NOW = 1_800_000_000.0
+POOLS = frozenset({"transactional", "bulk"})
+SHOP = assembly.TenantDefaults(priority=-20, pool="transactional")
 
 
-def spool(content: bytes, *recipients: str) -> assembly.spool.NewMessage:
+def assemble(
+    content: bytes,
+    *recipients: str,
+    pools: frozenset[str] = POOLS,
+    defaults: assembly.TenantDefaults = assembly.NO_DEFAULTS,
+) -> assembly.spool.NewMessage | Reply:
     return assembly.spoolable(
         content,
         sender="app@example.org",
@@ -14,6 +24,28 @@ def spool(content: bytes, *recipients: str) -> assembly.spool.NewMessage:
         origin=ORIGIN,
         hostname="mx.example.net",
         now=NOW,
+        pools=pools,
+        defaults=defaults,
+    )
+
+
+def spool(content: bytes, *recipients: str, **options: object) -> assembly.spool.NewMessage:
+    message = assemble(content, *recipients, **options)  # type: ignore[arg-type]
+    assert isinstance(message, assembly.spool.NewMessage), message
+    return message
+
+
+def refusal(content: bytes, **options: object) -> Reply:
+    reply = assemble(content, **options)  # type: ignore[arg-type]
+    assert isinstance(reply, Reply), reply
+    return reply
+
+
+def trace(message: assembly.spool.NewMessage) -> bytes:
+    """The Received header mtad put on top of the message."""
+    recipients = message.recipients
+    return assembly.received(
+        ORIGIN, recipients, smtputf8=False, hostname="mx.example.net", queue_id=message.id.hex, now=NOW
     )
 
 
@@ -51,3 +83,106 @@ def test_idempotency_keys() -> None:
     assert by_id.idempotency_key.startswith("msgid:<m@x>:")
     assert by_id.idempotency_key == same.idempotency_key  # recipients in any order
     assert by_id.idempotency_key != other.idempotency_key  # another transaction
+
+
+def test_the_instructions_to_mtad_are_removed_and_nothing_else_changes() -> None:
+    content = (
+        b"X-Mtad-Priority: 20\r\n"  # the first line
+        b"From: app@example.org\r\n"
+        b"Message-ID: <m@x>\r\n"
+        b"x-mtad-pool :\r\n bulk\r\n"  # any case, folded, obsolete space before the colon
+        b"Priority: urgent\r\n"  # standard: kept
+        b"X-Mtad-Pool-Note: not an instruction\r\n"
+        b"Subject: X-Mtad-Pool: in a value\r\n"
+        b"Date: Fri, 15 Jan 2027 08:00:00 +0000\r\n"
+        b"X-MTAD-PRIORITY:\t-5 \r\n"  # the last line: two priorities are refused, so...
+        b"\r\n"
+        b"X-Mtad-Priority: 7\r\n"  # the body is not the header
+        b"body\r\n"
+    )
+    assert refusal(content).line() == "550 5.6.0 X-Mtad-Priority: given more than once; give it once"
+    content = content.replace(b"X-MTAD-PRIORITY:\t-5 \r\n", b"X-MTAD-POOL-X: y\r\n")
+    message = spool(content)
+    expected = content.replace(b"X-Mtad-Priority: 20\r\n", b"").replace(b"x-mtad-pool :\r\n bulk\r\n", b"")
+    assert message.body == trace(message) + expected
+    assert (message.priority, message.pool) == (20, "bulk")
+
+
+def test_a_header_block_of_instructions_only() -> None:
+    message = spool(b"X-Mtad-Pool: bulk\r\nX-Mtad-Priority: 1\r\n\r\nbody\r\n")
+    head, _, body = message.body.partition(b"\r\n\r\n")
+    assert body == b"body\r\n"
+    assert b"X-Mtad" not in head
+    assert head.startswith(trace(message) + b"Message-ID: ")
+    assert (message.priority, message.pool) == (1, "bulk")
+
+
+def test_a_message_without_instructions_is_stored_as_before() -> None:
+    content = b"Message-ID: <m@x>\r\nDate: x\r\nSubject: hi\r\n\r\nX-Mtad-Pool: bulk\r\n"
+    message = spool(content)
+    assert message.body == trace(message) + content
+    assert (message.priority, message.pool) == (0, None)
+
+
+@pytest.mark.parametrize(
+    ("header", "defaults", "priority"),
+    [
+        (b"X-Mtad-Priority: 20\r\nPriority: urgent\r\n", SHOP, 20),  # X-Mtad-Priority first
+        (b"X-Mtad-Priority: -100\r\n", SHOP, -100),
+        (b"X-Mtad-Priority: +100\r\n", SHOP, 100),
+        (b"X-Mtad-Priority: 007\r\n", SHOP, 7),
+        (b"X-Mtad-Priority: 0100\r\n", SHOP, 100),
+        (b"X-Mtad-Priority: 0\r\nPriority: urgent\r\n", SHOP, 0),
+        (b"Priority: urgent\r\n", SHOP, 50),  # then the standard Priority
+        (b"Priority: Non-Urgent\r\n", SHOP, -50),
+        (b"Priority: normal\r\n", SHOP, 0),
+        (b"Priority: high\r\n", SHOP, -20),  # not an RFC 2156 value: ignored
+        (b"Priority: 1\r\n", assembly.NO_DEFAULTS, 0),
+        (b"", SHOP, -20),  # then the tenant's default
+        (b"", assembly.NO_DEFAULTS, 0),  # then 0
+    ],
+)
+def test_priority_from_each_source_in_order(header: bytes, defaults: assembly.TenantDefaults, priority: int) -> None:
+    message = spool(header + b"Subject: x\r\n\r\nbody\r\n", defaults=defaults)
+    assert message.priority == priority
+    assert b"X-Mtad-Priority" not in message.body
+    assert (b"Priority: " in message.body) == (b"Priority: " in header.replace(b"X-Mtad-Priority: ", b""))
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (b"high", "'high'"),
+        (b"101", "'101'"),
+        (b"-101", "'-101'"),
+        (b"1.5", "'1.5'"),
+        (b"1_0", "'1_0'"),
+        (b"1 0", "'1 0'"),
+        (b"", "''"),
+        ("\u0663".encode(), "'\\u0663'"),  # a digit, but not an ASCII one
+        (b"9" * 100, "'" + "9" * 64 + "...'"),
+    ],
+)
+def test_a_bad_x_mtad_priority_is_refused(value: bytes, shown: str) -> None:
+    reply = refusal(b"Subject: x\r\nX-Mtad-Priority: " + value + b"\r\n\r\nbody\r\n", defaults=SHOP)
+    assert reply.line() == f"550 5.6.0 X-Mtad-Priority: expected a whole number from -100 to 100, got {shown}"
+
+
+def test_the_pool_from_the_header_else_the_tenant() -> None:
+    assert spool(b"X-Mtad-Pool: bulk\r\n\r\n", defaults=SHOP).pool == "bulk"
+    assert spool(b"X-Mtad-Pool:  bulk \r\n\r\n").pool == "bulk"
+    assert spool(b"Subject: x\r\n\r\n", defaults=SHOP).pool == "transactional"
+    assert spool(b"Subject: x\r\n\r\n").pool is None
+
+
+def test_an_unknown_pool_is_refused() -> None:
+    reply = refusal(b"X-Mtad-Pool: Bulk\r\n\r\n", defaults=SHOP)  # names are case-sensitive
+    assert reply.line() == "550 5.7.0 X-Mtad-Pool: no source IP pool named 'Bulk' (configured: bulk, transactional)"
+    reply = refusal(b"X-Mtad-Pool: bulk\r\n\r\n", pools=frozenset())
+    assert reply.line() == "550 5.7.0 X-Mtad-Pool: no source IP pool named 'bulk' (configured: none)"
+    assert refusal(b"X-Mtad-Pool:\r\n\r\n").enhanced == "5.7.0"
+
+
+def test_an_instruction_given_twice_is_refused() -> None:
+    reply = refusal(b"X-Mtad-Pool: bulk\r\nSubject: x\r\nX-Mtad-Pool: bulk\r\n\r\n")
+    assert reply.line() == "550 5.6.0 X-Mtad-Pool: given more than once; give it once"

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from mtad import config, errors
+from mtad import config, errors, submission
 from mtad.endpoints import HostPort
 
 REFERENCE = Path(__file__).parents[2] / "conf" / "mtad.toml"
@@ -200,3 +200,147 @@ relay = "nohost"
     assert "[delivery] providers:" in problems
     assert '[routes."exa mple.org"]' in problems
     assert '[routes."example.net"] relay: expected "host:port"' in problems
+
+
+POOLS = """
+[pools.transactional]
+addresses = ["192.0.2.10"]
+[pools.bulk]
+addresses = ["192.0.2.20"]
+"""
+
+
+def test_tenant_defaults_and_pool_names_reach_the_submission_settings(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        POOLS
+        + """
+[tenants."shop"]
+priority = -20
+pool = "bulk"
+weight = 3
+[tenants."alerts"]
+priority = 100
+[tenants."default"]
+pool = "transactional"
+[tenants."quiet"]
+pool = ""
+""",
+    )
+    settings = config.load(path, environ={})
+    assert settings.submission.pools == frozenset({"transactional", "bulk"})
+    assert settings.submission.tenant_defaults == {
+        "shop": submission.TenantDefaults(priority=-20, pool="bulk"),
+        "alerts": submission.TenantDefaults(priority=100, pool=None),
+        "default": submission.TenantDefaults(priority=0, pool="transactional"),
+        "quiet": submission.TenantDefaults(priority=0, pool=None),
+    }
+    assert settings.delivery.engine.tenant_weights == {"shop": 3, "alerts": 1, "default": 1, "quiet": 1}
+
+
+def test_without_tenants_or_pools_nothing_is_set(tmp_path: Path) -> None:
+    settings = config.load(write(tmp_path, ""), environ={})
+    assert settings.submission.pools == frozenset()
+    assert settings.submission.tenant_defaults == {}
+
+
+def test_tenant_problems_name_the_table_and_the_key(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        POOLS
+        + """
+[tenants."shop"]
+priority = 101
+pool = "x"
+weight = 0
+[tenants."news"]
+priority = "high"
+pool = 3
+prio = 1
+[tenants."bad name"]
+priority = 1
+[tenants."flat"]
+[tenants.list]
+x = 1
+""",
+    )
+    with pytest.raises(errors.ConfigError) as info:
+        config.load(path, environ={})
+    problems = "\n".join(info.value.problems)
+    for expected in [
+        '[tenants."shop"] priority: must be between -100 and 100, got 101',
+        "[tenants.\"shop\"] pool: no pool named 'x' (configured: bulk, transactional)",
+        '[tenants."news"] priority: expected a whole number',
+        '[tenants."news"] pool: expected a pool name, got 3',
+        "[tenants.\"news\"] prio: unknown key (did you mean 'priority'?)",
+        "[tenants.\"bad name\"]: invalid tenant name 'bad name'",
+        '[tenants."list"] x: unknown key',
+        '[tenants."shop"] weight: must be between 1 and 100, got 0',
+    ]:
+        assert expected in problems
+    assert len(info.value.problems) == 8  # [tenants."flat"] is an empty table: the defaults
+
+
+def test_a_tenant_pool_needs_configured_pools(tmp_path: Path) -> None:
+    path = write(tmp_path, '[tenants."shop"]\npool = "bulk"\n')
+    with pytest.raises(errors.ConfigError) as info:
+        config.load(path, environ={})
+    assert info.value.problems == ("[tenants.\"shop\"] pool: no pool named 'bulk' (no [pools] are configured)",)
+
+
+def test_tenants_must_be_tables(tmp_path: Path) -> None:
+    with pytest.raises(errors.ConfigError) as info:
+        config.load(write(tmp_path, "tenants = 3\n"), environ={})
+    assert info.value.problems == ('[tenants]: expected tables such as [tenants."shop"]',)
+    with pytest.raises(errors.ConfigError) as info:
+        config.load(write(tmp_path, '[tenants]\nshop = "bulk"\n'), environ={})
+    assert info.value.problems == ('[tenants."shop"]: expected a table such as priority = 10, pool = "bulk"',)
+
+
+def test_pools_routes_and_the_default_pool_reach_the_delivery_settings(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        POOLS
+        + """
+[routes."example.org"]
+pool = "bulk"
+[routes."example.net"]
+relay = "127.0.0.1:2526"
+pool = "transactional"
+[delivery]
+default_pool = "transactional"
+""",
+    )
+    settings = config.load(path, environ={})
+    assert set(settings.delivery.pools) == {"transactional", "bulk"}
+    assert settings.delivery.pools["bulk"].addresses == ("192.0.2.20",)
+    assert settings.delivery.engine.route_pools == {"example.org": "bulk", "example.net": "transactional"}
+    assert set(settings.delivery.routes) == {"example.net"}  # a relay only where one is given
+    assert settings.delivery.engine.default_pool == "transactional"
+
+
+def test_pool_names_given_elsewhere_must_be_configured(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        POOLS
+        + """
+[routes."example.org"]
+pool = "marketing"
+[routes."example.com"]
+via = "x"
+[pools.broken]
+addresses = []
+[delivery]
+default_pool = "nope"
+""",
+    )
+    with pytest.raises(errors.ConfigError) as info:
+        config.load(path, environ={})
+    problems = "\n".join(info.value.problems)
+    for expected in [
+        "[delivery] default_pool: no pool named 'nope' (configured: bulk, transactional)",
+        "[routes.\"example.org\"] pool: no pool named 'marketing' (configured: bulk, transactional)",
+        '[routes."example.com"]: expected relay = "host:port", pool = "NAME" or both',
+        "[pools.broken] addresses: must list at least one address",
+    ]:
+        assert expected in problems

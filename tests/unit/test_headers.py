@@ -48,3 +48,17 @@ def test_find_skips_longer_names_and_takes_obsolete_space_before_colon() -> None
     assert found == {b"date": b"yes\tfolded", b"idempotency-key": b"k"}
     assert headers.find(b"Subject: x\r\n", [b"date"]) == {}
     assert headers.find(b"Date:", [b"date"]) == {b"date": b""}
+
+
+def test_remove_takes_out_whole_fields_and_returns_their_values() -> None:
+    block = b"X-A: 1\r\nSubject: x-a: no\r\nx-a :\r\n\ttwo\r\n  folded\r\nX-A-B: kept\r\nTo: t\r\nX-a: 3"
+    rest, values = headers.remove(block, (b"x-a", b"x-c"))
+    assert rest == b"Subject: x-a: no\r\nX-A-B: kept\r\nTo: t\r\n"
+    assert values == {b"x-a": [b"1", b"two  folded", b"3"]}
+
+
+def test_remove_returns_the_block_itself_when_nothing_matches() -> None:
+    block = b"Subject: hi\r\nX-Other: 1\r\n"
+    rest, values = headers.remove(block, (b"x-a",))
+    assert rest is block
+    assert values == {}

@@ -11,27 +11,27 @@
 -- turn into a sequential scan (a drained queue followed by a burst).
 --
 -- $1 ids, $2 tenants, $3 senders, $4 Message-IDs, $5 keys (NULL: none), $6 bodies,
--- $7 smtputf8, $8 client addresses, $9 received at, $10 priorities, $11 recipient
--- counts; $12 for each recipient the 1-based index of its message, $13 recipients,
--- $14 their domains; $15 expiry of new keys, $16 now; $17 the node to lease the new
--- deliveries to at once (the fast path to its ready queues) and $18 until when, or
--- NULL and NULL to leave them queued for any node.
+-- $7 smtputf8, $8 client addresses, $9 received at, $10 priorities, $11 source IP
+-- pools (NULL: not chosen), $12 recipient counts; $13 for each recipient the 1-based
+-- index of its message, $14 recipients, $15 their domains; $16 expiry of new keys,
+-- $17 now; $18 the node to lease the new deliveries to at once (the fast path to its
+-- ready queues) and $19 until when, or NULL and NULL to leave them queued for any node.
 --
 -- Returns the owners, and the id, message and recipient of every new delivery.
 -- New queued deliveries NOTIFY mtad_due, so that delivering nodes lease them at once.
 WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
-                $7::boolean[], $8::text[], $9::timestamptz[], $10::smallint[], $11::integer[])
+                $7::boolean[], $8::text[], $9::timestamptz[], $10::smallint[], $11::text[], $12::integer[])
          WITH ORDINALITY
-         AS m (id, tenant, sender, message_id, key, body, smtputf8, client, received, priority, rcpts, ord)
+         AS m (id, tenant, sender, message_id, key, body, smtputf8, client, received, priority, pool, rcpts, ord)
 ),
 claimed AS (
     INSERT INTO idempotency_keys AS k (tenant, key, message, expires_at)
-    SELECT tenant, key, id, $15::timestamptz FROM input WHERE key IS NOT NULL
+    SELECT tenant, key, id, $16::timestamptz FROM input WHERE key IS NOT NULL
     ON CONFLICT (tenant, key) DO UPDATE
-        SET message = CASE WHEN k.expires_at <= $16::timestamptz THEN excluded.message ELSE k.message END,
-            expires_at = CASE WHEN k.expires_at <= $16::timestamptz THEN excluded.expires_at ELSE k.expires_at END
+        SET message = CASE WHEN k.expires_at <= $17::timestamptz THEN excluded.message ELSE k.message END,
+            expires_at = CASE WHEN k.expires_at <= $17::timestamptz THEN excluded.expires_at ELSE k.expires_at END
     RETURNING k.tenant, k.key, k.message
 ),
 owned AS (
@@ -40,17 +40,17 @@ owned AS (
 ),
 new_messages AS (
     INSERT INTO messages (id, tenant, sender, message_id, idempotency_key, size, body,
-                          smtputf8, client_address, received_at)
-    SELECT id, tenant, sender, message_id, key, octet_length(body), body, smtputf8, client, received
+                          smtputf8, client_address, received_at, pool)
+    SELECT id, tenant, sender, message_id, key, octet_length(body), body, smtputf8, client, received, pool
     FROM owned WHERE owner = id
 ),
 new_deliveries AS (
     INSERT INTO deliveries (message, recipient, domain, priority, next_attempt_at, created_at, updated_at,
                             state, lease_owner, lease_expires_at)
     SELECT o.id, r.rcpt, r.domain, o.priority, o.received, o.received, o.received,
-           CASE WHEN $17::text IS NULL THEN 'queued' ELSE 'leased' END::delivery_state,
-           $17::text, $18::timestamptz
-    FROM unnest($12::integer[], $13::text[], $14::text[]) AS r (ord, rcpt, domain)
+           CASE WHEN $18::text IS NULL THEN 'queued' ELSE 'leased' END::delivery_state,
+           $18::text, $19::timestamptz
+    FROM unnest($13::integer[], $14::text[], $15::text[]) AS r (ord, rcpt, domain)
     JOIN owned o ON o.ord = r.ord
     WHERE o.owner = o.id
     RETURNING id, message, recipient
@@ -64,7 +64,7 @@ new_events AS (
 )
 SELECT (SELECT array_agg(owner ORDER BY ord) FROM owned) AS owners,
        -- Deliveries left queued wake the delivering nodes (sent at COMMIT).
-       (SELECT pg_notify('mtad_due', '') WHERE $17::text IS NULL AND EXISTS (SELECT 1 FROM new_deliveries))
+       (SELECT pg_notify('mtad_due', '') WHERE $18::text IS NULL AND EXISTS (SELECT 1 FROM new_deliveries))
            AS notified,
        (SELECT array_agg(id ORDER BY id) FROM new_deliveries) AS delivery_ids,
        (SELECT array_agg(message ORDER BY id) FROM new_deliveries) AS delivery_messages,

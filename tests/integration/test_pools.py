@@ -1,0 +1,95 @@
+"""Source IP pools in delivery: each send bound to an address of its pool, with that
+address's EHLO name and its own bucket; warm-up caps that spill; the fallback."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from mtad import db, delivery, egress, outcomes, routing, sessions, shaping
+from tests.conftest import query
+from tests.integration.test_delivery import PROVIDERS, RULES, ZONE, accept, new_message
+from tests.sink import Sink
+from tests.zones import ZoneResolver
+
+GROUP = "mx:mx1.sink.test,mx2.sink.test"
+A, B = "127.0.0.10", "127.0.0.11"
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[Sink]:
+    started = await Sink(("127.0.0.2", "127.0.0.3")).start()
+    yield started
+    await started.stop()
+
+
+def engine(
+    database: db.Database, sink: Sink, pools: egress.Egress, shaper: shaping.Shaper | None = None, **kw: Any
+) -> delivery.Delivery:
+    router = routing.Router(ZoneResolver(ZONE), PROVIDERS, port=sink.port)
+    pool = sessions.Pool(sessions.Settings(port=sink.port, ehlo_hostname="mtad.test"))
+    settings = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0), **kw)
+    return delivery.Delivery(settings, database, router, pool, RULES, shaper=shaper, pools=pools)
+
+
+async def events(database: db.Database) -> list[dict[str, Any]]:
+    rows = await query(database, "SELECT data FROM events WHERE kind = 'delivered' ORDER BY id")
+    return [json.loads(r["data"]) for r in rows]
+
+
+async def test_each_send_leaves_from_an_address_of_the_pool_with_its_ehlo_name_and_bucket(
+    database: db.Database, sink: Sink
+) -> None:
+    ehlo = {A: "mta-a.example.com", B: "mta-b.example.com"}
+    pool = egress.PoolSettings("transactional", (A, B), egress.Policy.ROUND_ROBIN, ehlo=ehlo)
+    pools = egress.Egress({"transactional": pool})
+    shaper = shaping.Shaper()
+    await accept(database, *(new_message(f"r{i}@sink.test") for i in range(6)))
+    await engine(database, sink, pools, shaper, default_pool="transactional").run_until_idle()
+    assert Counter(m.peer for m in sink.received) == {A: 3, B: 3}  # round-robin over the pool
+    assert {(m.peer, m.helo) for m in sink.received} == {(A, "mta-a.example.com"), (B, "mta-b.example.com")}
+    assert {(e["source"], e["pool"]) for e in await events(database)} == {(A, "transactional"), (B, "transactional")}
+    assert "egress" not in (await events(database))[0]  # the ordinary path says nothing more
+    assert {(s.group, s.source) for s in shaper.statistics()} == {(GROUP, A), (GROUP, B)}  # a bucket per address
+
+
+async def test_a_route_pool_wins_over_the_default(database: db.Database, sink: Sink) -> None:
+    bulk, transactional = egress.PoolSettings("bulk", (A,)), egress.PoolSettings("transactional", (B,))
+    pools = egress.Egress({"bulk": bulk, "transactional": transactional})
+    await accept(database, new_message("a@sink.test"))
+    mtad = engine(database, sink, pools, default_pool="transactional", route_pools={"sink.test": "bulk"})
+    await mtad.run_until_idle()
+    assert [m.peer for m in sink.received] == [A]
+
+
+async def test_a_full_warming_address_spills_to_a_warm_one_and_the_day_is_saved(
+    database: db.Database, sink: Sink
+) -> None:
+    warmup = egress.Warmup(start=2, growth=2.0, target=1000)
+    pool = egress.PoolSettings("p", (A, B), egress.Policy.ROUND_ROBIN, warming=frozenset({B}), warmup=warmup)
+    pools = egress.Egress({"p": pool})
+    await accept(database, *(new_message(f"r{i}@sink.test") for i in range(8)))
+    mtad = engine(database, sink, pools, default_pool="p")
+    await mtad.run_until_idle()
+    assert Counter(m.peer for m in sink.received) == {A: 6, B: 2}  # B's cap on day 1 is 2
+    spilled = [e for e in await events(database) if "egress" in e]
+    assert spilled
+    assert all(e["source"] == A and not e["egress_fallback"] for e in spilled)
+    assert f"{B} is at its warm-up cap of 2" in spilled[0]["egress"]
+    await egress.save(database, pools)
+    [row] = await query(database, "SELECT address, provider, day, sent FROM warmup")
+    assert dict(row) == {"address": B, "provider": GROUP, "day": 1, "sent": 2}
+
+
+async def test_a_send_is_never_blocked_for_want_of_an_address(database: db.Database, sink: Sink) -> None:
+    pool = egress.PoolSettings("p", (A,), warming=frozenset({A}), warmup=egress.Warmup(start=1, target=10))
+    await accept(database, *(new_message(f"r{i}@sink.test") for i in range(3)))
+    await engine(database, sink, egress.Egress({"p": pool}), default_pool="p").run_until_idle()
+    assert [m.peer for m in sink.received] == [A, A, A]  # all sent, from the primary
+    fallbacks = [e for e in await events(database) if e.get("egress_fallback")]
+    assert len(fallbacks) == 2
+    assert "fell back to the primary 127.0.0.10" in fallbacks[0]["egress"]
