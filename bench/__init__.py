@@ -1,4 +1,4 @@
-"""`python -m bench`: mtad against Postfix on loopback, in four parts (`--only` picks some).
+"""`python -m bench`: mtad against Postfix on loopback, in five parts (`--only` picks some).
 
 - accept: how many messages per second a server accepts *durably* (it answers 250
   only once the message is on disk) from a burst of SMTP sessions on 127.0.0.1, for
@@ -12,11 +12,17 @@
   process (goal 10,000), to sinks on 100 loopback addresses, and the memory they take.
 - memory: PostgreSQL's bytes per queued delivery with 1,000,000 waiting, and the
   resident memory of a delivering mtad that holds `max_held` of them.
+- shaping: what traffic shaping costs: bucket decisions (`Shaper.take` + `done`) per
+  second on one bucket and on 100; end-to-end rate (the delivery part's cell, one
+  recipient) of a node whose bucket is unlimited against one whose finite bucket never
+  binds (goal: under 5 % overhead); and 1,000,000 deferred deliveries due at once on a
+  node whose bucket is pinned at 500/s: the release rate at the sink and mtad's
+  resident memory, second by second (`--quick`: 100,000 of them, for 20 s).
 
 Every server is driven by the same client, Postfix's `smtp-source`, and each run starts
 from empty queues (the drained-then-burst case).
 
 Modules: `client` (smtp-source, timed), `sink` (smtp-sink, counted), `mtad_server`,
-`postfix`, `bare` (the servers), `accept`, `delivery`, `outbound`, `spool_memory` (the
-parts), `report` (the machine, the tables, RESULTS.md), `__main__` (options, the run).
+`postfix`, `bare` (the servers), `accept`, `delivery`, `outbound`, `spool_memory`,
+`shaping` (the parts), `report` (the machine, the tables, RESULTS.md), `__main__` (options, the run).
 """

@@ -1,7 +1,7 @@
 """`python -m bench [--only PARTS] [--quick] ...`: mtad against Postfix, see bench/__init__.py.
 
 The parts run one after the other, each with its own servers in a temp dir (started
-and stopped by the part): accept, delivery, sessions, memory. Each prints its table,
+and stopped by the part): accept, delivery, sessions, memory, shaping. Each prints its table,
 and bench/RESULTS.md gets one section per part (a part left out with --only keeps
 its old section). Exit status: 0 when every measurement succeeded, 1 when one
 failed, 2 when the benchmark cannot run.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import accept, client, delivery, outbound, postfix, report, spool_memory
+from bench import accept, client, delivery, outbound, postfix, report, shaping, spool_memory
 
 RESULTS = Path(__file__).parent / "RESULTS.md"
 
@@ -32,6 +32,7 @@ PARTS: dict[str, tuple[str, Run, tuple[type[Exception], ...]]] = {
     "delivery": ("Delivery end to end: mtad and Postfix to the same sink", delivery.run, delivery.ERRORS),
     "sessions": ("Outbound sessions held open by one process", outbound.run, outbound.ERRORS),
     "memory": ("Memory per queued delivery", spool_memory.run, spool_memory.ERRORS),
+    "shaping": ("The cost of traffic shaping, and the release of a backlog", shaping.run, shaping.ERRORS),
 }
 
 
@@ -60,7 +61,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="a smoke test: 3 runs, a fifth of the messages, ...")
     parser.add_argument(
-        "--runs", type=int, default=None, help="runs per cell (default: accept 5, delivery 3; --quick 3)"
+        "--runs", type=int, default=None, help="runs per cell (default: accept 5, delivery 3, shaping 5; --quick 3)"
     )
     parser.add_argument("--skip-postfix", action="store_true", help="measure mtad alone (no ratio)")
     parser.add_argument("--tmpdir", type=Path, default=None, help="where the spools go (default: the system's)")
@@ -98,8 +99,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help=f"deliveries in the spool (default {spool_memory.DELIVERIES:,})",
     )
+    group = parser.add_argument_group("shaping", "(its end-to-end runs take --delivery-messages and --concurrency)")
+    group.add_argument(
+        "--decisions", type=int, default=None, help=f"take/done pairs per run (default {shaping.DECISIONS:,})"
+    )
+    group.add_argument(
+        "--release-deliveries",
+        type=int,
+        default=None,
+        help=f"deferred deliveries due at once (default {shaping.DELIVERIES:,})",
+    )
+    group.add_argument(
+        "--release-seconds",
+        type=int,
+        default=None,
+        help=f"how long the release is watched (default {shaping.SECONDS} s)",
+    )
     args = parser.parse_args(argv)
-    for name in ("runs", "messages", "delivery_messages", "outbound_sessions", "spool_deliveries"):
+    names = ("runs", "messages", "delivery_messages", "outbound_sessions", "spool_deliveries", "decisions")
+    for name in (*names, "release_deliveries", "release_seconds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive")
     if args.concurrency < 1:

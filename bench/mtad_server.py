@@ -13,7 +13,8 @@ CHECKPOINTs, so that every run starts from the same state.
 Without `delivery` the node only accepts (`[delivery] enabled = false`), as the accept
 benchmark wants. With a `Delivery`, it also delivers: mail for one domain goes over a
 static route to a relay (the sink), with a providers file of its own that sets the
-group's concurrency, and the sessions per host to match.
+group's concurrency, and the sessions per host to match (or, with `providers`, that
+file's text as given: the shaping benchmark's finite buckets).
 """
 
 from __future__ import annotations
@@ -70,11 +71,13 @@ class Delivery:
     sessions_per_host: int = 50  # [delivery] max_sessions_per_host
     max_held: int = 20_000
     shutdown_timeout: str = "30s"
+    providers: str | None = None  # the providers file's text; None: the unlimited bucket below
 
     def toml(self, workdir: Path) -> str:
         providers = workdir / "providers.toml"
         # One unlimited bucket: no token pacing, the same session cap as Postfix's concurrency.
-        providers.write_text(f'[default]\nrate = "unlimited"\nmax_rate = "unlimited"\nsessions = {self.concurrency}\n')
+        unlimited = f'[default]\nrate = "unlimited"\nmax_rate = "unlimited"\nsessions = {self.concurrency}\n'
+        providers.write_text(unlimited if self.providers is None else self.providers)
         return (
             "[delivery]\n"
             "enabled = true\n"
