@@ -275,8 +275,8 @@ def end_to_end_goal(cell: delivery.Cell) -> str:
     verdict = "met" if share < GOAL else "not met"
     return (
         f"Goal, shaping costs under {GOAL:.0%} of the end-to-end rate (1 - shaped / unlimited, medians): "
-        f"{verdict}. Unlimited {unlimited:,.0f} msgs/s, shaped {shaped:,.0f} msgs/s: overhead {share:+.1%} "
-        "(negative: the shaped node was the faster)."
+        f"{verdict}. Unlimited {unlimited:,.0f} msgs/s, shaped {shaped:,.0f} msgs/s: overhead {share:+.1%}"
+        + (" (negative: the shaped node was the faster)." if share < 0 else ".")
     )
 
 

@@ -431,6 +431,11 @@ class Delivery:
         try:
             while group.ready and not self._stopping:
                 job, route = group.ready.peek()
+                if self._expired(job):  # bounced without taking a token or a session
+                    group.ready.pop()
+                    self._started.update(d.id for d in job.deliveries)
+                    self._spawn(self._attempt(job, route, group, None))
+                    continue
                 out = self._egress_for(job, group.name)
                 decision = self._shaper.take(group.name, out.source, route.limits)
                 if not decision.go:
@@ -466,7 +471,9 @@ class Delivery:
 
     # --- one attempt -------------------------------------------------------------------------
 
-    async def _attempt(self, job: _Job, route: routing.Route, group: _Group, out: _Egress) -> None:
+    async def _attempt(self, job: _Job, route: routing.Route, group: _Group, out: _Egress | None) -> None:
+        """One job's attempt; `out` is where it leaves from and the permission it took
+        (None: it expired in the queue and only its bounce is recorded)."""
         started = time.perf_counter()
         feedback = _Feedback()
         try:
@@ -475,10 +482,11 @@ class Delivery:
             log.warning("attempt_not_recorded", message=str(job.message), error=str(exc))
             self._forget(job)  # the leases expire and the reaper requeues them
         finally:
-            self._shaper.done(group.name, out.source, delivered=feedback.delivered, throttled=feedback.throttled)
-            if out.pool is not None and feedback.outcome is not None:
-                self._report_egress(out.pool, group.name, out.source, feedback)
-            group.freed.set()
+            if out is not None:
+                self._shaper.done(group.name, out.source, delivered=feedback.delivered, throttled=feedback.throttled)
+                if out.pool is not None and feedback.outcome is not None:
+                    self._report_egress(out.pool, group.name, out.source, feedback)
+                group.freed.set()
             self._started.difference_update(d.id for d in job.deliveries)
             metrics.ATTEMPT_LATENCY.labels(group=group.name).observe(time.perf_counter() - started)
             self._progress.set()
@@ -489,9 +497,11 @@ class Delivery:
         if self._egress.report(pool, provider, address, feedback.outcome):
             log.warning("source_unhealthy", pool=pool, address=address, group=provider, outcome=feedback.outcome.value)
 
-    async def _send(self, job: _Job, route: routing.Route, out: _Egress, feedback: _Feedback) -> None:
-        now = self._now()
-        if now - job.created_at >= timedelta(seconds=self.settings.max_age):
+    def _expired(self, job: _Job) -> bool:
+        return self._now() - job.created_at >= timedelta(seconds=self.settings.max_age)
+
+    async def _send(self, job: _Job, route: routing.Route, out: _Egress | None, feedback: _Feedback) -> None:
+        if out is None or self._expired(job):
             verdict = Verdict(outcomes.Class.PERMANENT, Reason.EXPIRED, False)
             await self._finish(job, route, {d.id: (verdict, None) for d in job.deliveries}, {"expired": True})
             return

@@ -154,3 +154,21 @@ async def test_a_small_tenant_is_not_starved_by_a_big_campaign(database: db.Data
     assert len(arrivals) == 10_010
     last_small = max(arrivals.index(f"s{i}@sink.test") for i in range(10))
     assert last_small < 0.03 * len(arrivals), last_small
+
+
+async def test_mail_that_expired_in_the_queue_bounces_without_waiting_for_a_token(database: db.Database) -> None:
+    """A bucket of one message a minute must not hold back bounces of expired mail."""
+    lim = limits.Limits(rate=1 / 60, min_rate=1 / 60, max_rate=1 / 60, burst=1, sessions=1, min_sessions=1,
+                        step=1 / 60, factor=0.5, increase_after=5)  # fmt: skip
+    await accept(database, *(new_message(f"old{i}@sink.test") for i in range(5)))
+    later = datetime.now(UTC) + timedelta(days=6)  # past the default max_age of 5 days
+    shaper = shaping.Shaper()
+    router = routing.Router(ZoneResolver(ZONE), routing.Providers((), lim), port=9)
+    pool = sessions.Pool(sessions.Settings(port=9, ehlo_hostname="mtad.test"))
+    mtad = delivery.Delivery(delivery.Settings(node="n1"), database, router, pool, RULES, shaper=shaper,
+                             now=lambda: later)  # fmt: skip
+    async with asyncio.timeout(30):
+        await mtad.run_until_idle()
+    rows = await query(database, "SELECT state, reason FROM deliveries")
+    assert {(r["state"], r["reason"]) for r in rows} == {("bounced", "expired")}
+    assert shaper.statistics() == []  # no bucket was asked
