@@ -3,6 +3,7 @@ address's EHLO name and its own bucket; warm-up caps that spill; the fallback.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -93,3 +94,14 @@ async def test_a_send_is_never_blocked_for_want_of_an_address(database: db.Datab
     fallbacks = [e for e in await events(database) if e.get("egress_fallback")]
     assert len(fallbacks) == 2
     assert "fell back to the primary 127.0.0.10" in fallbacks[0]["egress"]
+
+
+async def test_the_pool_a_message_named_at_submission_is_used(database: db.Database, sink: Sink) -> None:
+    """X-Mtad-Pool (or the tenant's pool) is stored with the message; delivery honours it,
+    both for mail handed over by the accept path and for mail leased from the queue."""
+    bulk, transactional = egress.PoolSettings("bulk", (A,)), egress.PoolSettings("transactional", (B,))
+    pools = egress.Egress({"bulk": bulk, "transactional": transactional})
+    named = dataclasses.replace(new_message("named@sink.test"), pool="bulk")
+    await accept(database, named, new_message("unnamed@sink.test"))
+    await engine(database, sink, pools, default_pool="transactional").run_until_idle()
+    assert {m.recipients[0]: m.peer for m in sink.received} == {"named@sink.test": A, "unnamed@sink.test": B}
