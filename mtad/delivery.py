@@ -630,8 +630,10 @@ class Delivery:
             reason=outcome.reason.value if outcome.reason else None,
             reply=outcome.data.get("reply"),
             mx=outcome.data.get("mx"),
+            source=outcome.data.get("source"),
             tls=outcome.data.get("tls"),
             group=group,
+            pool=outcome.data.get("pool"),
             next_attempt=outcome.next_attempt_at.isoformat() if outcome.next_attempt_at else None,
         )
 

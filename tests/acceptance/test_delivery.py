@@ -303,3 +303,37 @@ def test_nodes_share_a_bucket_and_take_up_a_dead_nodes_share(
     assert busiest(alone_at + 0.5) >= 30  # then n2 takes the dead node's share
     assert len({r for m in sink.received for r in m.recipients}) == 300
     assert nodes[1].stop() == 0
+
+
+def test_a_message_leaves_from_the_pool_it_names_with_that_addresses_ehlo(
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink
+) -> None:
+    options = delivering(dns, sink, default_pool='"transactional"')
+    options["extra"] += (
+        '[pools.bulk]\naddresses = ["127.0.0.10"]\nehlo = { "127.0.0.10" = "bulk.mtad.test" }\n'
+        '[pools.transactional]\naddresses = ["127.0.0.11"]\nehlo_default = "tx.mtad.test"\n'
+    )
+    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', **options).start()
+    with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
+        client.sendmail("app@example.org", ["news@sink.test"],
+                        b"X-Mtad-Pool: bulk\r\nSubject: news\r\n\r\nhello\r\n")  # fmt: skip
+        client.sendmail("app@example.org", ["receipt@sink.test"], b"Subject: receipt\r\n\r\nhello\r\n")
+        client.docmd("MAIL FROM:<app@example.org>")
+        client.docmd("RCPT TO:<x@sink.test>")
+        refused = client.data(b"X-Mtad-Pool: marketing\r\nSubject: x\r\n\r\nhello\r\n")
+    assert refused[0] == 550
+    assert b"5.7.0" in refused[1]
+    sink.wait_for(2)
+    by_recipient = {m.recipients[0]: m for m in sink.received}
+    assert (by_recipient["news@sink.test"].peer, by_recipient["news@sink.test"].helo) == (
+        "127.0.0.10",
+        "bulk.mtad.test",
+    )
+    assert (by_recipient["receipt@sink.test"].peer, by_recipient["receipt@sink.test"].helo) == (
+        "127.0.0.11",
+        "tx.mtad.test",
+    )
+    assert b"x-mtad-pool" not in by_recipient["news@sink.test"].data.lower()  # an instruction, not for recipients
+    daemon.wait_for_log(lambda records: any(r.get("recipient") == "news@sink.test" for r in records))
+    [delivered] = logged(daemon, "delivered", "news@sink.test")
+    assert (delivered["source"], delivered["pool"]) == ("127.0.0.10", "bulk")  # the log says where it left from
