@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from mtad import db, errors, lifecycle
+from mtad import accounts, db, errors, lifecycle
 from mtad.db import migrate
 from tests.conftest import admin, query, with_database
 
@@ -18,6 +18,8 @@ async def enum_values(database: db.Database, name: str) -> list[str]:
 async def test_postgres_enums_mirror_the_python_enums(database: db.Database) -> None:
     assert await enum_values(database, "delivery_state") == [s.value for s in lifecycle.State]
     assert await enum_values(database, "delivery_reason") == [r.value for r in lifecycle.Reason]
+    assert await enum_values(database, "account_state") == [s.value for s in accounts.State]
+    assert await enum_values(database, "reservation_state") == [s.value for s in accounts.ReservationState]
 
 
 EXPECTED_COLUMNS = {
@@ -41,6 +43,12 @@ EXPECTED_COLUMNS = {
         "route_group", "source", "node", "local_rate", "allowed", "tokens", "in_flight", "decreases", "increases",
         "updated_at",
     },
+    "accounts": {
+        "id", "name", "address", "pool", "host", "port", "tls", "login", "mechanism", "secret", "state",
+        "state_until", "state_reason", "daily_cap", "min_gap", "gap_jitter_low", "gap_jitter_high", "per_second",
+        "per_minute", "per_hour", "time_zone", "created_at", "updated_at",
+    },
+    "account_reservations": {"id", "account", "reserved_at", "next_gap", "state", "delivery"},
 }  # fmt: skip
 
 

@@ -1,0 +1,3 @@
+-- The receiver answered 250 to the send of reservation $1; returns its id, or no
+-- row if it is not there (it was released).
+UPDATE account_reservations SET state = 'confirmed' WHERE id = $1 RETURNING id

@@ -1,0 +1,405 @@
+"""Sending accounts against real PostgreSQL: reserve before send, limits, selection."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from mtad import accounts, db, errors
+from mtad.accounts import Answer, State
+from tests.conftest import query
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+LOCK_CLASS = 1835098979  # the first half of an account's advisory lock key (migration 0006)
+
+
+async def make(database: db.Database, name: str, pool: str = "p", time_zone: str = "UTC", **limits: Any) -> int:
+    account = accounts.Account(
+        name=name,
+        address=f"{name}@example.com",
+        pool=pool,
+        host="smtp.example.com",
+        port=587,
+        login=f"{name}@example.com",
+        limits=accounts.Limits(**limits),
+        time_zone=time_zone,
+    )
+    return (await accounts.add(database, account)).id
+
+
+async def answer(database: db.Database, account: int, at: datetime, rng: random.Random | None = None) -> Answer:
+    return (await accounts.reserve(database, account, at, rng or random.Random(0))).answer
+
+
+async def count(database: db.Database, account: int | None = None) -> int:
+    rows = await query(
+        database, "SELECT count(*) AS n FROM account_reservations WHERE $1::integer IS NULL OR account = $1", account
+    )
+    return int(rows[0]["n"])
+
+
+class Fixed(random.Random):
+    """An rng whose every draw is `value`."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+async def test_ten_thousand_concurrent_reservations_on_five_accounts_make_exactly_the_caps(dsn: str) -> None:
+    database = await db.Database.connect(dsn, max_size=20)
+    try:
+        ids = [await make(database, f"a{i}", daily_cap=15) for i in range(5)]
+        rng = random.Random(1)
+        results = await asyncio.gather(
+            *(accounts.reserve(database, ids[i % 5], NOW, rng) for i in range(10_000)), return_exceptions=True
+        )
+        failures = [r for r in results if isinstance(r, BaseException)]
+        assert failures == []
+        answers = collections.Counter(r.answer for r in results if isinstance(r, accounts.Decision))
+        assert answers[Answer.RESERVED] == 75
+        assert set(answers) <= {Answer.RESERVED, Answer.SKIPPED_LOCKED, Answer.SKIPPED_DAILY_LIMIT}
+        assert sum(answers.values()) == 10_000
+        rows = await query(database, "SELECT account, count(*) AS n FROM account_reservations GROUP BY account")
+        assert {r["account"]: r["n"] for r in rows} == dict.fromkeys(ids, 15)
+    finally:
+        await database.close()
+
+
+async def test_two_nodes_never_both_reserve_an_account_inside_its_gap(dsn: str) -> None:
+    first, second = await db.Database.connect(dsn, max_size=5), await db.Database.connect(dsn, max_size=5)
+    try:
+        account = await make(first, "a", min_gap=300)
+        rng = random.Random(2)
+        decisions = await asyncio.gather(
+            *(accounts.reserve(node, account, NOW + timedelta(milliseconds=i), rng)
+              for i, node in enumerate([first, second] * 100))
+        )  # fmt: skip
+        answers = collections.Counter(d.answer for d in decisions)
+        assert answers[Answer.RESERVED] == 1
+        assert set(answers) <= {Answer.RESERVED, Answer.SKIPPED_LOCKED, Answer.SKIPPED_GAP}
+        assert await count(first) == 1
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_held_lock_answers_skipped_locked_at_once_and_is_gone_after_the_call(database: db.Database) -> None:
+    account = await make(database, "a")
+    async with database.transaction() as other:
+        await other.execute_text(f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, {account})")
+        decision = await accounts.reserve(database, account, NOW, random.Random(0))
+        assert decision == accounts.Decision(Answer.SKIPPED_LOCKED)
+    assert await answer(database, account, NOW) is Answer.RESERVED
+    # The call took its lock in its own transaction: nothing is left held.
+    held = await query(
+        database,
+        "SELECT objid FROM pg_locks WHERE locktype = 'advisory'"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    )
+    assert held == []
+
+
+async def test_the_minimum_gap_holds(database: db.Database) -> None:
+    account = await make(database, "a", min_gap=60)
+    assert await answer(database, account, NOW) is Answer.RESERVED
+    decision = await accounts.reserve(database, account, NOW + timedelta(seconds=30), random.Random(0))
+    assert decision == accounts.Decision(Answer.SKIPPED_GAP, None, NOW + timedelta(seconds=60))
+    assert await answer(database, account, NOW + timedelta(seconds=59.999)) is Answer.SKIPPED_GAP
+    assert await answer(database, account, NOW + timedelta(seconds=60)) is Answer.RESERVED
+    assert await count(database) == 2
+
+
+async def test_the_jitter_is_drawn_per_send_and_kept_on_the_mailbox(database: db.Database) -> None:
+    account = await make(database, "a", min_gap=10, jitter=(25, 45))
+    assert await answer(database, account, NOW, Fixed(0.75)) is Answer.RESERVED
+    [row] = await query(database, "SELECT next_gap FROM account_reservations")
+    assert row["next_gap"] == pytest.approx(10 + 25 + 0.75 * 20)  # 50 s
+    # Another caller (another campaign, process or node) with its own rng waits the
+    # same 50 s: the gap was drawn once and stored with the send.
+    other = Fixed(0.0)
+    decision = await accounts.reserve(database, account, NOW + timedelta(seconds=35), other)
+    assert (decision.answer, decision.retry_at) == (Answer.SKIPPED_GAP, NOW + timedelta(seconds=50))
+    assert await answer(database, account, NOW + timedelta(seconds=50), other) is Answer.RESERVED
+    # The next send drew 0: it waits the least, 35 s.
+    assert await answer(database, account, NOW + timedelta(seconds=84), other) is Answer.SKIPPED_GAP
+    assert await answer(database, account, NOW + timedelta(seconds=85), other) is Answer.RESERVED
+    gaps = [r["next_gap"] for r in await query(database, "SELECT next_gap FROM account_reservations ORDER BY id")]
+    assert gaps == pytest.approx([50, 35, 35])
+
+
+async def test_draws_fall_within_the_jitter_range(database: db.Database) -> None:
+    account = await make(database, "a", jitter=(25, 45))
+    rng = random.Random(3)
+    at = NOW
+    for _ in range(30):
+        decision = await accounts.reserve(database, account, at, rng)
+        assert decision.answer is Answer.RESERVED
+        at += timedelta(seconds=45)
+    gaps = [r["next_gap"] for r in await query(database, "SELECT next_gap FROM account_reservations")]
+    assert all(25 <= g <= 45 for g in gaps)
+    assert len(set(gaps)) == 30
+
+
+@pytest.mark.parametrize(
+    ("field", "cap", "width"),
+    [("per_second", 2, timedelta(seconds=1)), ("per_minute", 3, timedelta(minutes=1)),
+     ("per_hour", 2, timedelta(hours=1))],
+)  # fmt: skip
+async def test_rate_caps_hold_in_sliding_windows(database: db.Database, field: str, cap: int, width: timedelta) -> None:
+    account = await make(database, "a", **{field: cap})
+    step = width / 10
+    for i in range(cap):
+        assert await answer(database, account, NOW + i * step) is Answer.RESERVED
+    decision = await accounts.reserve(database, account, NOW + width / 2, random.Random(0))
+    assert decision == accounts.Decision(Answer.SKIPPED_RATE, None, NOW + width)
+    # The first send leaves the window at NOW + width: one more fits, and no more.
+    assert await answer(database, account, NOW + width - width / 1000) is Answer.SKIPPED_RATE
+    assert await answer(database, account, NOW + width) is Answer.RESERVED
+    assert await answer(database, account, NOW + width) is Answer.SKIPPED_RATE
+    assert await count(database) == cap + 1
+
+
+async def test_the_daily_cap_resets_at_midnight_utc(database: db.Database) -> None:
+    account = await make(database, "a", daily_cap=2)
+    midnight = datetime(2026, 11, 30, tzinfo=UTC)
+    assert await answer(database, account, midnight - timedelta(minutes=2)) is Answer.RESERVED
+    assert await answer(database, account, midnight - timedelta(minutes=1)) is Answer.RESERVED
+    decision = await accounts.reserve(database, account, midnight - timedelta(milliseconds=1), random.Random(0))
+    assert decision == accounts.Decision(Answer.SKIPPED_DAILY_LIMIT, None, midnight)
+    assert await answer(database, account, midnight) is Answer.RESERVED
+    assert await answer(database, account, midnight + timedelta(hours=23)) is Answer.RESERVED
+    assert await answer(database, account, midnight + timedelta(hours=23, minutes=59)) is Answer.SKIPPED_DAILY_LIMIT
+
+
+async def test_the_daily_cap_resets_at_midnight_in_the_accounts_time_zone(database: db.Database) -> None:
+    new_york = await make(database, "ny", time_zone="America/New_York", daily_cap=1)
+    utc = await make(database, "utc", daily_cap=1)
+    # 2026-01-15 04:00Z is 23:00 on the 14th in New York (EST, UTC-5); its day ends at 05:00Z.
+    before, after = datetime(2026, 1, 15, 4, tzinfo=UTC), datetime(2026, 1, 15, 5, tzinfo=UTC)
+    for account in (new_york, utc):
+        assert await answer(database, account, before) is Answer.RESERVED
+    decision = await accounts.reserve(database, new_york, after - timedelta(milliseconds=1), random.Random(0))
+    assert decision == accounts.Decision(Answer.SKIPPED_DAILY_LIMIT, None, after)
+    assert await answer(database, new_york, after) is Answer.RESERVED
+    # The UTC account's day began at 00:00Z and lasts until the 16th, 00:00Z.
+    decision = await accounts.reserve(database, utc, after, random.Random(0))
+    assert decision == accounts.Decision(Answer.SKIPPED_DAILY_LIMIT, None, datetime(2026, 1, 16, tzinfo=UTC))
+    # On the day the clocks go forward (2026-03-08) New York's day is 23 hours long.
+    spring = datetime(2026, 3, 8, 12, tzinfo=UTC)
+    assert await answer(database, new_york, spring) is Answer.RESERVED
+    decision = await accounts.reserve(database, new_york, spring, random.Random(0))
+    assert decision == accounts.Decision(Answer.SKIPPED_DAILY_LIMIT, None, datetime(2026, 3, 9, 4, tzinfo=UTC))
+    # On the day they go back (2026-11-01) it is 25 hours long.
+    autumn = datetime(2026, 11, 1, 4, 30, tzinfo=UTC)  # 00:30 EDT
+    assert await answer(database, new_york, autumn) is Answer.RESERVED
+    decision = await accounts.reserve(database, new_york, autumn, random.Random(0))
+    assert decision == accounts.Decision(Answer.SKIPPED_DAILY_LIMIT, None, datetime(2026, 11, 2, 5, tzinfo=UTC))
+
+
+@pytest.mark.parametrize("state", [State.COOLING, State.PARKED, State.TRIPPED])
+async def test_a_resting_account_is_skipped_until_its_time(database: db.Database, state: State) -> None:
+    account = await make(database, "a")
+    until = NOW + timedelta(minutes=10)
+    await accounts.set_state(database, "a", state, until, "421 4.7.0 slow down", NOW)
+    decision = await accounts.reserve(database, account, NOW, random.Random(0))
+    assert decision == accounts.Decision(Answer.SKIPPED_COOLDOWN, None, until)
+    assert await accounts.choose(database, "p", NOW, random.Random(0)) is None
+    assert await answer(database, account, until - timedelta(milliseconds=1)) is Answer.SKIPPED_COOLDOWN
+    assert await answer(database, account, until) is Answer.RESERVED
+    reservation = await accounts.choose(database, "p", until + timedelta(seconds=1), random.Random(0))
+    assert reservation is not None
+    assert reservation.account.id == account
+
+
+@pytest.mark.parametrize("state", [State.DISABLED, State.DISCONNECTED])
+async def test_a_disabled_or_disconnected_account_waits_for_an_operator(database: db.Database, state: State) -> None:
+    account = await make(database, "a")
+    await accounts.set_state(database, "a", state, None, "535 5.7.8 bad credentials", NOW)
+    much_later = NOW + timedelta(days=30)
+    assert await accounts.reserve(database, account, much_later, random.Random(0)) == accounts.Decision(
+        Answer.SKIPPED_DISABLED
+    )
+    assert await accounts.choose(database, "p", much_later, random.Random(0)) is None
+    enabled = await accounts.enable(database, "a", "operator", much_later)
+    assert (enabled.state, enabled.state_until, enabled.state_reason) == (State.ACTIVE, None, "operator")
+    assert await answer(database, account, much_later) is Answer.RESERVED
+
+
+async def test_state_moves_follow_the_transition_table(database: db.Database) -> None:
+    await make(database, "a")
+    later = NOW + timedelta(hours=1)
+    await accounts.disable(database, "a", "holiday", NOW)
+    with pytest.raises(errors.IllegalTransition, match="disabled -> cooling"):
+        await accounts.set_state(database, "a", State.COOLING, later, "421", NOW)
+    await accounts.set_state(database, "a", State.ACTIVE, None, None, NOW)
+    await accounts.set_state(database, "a", State.PARKED, later, "550 5.4.5 daily quota", NOW)
+    with pytest.raises(errors.IllegalTransition, match="parked -> cooling"):
+        await accounts.set_state(database, "a", State.COOLING, NOW + timedelta(minutes=5), "421", NOW)
+    # Once the park is over the account is active again, and may cool down.
+    cooled = await accounts.set_state(database, "a", State.COOLING, later + timedelta(hours=1), "421", later)
+    assert (cooled.state, cooled.state_until, cooled.state_reason) == (State.COOLING, later + timedelta(hours=1), "421")
+    with pytest.raises(errors.IllegalTransition, match="no end time"):
+        await accounts.set_state(database, "a", State.ACTIVE, later, None, NOW)
+    with pytest.raises(errors.NotFound):
+        await accounts.set_state(database, "nobody", State.DISABLED, None, None, NOW)
+    for state, allowed in accounts.TRANSITIONS.items():
+        assert State.ACTIVE in allowed
+        assert State.DISABLED in allowed
+        assert state in allowed  # a new end time and reason
+    assert set(accounts.TRANSITIONS) == set(State)
+
+
+async def test_release_frees_the_slot_and_confirm_keeps_it(database: db.Database) -> None:
+    account = await make(database, "a", daily_cap=1, min_gap=600)
+    first = await accounts.reserve(database, account, NOW, random.Random(0))
+    assert first.answer is Answer.RESERVED
+    assert first.reservation is not None
+    assert await answer(database, account, NOW + timedelta(seconds=1)) is Answer.SKIPPED_DAILY_LIMIT
+    assert await accounts.release(database, first.reservation)
+    assert not await accounts.release(database, first.reservation)  # already gone
+    assert not await accounts.confirm(database, first.reservation)
+    # The day's slot and the gap are both free again.
+    second = await accounts.reserve(database, account, NOW + timedelta(seconds=1), random.Random(0))
+    assert second.answer is Answer.RESERVED
+    assert second.reservation is not None
+    assert await accounts.confirm(database, second.reservation)
+    assert not await accounts.release(database, second.reservation)  # it went out: never released
+    [row] = await query(database, "SELECT state::text AS state FROM account_reservations")
+    assert row["state"] == "confirmed"
+    assert await answer(database, account, NOW + timedelta(hours=1)) is Answer.SKIPPED_DAILY_LIMIT
+
+
+async def test_an_unconfirmed_reservation_counts(database: db.Database) -> None:
+    account = await make(database, "a", daily_cap=2)
+    for i in range(2):
+        decision = await accounts.reserve(database, account, NOW + timedelta(seconds=i), random.Random(0))
+        assert decision.reservation is not None
+        accounts.keep(decision.reservation)  # the outcome is unknown
+    assert await answer(database, account, NOW + timedelta(hours=1)) is Answer.SKIPPED_DAILY_LIMIT
+    [usage] = await accounts.usage(database, NOW + timedelta(hours=1))
+    last = NOW + timedelta(seconds=1)
+    assert (usage.today, usage.last_send, usage.gap_until) == (2, last, last)
+
+
+async def test_least_used_first_spreads_volume_evenly_over_a_pool(database: db.Database) -> None:
+    ids = [await make(database, f"a{i}") for i in range(4)]
+    other_pool = await make(database, "q0", pool="q")
+    rng = random.Random(4)
+    for i in range(3):  # a0 has sent three times already today
+        assert await answer(database, ids[0], NOW - timedelta(hours=1, seconds=-i)) is Answer.RESERVED
+    chosen = []
+    for i in range(9 + 40):
+        reservation = await accounts.choose(database, "p", NOW + timedelta(seconds=i), rng)
+        assert reservation is not None
+        assert reservation.reserved_at == NOW + timedelta(seconds=i)
+        chosen.append(reservation.account.name)
+    # The other three catch up first, then the four take turns, longest idle first.
+    assert chosen[:9] == ["a1", "a2", "a3"] * 3
+    assert chosen[9:] == ["a0", "a1", "a2", "a3"] * 10
+    usage = {u.account.name: u.today for u in await accounts.usage(database, NOW + timedelta(minutes=5))}
+    assert usage == {"a0": 13, "a1": 13, "a2": 13, "a3": 13, "q0": 0}
+    assert await count(database, other_pool) == 0
+    assert await accounts.choose(database, "no-such-pool", NOW, rng) is None
+
+
+async def test_choose_tries_the_next_account_when_one_is_taken(dsn: str) -> None:
+    database = await db.Database.connect(dsn, max_size=10)
+    try:
+        ids = [await make(database, f"a{i}", min_gap=60) for i in range(5)]
+        rng = random.Random(5)
+        chosen = await asyncio.gather(*(accounts.choose(database, "p", NOW, rng) for _ in range(20)))
+        reserved = [r for r in chosen if r is not None]
+        assert sorted(r.account.id for r in reserved) == ids  # one each: the gap forbids a second
+        assert await count(database) == 5
+        assert await accounts.choose(database, "p", NOW + timedelta(seconds=59), rng) is None
+        assert await accounts.choose(database, "p", NOW + timedelta(seconds=60), rng) is not None
+    finally:
+        await database.close()
+
+
+async def test_choose_skips_accounts_at_their_daily_cap(database: db.Database) -> None:
+    await make(database, "a0", daily_cap=1)
+    await make(database, "a1", daily_cap=2)
+    rng = random.Random(6)
+    names = []
+    for i in range(4):
+        reservation = await accounts.choose(database, "p", NOW + timedelta(seconds=i), rng)
+        names.append(reservation.account.name if reservation else None)
+    assert names == ["a0", "a1", "a1", None]
+
+
+async def test_add_get_and_list(database: db.Database) -> None:
+    combos = [(tls, mechanism) for tls in accounts.Tls for mechanism in accounts.Mechanism]
+    for i, (tls, mechanism) in enumerate(combos):  # every Python value passes the table's CHECKs
+        account = accounts.Account(
+            name=f"m{i}", address=f"m{i}@example.com", pool="p", host="smtp.example.com", port=465,
+            login=f"m{i}", tls=tls, mechanism=mechanism, time_zone="Europe/Paris",
+            limits=accounts.Limits(daily_cap=50, min_gap=420, jitter=(25.0, 45.0), per_second=1, per_minute=2,
+                                   per_hour=30),
+        )  # fmt: skip
+        stored = await accounts.add(database, account)
+        assert stored.id > 0
+        assert stored.created_at is not None
+        assert (stored.state, stored.state_until, stored.state_reason) == (State.ACTIVE, None, None)
+        assert stored == await accounts.get(database, f"m{i}")
+        fields = ("name", "address", "pool", "host", "port", "login", "tls", "mechanism", "limits", "time_zone")
+        assert all(getattr(stored, f) == getattr(account, f) for f in fields)
+    assert [a.name for a in await accounts.list_all(database)] == [f"m{i}" for i in range(len(combos))]
+    with pytest.raises(errors.Conflict, match="'m0' already exists"):
+        await accounts.add(database, dataclasses.replace(account, name="m0"))
+    with pytest.raises(errors.NotFound):
+        await accounts.get(database, "nobody")
+    [row] = await query(database, "SELECT count(*) AS n FROM accounts WHERE secret IS NOT NULL")
+    assert row["n"] == 0
+
+
+async def test_add_reports_every_problem_at_once(database: db.Database) -> None:
+    bad = accounts.Account(
+        name="-bad", address="nobody", pool="", host="", port=0, login="", time_zone="Mars/Olympus",
+        limits=accounts.Limits(daily_cap=0, min_gap=-1, jitter=(45, 25), per_second=0),
+    )  # fmt: skip
+    with pytest.raises(errors.ConfigError) as raised:
+        await accounts.add(database, bad)
+    assert len(raised.value.problems) == 11
+    assert await accounts.list_all(database) == []
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "error"),
+    [("address", "'nobody'", "accounts_address_check"), ("time_zone", "'Mars/Olympus'", "time zone"),
+     ("tls", "'ssl'", "accounts_tls_check"), ("gap_jitter_low", "5", "gap_jitter_range")],
+)  # fmt: skip
+async def test_the_table_refuses_what_add_refuses(database: db.Database, column: str, value: str, error: str) -> None:
+    values = {"name": "'a'", "address": "'a@example.com'", "pool": "'p'", "host": "'h'", "port": "587",
+              "tls": "'starttls'", "login": "'a'", "mechanism": "'plain'", column: value}  # fmt: skip
+    with pytest.raises(errors.SpoolError, match=error):
+        async with database.transaction() as tx:
+            await tx.execute_text(f"INSERT INTO accounts ({', '.join(values)}) VALUES ({', '.join(values.values())})")
+
+
+async def test_reserve_on_a_missing_account_is_not_found(database: db.Database) -> None:
+    with pytest.raises(errors.NotFound):
+        await accounts.reserve(database, 12345, NOW, random.Random(0))
+
+
+async def test_prune_keeps_what_the_limits_still_look_at(database: db.Database) -> None:
+    busy = await make(database, "busy")
+    quiet = await make(database, "quiet", min_gap=86400 * 3)
+    for i in range(5):
+        assert await answer(database, busy, NOW - timedelta(days=3, seconds=-i)) is Answer.RESERVED
+    assert await answer(database, busy, NOW) is Answer.RESERVED
+    assert await answer(database, quiet, NOW - timedelta(days=3)) is Answer.RESERVED
+    assert await accounts.prune(database, NOW - timedelta(days=2)) == 5
+    assert (await count(database, busy), await count(database, quiet)) == (1, 1)
+    # The quiet account's only reservation stays, and its gap with it.
+    assert await answer(database, quiet, NOW - timedelta(seconds=1)) is Answer.SKIPPED_GAP
