@@ -12,6 +12,13 @@ A session carries up to `max_messages` transactions, is closed after
 STARTTLS is used whenever offered (with one shared client context: building
 one per connection cost 10x); with `tls_required`, a receiver that does not
 offer it is not sent to.
+
+Relay through a sending mailbox: with a `Login`, the session goes to the
+account's smarthost over TLS whose certificate is verified (STARTTLS, required,
+or implicit TLS on 465) and authenticates (PLAIN, LOGIN or XOAUTH2) before its
+first transaction. Sessions are pooled per account too, never shared between
+two accounts. A refused login is the transaction's reply for every recipient
+(535 classes as account_auth); the secret is never in a reply, a log or a repr.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import socket
 import ssl
 import time
 from collections.abc import Callable, Sequence
@@ -93,6 +101,20 @@ class Result:
 
 
 @dataclass(frozen=True, slots=True)
+class Login:
+    """A sending mailbox's account at its smarthost."""
+
+    account: str  # the account's name: sessions are pooled per account
+    username: str
+    mechanism: str  # "plain", "login" or "xoauth2"
+    secret: str = field(repr=False)  # the password, or a current OAuth2 access token (the caller refreshes it)
+    implicit_tls: bool = False  # TLS from the first byte (port 465); else STARTTLS, required
+
+
+MECHANISMS = ("plain", "login", "xoauth2")
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     host: str  # MX host name (for logs and events)
     address: str
@@ -119,6 +141,7 @@ class _Session:
         self.last_used = now
         self.smtputf8 = client.supports_extension("smtputf8")
         self.pipelining = client.supports_extension("pipelining")
+        self.key: tuple[str, int, str | None, str | None] = (target.address, target.port, None, None)  # its pool
 
     @property
     def alive(self) -> bool:
@@ -151,10 +174,19 @@ class PoolStats:
 
 
 class Pool:
-    def __init__(self, settings: Settings, *, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        now: Callable[[], float] = time.monotonic,
+        relay_tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.settings = settings
         self._now = now
-        self._hosts: dict[tuple[str, int, str | None], _HostPool] = {}
+        self._hosts: dict[tuple[str, int, str | None, str | None], _HostPool] = {}
+        # Smarthosts are verified (a login must not go to whoever answers); tests give
+        # a context that trusts their own CA.
+        self._relay_tls = relay_tls or ssl.create_default_context()
         self._tls = ssl.create_default_context()
         # Opportunistic TLS between MTAs does not verify the receiver's certificate
         # (RFC 7435); a verified policy (MTA-STS, DANE) is a later stage.
@@ -174,18 +206,19 @@ class Pool:
         *,
         label: str = "-",
         ehlo: str | None = None,
+        login: Login | None = None,
     ) -> Result:
         """Send tx through the first target that takes it; a reply or a failure per recipient.
 
         `source` binds the connection (default: settings.source_address); `ehlo` is the
         name a new session gives for it (default: settings.ehlo_hostname; it should match
         the source address's reverse DNS). `label` (the provider group) names the sessions
-        this opens in the metrics."""
+        this opens in the metrics. With `login`, the targets are the account's smarthost."""
         source = source if source is not None else self.settings.source_address
         last = Result(failure=Failure.CONNECT_FAILED, source=source)
         for target in targets:
             try:
-                session, reused = await self._acquire(target, source, label, ehlo)
+                session, reused = await self._acquire(target, source, label, ehlo, login)
             except _Refused as refused:
                 last = Result(
                     replies=dict.fromkeys(tx.recipients, refused.reply) if refused.reply else {},
@@ -197,7 +230,7 @@ class Pool:
                 continue  # RFC 5321 5.1: try the next mail exchanger
             result = await self._transact(session, tx)
             result.host, result.address, result.source, result.reused = target.host, target.address, source, reused
-            await self._release(session, source, keep=result.failure is None)
+            await self._release(session, keep=result.failure is None)
             return result
         return last
 
@@ -247,8 +280,10 @@ class Pool:
             result.replies.clear()
         return result
 
-    async def _acquire(self, target: Target, source: str | None, label: str, ehlo: str | None) -> tuple[_Session, bool]:
-        key = (target.address, target.port, source)
+    async def _acquire(
+        self, target: Target, source: str | None, label: str, ehlo: str | None, login: Login | None
+    ) -> tuple[_Session, bool]:
+        key = (target.address, target.port, source, login.account if login else None)
         pool = self._hosts.get(key)
         if pool is None:
             pool = self._hosts[key] = _HostPool(self.settings.max_per_host)
@@ -268,7 +303,7 @@ class Pool:
                     break
                 await pool.freed.wait()
         try:
-            session = await self._open(target, source, label, ehlo)
+            session = await self._open(target, source, label, ehlo, login)
         except BaseException:
             async with pool.freed:
                 pool.open -= 1
@@ -276,10 +311,11 @@ class Pool:
             raise
         self._stats.opened += 1
         metrics.OUTBOUND_SESSIONS.labels(group=label).inc()
+        session.key = key
         return session, False
 
-    async def _release(self, session: _Session, source: str | None, *, keep: bool) -> None:
-        pool = self._hosts[(session.target.address, session.target.port, source)]
+    async def _release(self, session: _Session, *, keep: bool) -> None:
+        pool = self._hosts[session.key]
         if keep and session.alive and session.messages < self.settings.max_messages:
             session.last_used = self._now()
             async with pool.freed:
@@ -293,44 +329,58 @@ class Pool:
             pool.open -= 1
             pool.freed.notify()
 
-    async def _open(self, target: Target, source: str | None, label: str, ehlo: str | None) -> _Session:
+    async def _open(
+        self, target: Target, source: str | None, label: str, ehlo: str | None, login: Login | None
+    ) -> _Session:
         settings = self.settings
-        client = aiosmtplib.SMTP(
-            hostname=target.address,
-            port=target.port,
-            local_hostname=ehlo or settings.ehlo_hostname,
-            source_address=(source, 0) if source else None,
-            timeout=settings.command_timeout,
-            start_tls=False,
-            use_tls=False,
-            tls_context=self._tls,
-        )
+        implicit = login is not None and login.implicit_tls
+        context = self._relay_tls if login is not None else self._tls
+        client: aiosmtplib.SMTP | None = None
+        sock: socket.socket | None = None
         try:
-            await client.connect(timeout=settings.connect_timeout)
+            if implicit:
+                # TLS from the first byte, verified against the smarthost's name: aiosmtplib
+                # checks the name it connects to, so it gets a socket connected to the address.
+                async with asyncio.timeout(settings.connect_timeout):
+                    sock = await _connected(target, source)
+                client = aiosmtplib.SMTP(hostname=target.host, sock=sock, use_tls=True, start_tls=False,
+                                         tls_context=context, local_hostname=ehlo or settings.ehlo_hostname,
+                                         timeout=settings.command_timeout)  # fmt: skip
+            else:
+                client = aiosmtplib.SMTP(hostname=target.address, port=target.port, use_tls=False, start_tls=False,
+                                         source_address=(source, 0) if source else None, tls_context=context,
+                                         local_hostname=ehlo or settings.ehlo_hostname,
+                                         timeout=settings.command_timeout)  # fmt: skip
+            try:
+                await client.connect(timeout=settings.connect_timeout)
+            except ssl.SSLError as exc:
+                raise _Refused(None, Failure.TLS_FAILED) from exc
             await client.ehlo()
             tls = None
-            if client.supports_extension("starttls"):
+            if implicit:
+                tls = _tls_version(client)
+            elif client.supports_extension("starttls"):
                 try:
-                    await client.starttls(tls_context=self._tls, server_hostname=target.host)
+                    await client.starttls(tls_context=context, server_hostname=target.host)
                 except (ssl.SSLError, aiosmtplib.SMTPException, OSError) as exc:
                     raise _Refused(None, Failure.TLS_FAILED) from exc
-                ssl_object = client.get_transport_info("ssl_object")
-                tls = ssl_object.version() if ssl_object is not None else None
+                tls = _tls_version(client)
                 await client.ehlo()
-            elif settings.tls_required:
+            elif settings.tls_required or login is not None:  # a login never goes in clear
                 raise _Refused(None, Failure.TLS_REQUIRED)
-        except _Refused:
-            client.close()
+            if login is not None:
+                await _authenticate(client, login)
+        except BaseException as exc:
+            if client is not None:
+                client.close()
+            if sock is not None:
+                sock.close()  # aiosmtplib leaves a socket it was given open
             self._stats.connect_failures += 1
-            raise
-        except (aiosmtplib.SMTPConnectResponseError, aiosmtplib.SMTPHeloError) as exc:
-            client.close()
-            self._stats.connect_failures += 1
-            raise _Refused(reply_of(exc.code, exc.message), Failure.CONNECT_FAILED) from exc
-        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
-            client.close()
-            self._stats.connect_failures += 1
-            raise _Refused(None, Failure.CONNECT_FAILED) from exc
+            if isinstance(exc, (aiosmtplib.SMTPConnectResponseError, aiosmtplib.SMTPHeloError)):
+                raise _Refused(reply_of(exc.code, exc.message), Failure.CONNECT_FAILED) from exc
+            if isinstance(exc, (aiosmtplib.SMTPException, OSError, TimeoutError)):
+                raise _Refused(None, Failure.CONNECT_FAILED) from exc
+            raise  # _Refused already, or a cancellation
         return _Session(client, target, tls, self._now(), label)
 
     async def close_idle(self) -> int:
@@ -359,6 +409,35 @@ class Pool:
             for session in idle:
                 metrics.OUTBOUND_SESSIONS.labels(group=session.label).dec()
             self._stats.closed += len(idle)
+
+
+async def _connected(target: Target, source: str | None) -> socket.socket:
+    """A TCP socket connected to the target's address, bound to the source address
+    (the caller bounds the wait)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in target.address else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        if source:
+            sock.bind((source, 0))
+        await asyncio.get_running_loop().sock_connect(sock, (target.address, target.port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _tls_version(client: aiosmtplib.SMTP) -> str | None:
+    ssl_object = client.get_transport_info("ssl_object")
+    return ssl_object.version() if ssl_object is not None else None
+
+
+async def _authenticate(client: aiosmtplib.SMTP, login: Login) -> None:
+    """AUTH with the account's mechanism; a refusal is raised as _Refused with its reply."""
+    authenticate = {"plain": client.auth_plain, "login": client.auth_login, "xoauth2": client.auth_xoauth2}
+    try:
+        await authenticate[login.mechanism](login.username, login.secret)
+    except aiosmtplib.SMTPAuthenticationError as exc:
+        raise _Refused(reply_of(exc.code, exc.message), Failure.CONNECT_FAILED) from exc
 
 
 class _Refused(Exception):

@@ -15,6 +15,10 @@ With `max_per_second = N`, a transaction that would be the N+1th accepted within
 one second gets `421 4.7.0 Try again later` at MAIL, like a receiver that throttles;
 `transactions` records every MAIL's time and whether it was refused.
 
+With `logins` ({user: password or XOAUTH2 access token}) it is a smarthost: AUTH
+PLAIN, LOGIN and XOAUTH2 are offered (after STARTTLS, or from the first byte with
+`implicit_tls`), required before MAIL, and each message records who sent it.
+
 It listens on one port on several loopback addresses (so that source-address
 binding and per-host pools are real), optionally offers STARTTLS, and records
 everything it received.
@@ -23,13 +27,15 @@ everything it received.
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 import ssl
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiosmtpd.smtp import SMTP, Envelope, Session
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
 
 @dataclass
@@ -42,6 +48,7 @@ class Received:
     data: bytes
     tls: bool
     at: float
+    login: str | None = None  # the authenticated user (smarthost mode)
 
 
 @dataclass
@@ -51,6 +58,8 @@ class Sink:
     tls: ssl.SSLContext | None = None
     pipelining: bool = True  # advertise PIPELINING (RFC 2920)
     max_per_second: int | None = None  # refuse transactions beyond this many a second (421 4.7.0)
+    logins: dict[str, str] | None = None  # smarthost: AUTH required, user -> password or access token
+    implicit_tls: bool = False  # with tls: TLS from the first byte (port 465), no STARTTLS
     transactions: list[tuple[float, bool]] = field(default_factory=list)  # (loop time, refused) of every MAIL
     received: list[Received] = field(default_factory=list)
     connections: int = 0
@@ -65,11 +74,22 @@ class Sink:
         loop = asyncio.get_running_loop()
         if not self.port:
             self.port = _free_port(self.addresses[0])
+        auth: dict[str, Any] = {}
+        if self.logins is not None:
+            auth = {"authenticator": self._authenticate, "auth_required": True,
+                    "auth_require_tls": not self.implicit_tls}  # fmt: skip
+        starttls = None if self.implicit_tls else self.tls
+
+        def protocol() -> _Counting:
+            with warnings.catch_warnings():  # AUTH without STARTTLS: TLS is there from the first byte
+                warnings.simplefilter("ignore", UserWarning)
+                return _Counting(self, _Handler(self), hostname="sink.test", tls_context=starttls, loop=loop,
+                                 enable_SMTPUTF8=True, require_starttls=False, **auth)  # fmt: skip
+
         for address in self.addresses:
             server = await loop.create_server(
-                lambda: _Counting(self, _Handler(self), hostname="sink.test", tls_context=self.tls, loop=loop,
-                                  enable_SMTPUTF8=True, require_starttls=False),
-                address, self.port, reuse_address=True,
+                protocol,
+                address, self.port, reuse_address=True, ssl=self.tls if self.implicit_tls else None,
             )  # fmt: skip
             self._servers.append(server)
         return self
@@ -83,6 +103,15 @@ class Sink:
         for server in self._servers:
             await server.wait_closed()
         await asyncio.sleep(0)  # let the aborted transports finish closing
+
+    def _authenticate(
+        self, server: SMTP, session: Session, envelope: Envelope, mechanism: str, data: Any
+    ) -> AuthResult:
+        assert self.logins is not None
+        user, secret = data.login.decode(), data.password.decode()
+        if self.logins.get(user) == secret:
+            return AuthResult(success=True, auth_data=data)
+        return AuthResult(success=False, handled=False, message="535 5.7.8 Username and Password not accepted")
 
     def release(self) -> None:
         """Let the replies held by slow-... recipients go."""
@@ -148,6 +177,21 @@ class _Handler:
         extra = ["250-PIPELINING"] if self.sink.pipelining else []
         return [*responses[:-1], *extra, responses[-1]]
 
+    async def auth_XOAUTH2(self, server: SMTP, args: list[str]) -> AuthResult:
+        """XOAUTH2: base64 of "user=U^Aauth=Bearer TOKEN^A^A"; a refusal is a 334 with a JSON
+        error, answered by an empty line, then 535 (as Gmail and Microsoft do)."""
+        try:
+            fields = dict(
+                part.split("=", 1) for part in base64.b64decode(args[1]).decode().split("\x01") if "=" in part
+            )
+            user, token = fields["user"], fields["auth"].removeprefix("Bearer ")
+        except (IndexError, KeyError, ValueError):
+            return AuthResult(success=False, handled=False, message="501 5.5.2 Cannot decode XOAUTH2")
+        if self.sink.logins is not None and self.sink.logins.get(user) == token:
+            return AuthResult(success=True, auth_data=LoginPassword(user.encode(), b""))
+        await server.challenge_auth(base64.b64encode(b'{"status":"401"}').decode(), encode_to_b64=False)
+        return AuthResult(success=False, handled=False, message="535 5.7.8 Username and Password not accepted")
+
     async def handle_MAIL(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
@@ -201,8 +245,9 @@ class _Handler:
                 sender=envelope.mail_from or "",
                 recipients=list(envelope.rcpt_tos),
                 data=envelope.original_content or b"",
-                tls=session.ssl is not None,
+                tls=session.ssl is not None or self.sink.implicit_tls,
                 at=asyncio.get_running_loop().time(),
+                login=session.auth_data.login.decode() if isinstance(session.auth_data, LoginPassword) else None,
             )
         )
         return "250 2.0.0 Ok: queued"

@@ -287,7 +287,9 @@ def test_nodes_share_a_bucket_and_take_up_a_dead_nodes_share(
     nodes[1].wait_for_log(lambda records: any(r["event"] == "nodes_changed" and r["live"] == 1 for r in records))
     alone_at = time.monotonic()
     assert alone_at - killed_at < 3 + 1 + 2  # the heartbeat timeout, a checkpoint, some slack
-    sink.wait_for(300, within=60)  # the dead node's leases expire, are reaped, and n2 sends them
+    # The dead node's leases expire, are reaped, and n2 sends them (one that was on the wire
+    # when n1 died may arrive twice: at least once, as DESIGN says).
+    sink.wait_until(lambda received: len({r for m in received for r in m.recipients}) == 300, within=60)
 
     arrivals = sorted(m.at for m in sink.received)  # the sink's loop clock is time.monotonic() too
 
@@ -301,7 +303,6 @@ def test_nodes_share_a_bucket_and_take_up_a_dead_nodes_share(
     assert busiest(0) <= 40 + 4 + 2  # together never above the rate and the burst (+2: clocks)
     assert busiest(killed_at + 0.2, alone_at) <= 20 + 2 + 2  # n2 alone, still at its half share
     assert busiest(alone_at + 0.5) >= 30  # then n2 takes the dead node's share
-    assert len({r for m in sink.received for r in m.recipients}) == 300
     assert nodes[1].stop() == 0
 
 
