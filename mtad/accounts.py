@@ -5,8 +5,9 @@ server on 587 or 465) that mtad logs in to and relays through: an address, a
 smarthost, a login and an AUTH mechanism, and its limits (`Limits`: a daily cap, a
 minimum gap between sends plus a jitter drawn per send, caps per second, minute and
 hour; each None means no limit). Accounts belong to named account pools, and
-`choose` picks one of a pool for a send. Secrets (passwords, refresh tokens) are
-not handled here yet: the `secret` column stays NULL and never leaves PostgreSQL.
+`choose` picks one of a pool for a send. Secrets (passwords, tokens) are stored
+sealed (mtad.vault) by `set_secret` and read back sealed by `secret`; nothing
+here opens them, and no listing returns them.
 
 Reserve before send. Every send through an account is first reserved in
 PostgreSQL by one function, `mtad_reserve` (migration 0006), as a transaction of its
@@ -288,6 +289,18 @@ async def add(database: db.Database, account: Account) -> Account:
         raise errors.Conflict(f"account {account.name!r} already exists") from None
     assert row is not None
     return _account(row)
+
+
+async def set_secret(database: db.Database, name: str, sealed: bytes) -> None:
+    """Store the account's secret, sealed by mtad.vault; NotFound if there is no such account."""
+    if await database.fetchval("accounts/set_secret", name, sealed) is None:
+        raise errors.NotFound(f"no account {name!r}")
+
+
+async def secret(database: db.Database, account_id: int) -> bytes | None:
+    """The account's sealed secret (None: none stored)."""
+    value = await database.fetchval("accounts/secret", account_id)
+    return bytes(value) if value is not None else None
 
 
 async def list_all(database: db.Database) -> list[Account]:

@@ -1,4 +1,4 @@
-"""The command line: `mtad run`, `migrate`, `check-config`, `tenants`, `queue`, `buckets`.
+"""The command line: `mtad run`, `migrate`, `check-config`, `tenants`, `queue`, `buckets`, `accounts`.
 
 Every command takes --config PATH (default: conf/mtad.toml when present, else
 /etc/mtad/mtad.toml) and works while the daemon runs, the embedded PostgreSQL
@@ -19,7 +19,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mtad import __version__, config, daemon, errors, leases, limits, log, shaping, spool, tenants
+from mtad import (
+    __version__,
+    accounts,
+    config,
+    daemon,
+    errors,
+    leases,
+    limits,
+    log,
+    sessions,
+    shaping,
+    spool,
+    tenants,
+    vault,
+)
 from mtad.db import migrate
 from mtad.lifecycle import State
 
@@ -40,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_USAGE
-    if command is check_config or command is run:
+    if command in (check_config, run, accounts_key):
         return int(command(args, settings))
     log.configure("console", "warning", stream=sys.stderr)
     try:
@@ -155,6 +169,114 @@ async def buckets_ls(args: argparse.Namespace, settings: config.Settings) -> int
             row["changed_by"] = row["changed_by"] if row["changed_at"] else "(configured)"
         _table(rows, _BUCKET_COLUMNS)
     return EXIT_OK
+
+
+# --- accounts (sending mailboxes) -------------------------------------------------------
+
+_ACCOUNT_COLUMNS = ["name", "pool", "address", "smarthost", "state", "until", "today", "daily_cap", "last_send"]
+
+
+def accounts_key(args: argparse.Namespace, settings: config.Settings) -> int:
+    """A new key for [accounts] key_file (printed; put it in a file only mtad reads)."""
+    print(vault.Vault.new_key().decode())
+    return EXIT_OK
+
+
+async def accounts_add(args: argparse.Namespace, settings: config.Settings) -> int:
+    secret = sys.stdin.readline().rstrip("\r\n")
+    if not secret:
+        print("mtad: give the account's password or token on standard input (one line)", file=sys.stderr)
+        return EXIT_USAGE
+    sealer = vault.Vault.from_config(settings.accounts.key_file, settings.accounts.key_env)
+    jitter = None
+    if args.jitter:
+        low, _, high = args.jitter.partition(":")
+        try:
+            jitter = (float(low), float(high or low))
+        except ValueError:
+            print(f"mtad: --jitter: expected LOW:HIGH seconds, got {args.jitter!r}", file=sys.stderr)
+            return EXIT_USAGE
+    account = accounts.Account(
+        name=args.name, address=args.address, pool=args.pool, host=args.host, port=args.port, login=args.login,
+        tls=accounts.Tls(args.tls), mechanism=accounts.Mechanism(args.mechanism), time_zone=args.time_zone,
+        limits=accounts.Limits(args.daily_cap, args.min_gap, jitter, args.per_second, args.per_minute,
+                               args.per_hour),
+    )  # fmt: skip
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        stored = await accounts.add(opened.database, account)
+        await accounts.set_secret(opened.database, stored.name, sealer.seal(vault.Secret(secret)))
+    print(f"account {stored.name} added to pool {stored.pool}")
+    return EXIT_OK
+
+
+async def accounts_ls(args: argparse.Namespace, settings: config.Settings) -> int:
+    now = datetime.now(UTC)
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        rows = [_account_row(u, now) for u in await accounts.usage(opened.database, now, args.pool)]
+    if args.json:
+        for row in rows:
+            print(_json(row))
+    else:
+        _table(rows, _ACCOUNT_COLUMNS)
+    return EXIT_OK
+
+
+async def accounts_show(args: argparse.Namespace, settings: config.Settings) -> int:
+    now = datetime.now(UTC)
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        account = await accounts.get(opened.database, args.name)
+        [use] = [u for u in await accounts.usage(opened.database, now, account.pool) if u.account.id == account.id]
+    row = _account_row(use, now)
+    if args.json:
+        print(_json(row))
+    else:
+        for key, value in row.items():
+            print(f"{key + ':':<14} {_text(value)}")
+    return EXIT_OK
+
+
+async def accounts_state(args: argparse.Namespace, settings: config.Settings) -> int:
+    now = datetime.now(UTC)
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        change = accounts.enable if args.command_name == "enable" else accounts.disable
+        account = await change(opened.database, args.name, args.reason, now)
+    print(f"account {account.name} is {account.state.value}")
+    return EXIT_OK
+
+
+async def accounts_test(args: argparse.Namespace, settings: config.Settings) -> int:
+    """Log in to the account's smarthost without sending anything."""
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        account = await accounts.get(opened.database, args.name)
+        sealed = await accounts.secret(opened.database, account.id)
+    if sealed is None:
+        print(f"mtad: account {account.name} has no secret stored", file=sys.stderr)
+        return EXIT_FAILED
+    secret = vault.Vault.from_config(settings.accounts.key_file, settings.accounts.key_env).open(sealed)
+    login = sessions.Login(account.name, account.login, account.mechanism.value, secret.reveal(),
+                           implicit_tls=account.tls is accounts.Tls.IMPLICIT)  # fmt: skip
+    pool = sessions.Pool(sessions.Settings(ehlo_hostname=settings.submission.hostname))
+    result = await pool.check_login(sessions.Target(account.host, account.host, account.port), login)
+    if result.failure is None and not result.replies:
+        print(f"account {account.name}: logged in to {account.host}:{account.port} over {result.tls}")
+        return EXIT_OK
+    why = result.replies[""].line() if result.replies else result.failure.value if result.failure else "?"
+    print(f"account {account.name}: {account.host}:{account.port} refused: {why}")
+    return EXIT_FAILED
+
+
+def _account_row(use: accounts.Usage, now: datetime) -> dict[str, Any]:
+    a = use.account
+    ended = a.state_until is not None and a.state_until <= now
+    return {
+        "name": a.name, "pool": a.pool, "address": a.address, "smarthost": f"{a.host}:{a.port}",
+        "tls": a.tls.value, "login": a.login, "mechanism": a.mechanism.value,
+        "state": "active" if ended else a.state.value, "until": None if ended else a.state_until,
+        "reason": a.state_reason, "today": use.today, "daily_cap": a.limits.daily_cap,
+        "last_send": use.last_send, "gap_until": use.gap_until, "min_gap": a.limits.min_gap,
+        "per_second": a.limits.per_second, "per_minute": a.limits.per_minute, "per_hour": a.limits.per_hour,
+        "time_zone": a.time_zone,
+    }  # fmt: skip
 
 
 async def queue_act(args: argparse.Namespace, settings: config.Settings) -> int:
@@ -357,6 +479,56 @@ def _parser() -> argparse.ArgumentParser:
     )
     bls.add_argument("--json", action="store_true", help="one JSON object per bucket and line")
     bls.set_defaults(command=buckets_ls)
+
+    account_parser = commands.add_parser(
+        "accounts", parents=[common], help="Manage the sending accounts (mailboxes mail is relayed through)."
+    )
+    account_commands = account_parser.add_subparsers(title="account commands", metavar="COMMAND", required=True)
+    akey = account_commands.add_parser("key", parents=[common], help="Print a new key for [accounts] key_file.")
+    akey.set_defaults(command=accounts_key)
+    aadd = account_commands.add_parser(
+        "add",
+        parents=[common],
+        help="Add an account; its password or token is read from standard input.",
+        description="Add a sending account. The secret (password, or OAuth token for xoauth2) is the first "
+        "line of standard input; it is stored sealed with the [accounts] key and never printed.",
+    )
+    aadd.add_argument("name", help="the account's name: letters, digits, '.', '_', '@', '+', '-'")
+    aadd.add_argument("--address", required=True, help="the mailbox, local@domain")
+    aadd.add_argument("--pool", required=True, help="the account pool it belongs to")
+    aadd.add_argument("--host", required=True, help="the smarthost, e.g. smtp.gmail.com")
+    aadd.add_argument("--port", type=int, default=587, help="587 (STARTTLS, the default) or 465 (implicit TLS)")
+    aadd.add_argument("--tls", choices=[t.value for t in accounts.Tls], default="starttls")
+    aadd.add_argument("--login", required=True, help="the AUTH user name")
+    aadd.add_argument("--mechanism", choices=[m.value for m in accounts.Mechanism], default="plain")
+    aadd.add_argument("--daily-cap", type=int, help="sends per day (reset at 00:00 in --time-zone)")
+    aadd.add_argument("--min-gap", type=float, help="seconds between two sends")
+    aadd.add_argument("--jitter", metavar="LOW:HIGH", help="seconds drawn per send and added to --min-gap")
+    aadd.add_argument("--per-second", type=int)
+    aadd.add_argument("--per-minute", type=int)
+    aadd.add_argument("--per-hour", type=int)
+    aadd.add_argument("--time-zone", default="UTC", help="an IANA time zone (default UTC)")
+    aadd.set_defaults(command=accounts_add)
+    als = account_commands.add_parser(
+        "ls", parents=[common], help="List the accounts with today's sends, last send and state."
+    )
+    als.add_argument("--pool", help="only this account pool")
+    als.add_argument("--json", action="store_true", help="one JSON object per account and line")
+    als.set_defaults(command=accounts_ls)
+    ashow = account_commands.add_parser("show", parents=[common], help="Show one account (never its secret).")
+    ashow.add_argument("name")
+    ashow.add_argument("--json", action="store_true", help="one JSON object")
+    ashow.set_defaults(command=accounts_show)
+    for name, text in (("enable", "Make an account active again."), ("disable", "Stop an account until enabled.")):
+        change = account_commands.add_parser(name, parents=[common], help=text)
+        change.add_argument("name")
+        change.add_argument("--reason", help="recorded with the state")
+        change.set_defaults(command=accounts_state, command_name=name)
+    atest = account_commands.add_parser(
+        "test", parents=[common], help="Log in to the account's smarthost without sending anything."
+    )
+    atest.add_argument("name")
+    atest.set_defaults(command=accounts_test)
     return parser
 
 

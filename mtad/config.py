@@ -53,6 +53,12 @@ class LogSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AccountsSettings:
+    key_file: Path | None  # the key that seals account secrets (mtad.vault), else
+    key_env: str | None  # the environment variable that holds it
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSettings:
     id: str
     heartbeat_interval: float
@@ -80,6 +86,7 @@ class Settings:
     log: LogSettings
     node: NodeSettings
     delivery: DeliverySettings
+    accounts: AccountsSettings
     source: Path | None
 
 
@@ -305,6 +312,10 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
     },
     "http": {
         "listen": (_optional_host_port, "127.0.0.1:9108"),
+    },
+    "accounts": {
+        "key_file": (_optional_path, ""),
+        "key_env": (_optional_string, ""),
     },
     "log": {
         "format": (_choice("json", "console"), "json"),
@@ -554,6 +565,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
         spool=SpoolSettings(**values["spool"]),
         http=HttpSettings(**values["http"]),
         log=LogSettings(**values["log"]),
+        accounts=AccountsSettings(**values["accounts"]),
         node=NodeSettings(**values["node"]),
         delivery=DeliverySettings(
             enabled=d["enabled"],

@@ -383,6 +383,22 @@ class Pool:
             raise  # _Refused already, or a cancellation
         return _Session(client, target, tls, self._now(), label)
 
+    async def check_login(self, target: Target, login: Login) -> Result:
+        """Connect to the smarthost, secure the connection, log in, send nothing and
+        quit (`mtad accounts test`): the TLS version, or the refusal (its reply under
+        the key "", or a failure)."""
+        try:
+            session = await self._open(target, None, "-", None, login)
+        except _Refused as refused:
+            return Result(
+                replies={"": refused.reply} if refused.reply else {},
+                failure=None if refused.reply else refused.failure,
+                host=target.host,
+                address=target.address,
+            )
+        await session.close()
+        return Result(host=target.host, address=target.address, tls=session.tls)
+
     async def close_idle(self) -> int:
         """Close sessions idle longer than idle_timeout; returns how many."""
         closed = 0

@@ -33,8 +33,8 @@ CREATE TABLE accounts (
     tls             text NOT NULL CHECK (tls IN ('starttls', 'implicit')),  -- STARTTLS, or TLS from the start
     login           text NOT NULL CHECK (login <> ''),  -- the user name for AUTH
     mechanism       text NOT NULL CHECK (mechanism IN ('plain', 'login', 'xoauth2')),  -- the AUTH mechanism
-    secret          bytea,  -- the password or OAuth refresh token, encrypted at rest. NULL for now: secrets,
-                            -- and their encryption with a key named in the config, come in a later change
+    secret          bytea,  -- the password or OAuth token, sealed by mtad.vault with the key named in
+                            -- [accounts] (never stored in the database); NULL: none stored yet
     state           account_state NOT NULL DEFAULT 'active',  -- whether it may send (see account_state)
     state_until     timestamptz,  -- when a state other than 'active' ends; NULL: when it is changed
     state_reason    text,         -- why the account entered its state (a reply, an operator's note)

@@ -1,0 +1,88 @@
+"""Secrets at rest: the passwords and refresh tokens of sending accounts, sealed.
+
+A secret is stored in PostgreSQL only sealed (Fernet: AES-128-CBC and an
+HMAC-SHA256 over it, with a timestamp), with a key that never is in the
+database: it is read from a file (`[accounts] key_file`) or an environment
+variable (`[accounts] key_env`). Without the key a stored secret is useless;
+with a different key it does not open, and says so instead of sending garbage
+to a smarthost.
+
+`Secret` holds an opened secret in memory and never shows it: not in its repr,
+not in str(), not in a log record or JSON; `reveal()` is the one way to it, for
+the AUTH command. Sync, no I/O beyond reading the key once.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cryptography.fernet import Fernet, InvalidToken
+
+from mtad import errors
+
+
+class Secret:
+    """A password or token in memory, shown as '***'."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+class Vault:
+    """Seals and opens secrets with one key."""
+
+    def __init__(self, key: bytes) -> None:
+        try:
+            self._fernet = Fernet(key)
+        except ValueError:
+            raise errors.ConfigError(
+                ["[accounts] key: expected 32 bytes in URL-safe base64 (make one with `mtad accounts key`)"]
+            ) from None
+
+    @staticmethod
+    def new_key() -> bytes:
+        return Fernet.generate_key()
+
+    @classmethod
+    def from_config(cls, key_file: Path | None, key_env: str | None) -> Vault:
+        """The key from the file, else the environment variable; ConfigError naming the
+        key when neither gives one."""
+        if key_file is not None:
+            try:
+                return cls(key_file.read_bytes().strip())
+            except OSError as exc:
+                raise errors.ConfigError([f"[accounts] key_file: cannot read {key_file}: {exc.strerror}"]) from None
+        if key_env:
+            value = os.environ.get(key_env, "").strip()
+            if not value:
+                raise errors.ConfigError([f"[accounts] key_env: the environment variable {key_env} is not set"])
+            return cls(value.encode())
+        raise errors.ConfigError(["[accounts] key_file or key_env: account secrets need a key; set one of them"])
+
+    def seal(self, secret: Secret) -> bytes:
+        return self._fernet.encrypt(secret.reveal().encode())
+
+    def open(self, sealed: bytes) -> Secret:
+        try:
+            return Secret(self._fernet.decrypt(sealed).decode())
+        except InvalidToken:
+            raise errors.ConfigError(
+                ["[accounts] key: a stored secret does not open with this key (was the key changed?)"]
+            ) from None
