@@ -15,8 +15,11 @@ module catches a foreign exception.
      |    +-- Conflict             a row that must be unique already exists
      +-- RouteTempFail             DNS could not answer now (SERVFAIL, timeout): retry later
      +-- EmbeddedDatabaseError     the embedded PostgreSQL could not be started
-     +-- IllegalTransition         a delivery state change the table forbids
+     +-- IllegalTransition         a delivery or account state change its table forbids
      +-- AddressError              an address that is not a valid mailbox
+     +-- TokenError                an OAuth access token could not be had
+          +-- TokenRefused         the provider refused the refresh token (revoked,
+                                   expired, wrong client): the account is disconnected
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ class EmbeddedDatabaseError(MtadError):
 
 
 class IllegalTransition(MtadError):
-    """A delivery state change that lifecycle.TRANSITIONS does not allow."""
+    """A state change its table (lifecycle.TRANSITIONS, accounts.TRANSITIONS) does not allow."""
 
 
 class AddressError(MtadError):
@@ -75,3 +78,13 @@ class AddressError(MtadError):
         self.reason = reason
         self.text = text
         super().__init__(text)
+
+
+class TokenError(MtadError):
+    """No OAuth access token now (the token endpoint is unreachable, or answered with
+    a server error or something unreadable); try later."""
+
+
+class TokenRefused(TokenError):
+    """The token endpoint refused the refresh token or the client (invalid_grant,
+    invalid_client, ...): only an operator can fix this."""
