@@ -57,6 +57,7 @@ class Settings:
     lease_duration: float = 300.0
     lease_batch: int = 500
     max_held: int = 20_000  # deliveries held in memory at once
+    body_cache: int = 64 * 1024 * 1024  # bytes of message bodies held for sending; beyond, read when sent
     poll_interval: float = 5.0
     shutdown_timeout: float = 30.0
     checkpoint_interval: float = 5.0  # buckets and warm-up to and from PostgreSQL, and the live node count
@@ -109,9 +110,9 @@ class _Message:
     id: uuid.UUID
     tenant: str
     sender: str
-    body: bytes
     smtputf8: bool
     pool: str | None  # chosen at submission (X-Mtad-Pool, the tenant's), None: not chosen
+    body: bytes | None  # None: not held (the body cache was full): read when it is sent
     jobs: int = 0
 
 
@@ -136,6 +137,7 @@ class _Group:
 @dataclass(slots=True)
 class DeliveryStats:
     held: int = 0
+    body_bytes: int = 0  # of message bodies held for sending
     attempts: int = 0
     delivered: int = 0
     deferred: int = 0
@@ -174,6 +176,7 @@ class Delivery:
         self._rng = rng or random.Random()
         self._held: dict[int, Leased] = {}
         self._messages: dict[uuid.UUID, _Message] = {}
+        self._body_bytes = 0  # of the bodies in _messages (bounded by settings.body_cache, but for those sending)
         self._groups: dict[str, _Group] = {}
         self._tasks: asyncio.TaskGroup | None = None
         self._work: set[asyncio.Task[None]] = set()  # routing and attempts, cancelled at the end of a drain
@@ -191,6 +194,7 @@ class Delivery:
 
     def statistics(self) -> DeliveryStats:
         self._stats.held = len(self._held)
+        self._stats.body_bytes = self._body_bytes
         return self._stats
 
     # --- spool.FastPath ------------------------------------------------------------------
@@ -210,7 +214,7 @@ class Delivery:
         for d in deliveries:
             m = d.message
             if m.id not in self._messages:
-                self._messages[m.id] = _Message(m.id, m.tenant, m.sender, m.body, m.smtputf8, m.pool)
+                self._messages[m.id] = _Message(m.id, m.tenant, m.sender, m.smtputf8, m.pool, self._hold(m.body))
             held.append(Leased(d.id, m.id, d.recipient, d.domain, m.priority, 0, 0, m.received_at, False))
         if self._tasks is None:
             for leased in held:  # accepted while run() is starting: held now, routed once it runs
@@ -268,6 +272,9 @@ class Delivery:
         """Lease everything due now, deliver it, record it, and return (tests, tools)."""
         async with asyncio.TaskGroup() as tasks:
             self._tasks = tasks
+            if self._early:  # handed over by the accept path before this ran
+                self._admit(self._early)
+                self._early = []
             while await self._lease_once():
                 pass
             await self.wait_idle()
@@ -526,6 +533,7 @@ class Delivery:
             for hop in route.attempt_order(self._rng)
             for address in hop.addresses
         ]
+        assert message.body is not None  # _message() reads it
         tx = sessions.Transaction(message.sender, tuple(d.recipient for d in job.deliveries), message.body,
                                   message.smtputf8)  # fmt: skip
         self._stats.attempts += 1
@@ -651,31 +659,47 @@ class Delivery:
             message.jobs -= 1
             if message.jobs <= 0:
                 del self._messages[message_id]
+                if message.body is not None:
+                    self._body_bytes -= len(message.body)
+
+    def _hold(self, body: bytes | None) -> bytes | None:
+        """The body, if the body cache has room for it (else None: read when sent)."""
+        if body is None or self._body_bytes + len(body) > self.settings.body_cache:
+            return None
+        self._body_bytes += len(body)
+        return body
 
     async def _load_messages(self, ids: set[uuid.UUID]) -> None:
-        """Read the messages of a leased batch in one query (else one each as it is sent)."""
+        """Read the messages of a leased batch in one query (else one each as it is sent),
+        their bodies as far as the body cache has room."""
         missing = [i for i in ids if i not in self._messages]
         if not missing:
             return
         try:
-            rows = await leases.messages(self._db, missing)
+            rows = await leases.messages(self._db, missing, self.settings.body_cache - self._body_bytes)
         except errors.SpoolError as exc:
             log.warning("messages_not_read", count=len(missing), error=str(exc))
             return
         for row in rows:  # counted as their jobs are admitted
-            self._messages[row["id"]] = _message(row)
+            self._messages[row["id"]] = self._message_of(row)
 
     async def _message(self, message_id: uuid.UUID) -> _Message:
+        """The message with its body, for sending (read now if it is not held)."""
         message = self._messages.get(message_id)
-        if message is None:
-            message = _message(await leases.message(self._db, message_id))
-            message.jobs = 1
-            self._messages[message_id] = message
+        if message is None or message.body is None:
+            row = await leases.message(self._db, message_id)
+            if message is None:
+                message = self._message_of(row)
+                message.jobs = 1
+                self._messages[message_id] = message
+            if message.body is None:  # held from now on, for the message's other jobs
+                message.body = bytes(row["body"])
+                self._body_bytes += len(message.body)
         return message
 
-
-def _message(row: Mapping[str, Any]) -> _Message:
-    return _Message(row["id"], row["tenant"], row["sender"], bytes(row["body"]), row["smtputf8"], row["pool"])
+    def _message_of(self, row: Mapping[str, Any]) -> _Message:
+        body = bytes(row["body"]) if row["body"] is not None else None
+        return _Message(row["id"], row["tenant"], row["sender"], row["smtputf8"], row["pool"], self._hold(body))
 
 
 def _failed(job: _Job, failure: Failure) -> dict[int, tuple[Verdict, Any]]:

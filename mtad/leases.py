@@ -130,10 +130,11 @@ async def release(database: db.Database, node: str, ids: Sequence[int], now: dat
     return int(await database.fetchval("leases/release", node, list(ids), now))
 
 
-async def messages(database: db.Database, ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
-    """The envelopes and bodies of messages, for sending; a message no longer in the
-    spool is left out."""
-    return [dict(row) for row in await database.fetch("leases/message_for_sending", list(ids))]
+async def messages(database: db.Database, ids: Sequence[uuid.UUID], room: int = 2**62) -> list[dict[str, Any]]:
+    """The envelopes of messages, for sending, with their bodies while they add up to
+    at most `room` bytes (a body left out is None); a message no longer in the spool
+    is left out."""
+    return [dict(row) for row in await database.fetch("leases/message_for_sending", list(ids), room)]
 
 
 async def message(database: db.Database, message_id: uuid.UUID) -> dict[str, Any]:

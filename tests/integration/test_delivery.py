@@ -213,3 +213,25 @@ async def test_a_full_node_leaves_new_deliveries_queued_for_any_node(database: d
     rows = await deliveries(database)
     assert (rows["first@down.test"]["state"], rows["first@down.test"]["lease_owner"]) == ("leased", "n1")
     assert (rows["second@down.test"]["state"], rows["second@down.test"]["lease_owner"]) == ("queued", None)
+
+
+async def test_bodies_beyond_the_body_cache_are_read_when_sent(database: db.Database, sink: Sink) -> None:
+    """Whatever max_held is, only body_cache bytes of bodies are held: the rest are read
+    from the spool when their message is sent, and every message goes out whole."""
+
+    def body(i: int) -> bytes:
+        return f"Subject: m{i}\r\n\r\n".encode() + (bytes([65 + i]) * 98 + b"\r\n") * 10
+
+    mtad = engine(database, sink, body_cache=2500)  # room for about two bodies
+    async with running(spool.GroupCommitter(database, fast_path=mtad)) as committer:  # handed over, held early
+        for i in range(4):
+            await committer.commit(new_message(f"fast{i}@sink.test", body=body(i)))
+    assert mtad.statistics().body_bytes <= 2500
+    await accept(database, *(new_message(f"leased{i}@sink.test", body=body(4 + i)) for i in range(4)))
+    await mtad.run_until_idle()
+    sent = {m.recipients[0]: m.data for m in sink.received}
+    assert len(sent) == 8
+    for i in range(4):
+        assert sent[f"fast{i}@sink.test"].endswith(body(i))
+        assert sent[f"leased{i}@sink.test"].endswith(body(4 + i))
+    assert mtad.statistics().body_bytes == 0  # nothing held once everything is sent
