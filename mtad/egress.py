@@ -75,7 +75,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from mtad import db, errors
+from mtad import db, errors, values
 
 DAY = 86400.0
 
@@ -705,8 +705,6 @@ _POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _HOSTNAME = re.compile(
     r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
 )
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def _address(value: Any) -> str:
@@ -751,28 +749,6 @@ def _rotate_after(value: Any) -> tuple[int, int]:
     raise ValueError(f"expected two integers [low, high] with 1 <= low <= high, got {value!r}")
 
 
-def _duration(value: Any) -> float:
-    """Seconds from a number or a string such as "90s", "30m", "2h", "1h30m" (the
-    format of mtad.toml's durations); must be longer than zero."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str) and value.strip():
-        seconds = _compound_duration(value)
-    else:
-        raise ValueError(f'expected a duration such as "90s", "30m" or "2h", got {value!r}')
-    if not seconds > 0:
-        raise ValueError(f"must be longer than zero, got {value!r}")
-    return seconds
-
-
-def _compound_duration(value: str) -> float:
-    text = value.replace(" ", "")
-    parts = _DURATION.findall(text)
-    if "".join(number + unit for number, unit in parts) != text:
-        raise ValueError(f'expected a duration such as "90s", "30m" or "2h", got {value!r}')
-    return sum(float(number) * _SECONDS[unit] for number, unit in parts)
-
-
 def _hostname(value: Any) -> str:
     if not isinstance(value, str) or not _HOSTNAME.fullmatch(value):
         raise ValueError(f"{value!r} is not a valid host name")
@@ -794,17 +770,6 @@ def _ehlo_table(value: Any) -> dict[str, str]:
     return table
 
 
-def _whole(low: int, high: int) -> Callable[[Any], int]:
-    def parse(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"expected a whole number, got {value!r}")
-        if not low <= value <= high:
-            raise ValueError(f"must be between {low} and {high}, got {value}")
-        return value
-
-    return parse
-
-
 def _number(low: float, high: float, *, what: str) -> Callable[[Any], float]:
     """A number in (low, high]."""
 
@@ -823,17 +788,17 @@ _KEYS: Mapping[str, tuple[Callable[[Any], Any], str]] = {
     "addresses": (_address_list(allow_empty=False), "addresses"),
     "policy": (_policy, "policy"),
     "rotate_after": (_rotate_after, "rotate_after"),
-    "park": (_duration, "park"),
+    "park": (values.positive_duration, "park"),
     "ehlo": (_ehlo_table, "ehlo"),
     "ehlo_default": (_optional_hostname, "ehlo_default"),
     "warming": (_address_list(allow_empty=True), "warming"),
-    "warmup_start": (_whole(1, 10_000_000), "start"),
+    "warmup_start": (values.integer(1, 10_000_000), "start"),
     "warmup_growth": (_number(1.0, 10.0, what="a growth factor such as 1.5"), "growth"),
-    "warmup_target": (_whole(1, 1_000_000_000), "target"),
+    "warmup_target": (values.integer(1, 1_000_000_000), "target"),
     "warmup_max_deferral_rate": (_number(0.0, 1.0, what="a fraction such as 0.10 (10%)"), "max_deferral_rate"),
     "warmup_max_complaint_rate": (_number(0.0, 1.0, what="a fraction such as 0.003 (0.3%)"), "max_complaint_rate"),
-    "unhealthy_after": (_whole(1, 1000), "unhealthy_after"),
-    "cool_off": (_duration, "cool_off"),
+    "unhealthy_after": (values.integer(1, 1000), "unhealthy_after"),
+    "cool_off": (values.positive_duration, "cool_off"),
 }
 _ROTATE_KEYS = ("rotate_after", "park")
 _WARMUP_BOUNDS = (("warmup_start", "start"), ("warmup_target", "target"))

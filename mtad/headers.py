@@ -7,7 +7,7 @@ block as bytes. Sync, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 CRLF = b"\r\n"
 
@@ -43,16 +43,9 @@ def find(header_block: bytes, names: Iterable[bytes]) -> dict[bytes, bytes]:
     lower = CRLF + header_block.lower()
     found: dict[bytes, bytes] = {}
     for name in names:
-        needle = CRLF + name.lower()
-        at = lower.find(needle)
-        while at >= 0:
-            colon = at + len(needle)
-            while lower[colon : colon + 1] in (b" ", b"\t"):  # obsolete: space before the colon
-                colon += 1
-            if lower[colon : colon + 1] == b":":
-                found[name.lower()] = _value(header_block, colon - len(CRLF) + 1)
-                break
-            at = lower.find(needle, at + 1)
+        for _, value_at in _fields(lower, name.lower()):
+            found[name.lower()] = _value(header_block, value_at)
+            break
     return found
 
 
@@ -67,19 +60,10 @@ def remove(header_block: bytes, names: Iterable[bytes]) -> tuple[bytes, dict[byt
     spans: list[tuple[int, int]] = []
     values: dict[bytes, list[bytes]] = {}
     for name in names:
-        needle = CRLF + name
-        at = lower.find(needle)
-        while at >= 0:
-            colon = at + len(needle)
-            while lower[colon : colon + 1] in (b" ", b"\t"):  # obsolete: space before the colon
-                colon += 1
-            if lower[colon : colon + 1] == b":":
-                # lower[i] is header_block[i - 2]: the field starts at `at` in the block.
-                start = colon - len(CRLF) + 1
-                end = _end_of_field(header_block, start)
-                values.setdefault(name, []).append(_unfold(header_block[start:end]))
-                spans.append((at, min(end + len(CRLF), len(header_block))))
-            at = lower.find(needle, at + 1)
+        for at, start in _fields(lower, name):
+            end = _end_of_field(header_block, start)
+            values.setdefault(name, []).append(_unfold(header_block[start:end]))
+            spans.append((at, min(end + len(CRLF), len(header_block))))
     if not spans:
         return header_block, values
     spans.sort()
@@ -89,6 +73,21 @@ def remove(header_block: bytes, names: Iterable[bytes]) -> tuple[bytes, dict[byt
         previous = end
     kept.append(header_block[previous:])
     return b"".join(kept), values
+
+
+def _fields(lower: bytes, name: bytes) -> Iterator[tuple[int, int]]:
+    """Each field called `name` in `lower` (CRLF + the lower-cased block): where the
+    field starts in the block, and where its value starts (just past the colon)."""
+    needle = CRLF + name
+    at = lower.find(needle)
+    while at >= 0:
+        colon = at + len(needle)
+        while lower[colon : colon + 1] in (b" ", b"\t"):  # obsolete: space before the colon
+            colon += 1
+        if lower[colon : colon + 1] == b":":
+            # lower[i] is header_block[i - 2]: the field starts at `at` in the block.
+            yield at, colon - len(CRLF) + 1
+        at = lower.find(needle, at + 1)
 
 
 def _value(header_block: bytes, start: int) -> bytes:

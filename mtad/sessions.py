@@ -502,14 +502,7 @@ async def _pipelined(
             if buffered is not None:
                 responses.append(buffered)
                 continue
-            try:
-                responses.append(await protocol.read_response(timeout=reply_timeout))
-            except aiosmtplib.SMTPReadTimeoutError as exc:
-                client.close()
-                raise aiosmtplib.SMTPTimeoutError(str(exc)) from exc
-            except aiosmtplib.SMTPServerDisconnected:
-                client.close()
-                raise
+            responses.append(await _read_reply(client, protocol, reply_timeout))
     return responses
 
 
@@ -526,15 +519,23 @@ async def _send_body(client: aiosmtplib.SMTP, body: bytes, reply_timeout: float)
     async with protocol._command_lock:
         protocol._response_pending = True
         protocol.write(stuffed + b".\r\n")
-        try:
-            response = await protocol.read_response(timeout=reply_timeout)
-        except aiosmtplib.SMTPReadTimeoutError as exc:
-            client.close()
-            raise aiosmtplib.SMTPTimeoutError(str(exc)) from exc
-        except aiosmtplib.SMTPServerDisconnected:
-            client.close()
-            raise
+        response = await _read_reply(client, protocol, reply_timeout)
     return reply_of(response.code, response.message)
+
+
+async def _read_reply(
+    client: aiosmtplib.SMTP, protocol: aiosmtplib.protocol.SMTPProtocol, reply_timeout: float
+) -> aiosmtplib.SMTPResponse:
+    """The next reply; on a timeout or a lost connection the session is closed, as
+    aiosmtplib's own commands close it."""
+    try:
+        return await protocol.read_response(timeout=reply_timeout)
+    except aiosmtplib.SMTPReadTimeoutError as exc:
+        client.close()
+        raise aiosmtplib.SMTPTimeoutError(str(exc)) from exc
+    except aiosmtplib.SMTPServerDisconnected:
+        client.close()
+        raise
 
 
 def _wire(address: str) -> bytes:

@@ -446,7 +446,7 @@ def test_parse_pools_names_every_bad_key() -> None:
         "[pools.bulk] addresses: 'not-an-ip' is not an IP address",
         '[pools.bulk] policy: expected one of "sticky", "round-robin", "least-used", "rotate", got \'random\'',
         "[pools.bulk] rotate_after: expected two integers [low, high] with 1 <= low <= high, got [5, 2]",
-        '[pools.bulk] park: expected a duration such as "90s", "30m" or "2h", got \'30 minutes\'',
+        '[pools.bulk] park: expected a duration such as "250ms", "30s", "5m", "2h" or "7d", got \'30 minutes\'',
         "[pools.bulk] ehlo: 'bad_name' is not a valid host name",
         "[pools.bulk] ehlo_default: 7 is not a valid host name",
         "[pools.bulk] warming: expected a list of IP addresses such as [\"192.0.2.10\"], got '198.51.100.1'",
@@ -456,7 +456,7 @@ def test_parse_pools_names_every_bad_key() -> None:
         "[pools.bulk] warmup_max_deferral_rate: must be more than 0.0 and at most 1.0, got 10",
         "[pools.bulk] warmup_max_complaint_rate: expected a fraction such as 0.003 (0.3%), got True",
         "[pools.bulk] unhealthy_after: must be between 1 and 1000, got 0",
-        '[pools.bulk] cool_off: expected a duration such as "90s", "30m" or "2h", got \'-5m\'',
+        '[pools.bulk] cool_off: expected a duration such as "250ms", "30s", "5m", "2h" or "7d", got \'-5m\'',
         "[pools.bulk] polcy: unknown key (did you mean 'policy'?)",
     ]
 
