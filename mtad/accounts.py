@@ -53,12 +53,14 @@ OutcomeUnknown, Conflict, SpoolError); nothing here catches asyncpg's exceptions
 from __future__ import annotations
 
 import enum
+import json
 import random
 import re
 import zoneinfo
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
 
 from mtad import db, errors
 
@@ -190,6 +192,44 @@ class Usage:
     today: int  # reservations in the account's day
     last_send: datetime | None  # the latest reservation
     gap_until: datetime | None  # when the gap after it ends
+    health: int = 100  # 0-100: lowered by its failures and bounces of the last 24 hours
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What logging in as an account needs, sealed (mtad.vault): its secret (the
+    password, or the refresh token for xoauth2) and, for xoauth2, its OAuth client."""
+
+    secret: bytes | None  # None: none stored
+    token_url: str | None = None
+    client_id: str | None = None
+    client_secret: bytes | None = field(default=None, repr=False)
+    scope: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Breaker:
+    """When repeated failures take an account out of the rotation (`failure`)."""
+
+    failures: int = 5  # failures of the account in `window` that trip it
+    window: float = 1800.0  # seconds
+    min_successes: int = 10  # confirmed sends of the whole system in `window`, else no trip (an outage)
+    trip_for: float = 1800.0  # seconds a trip lasts
+    trips_per_day: int = 2  # the trip in a day that disconnects the account instead
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatus:
+    """An account pool at some time (`pool_status`)."""
+
+    accounts: int
+    active: int  # accounts in an active state (they may still be in their gap or at their cap)
+    next_free: datetime | None  # the earliest an account may send again; None: only an operator can help
+
+    @property
+    def paused(self) -> bool:
+        """No account of the pool can send until some state ends or an operator acts."""
+        return self.active == 0
 
 
 def problems(account: Account) -> list[str]:
@@ -209,14 +249,14 @@ def problems(account: Account) -> list[str]:
     if not account.login:
         found.append(f"account {name!r}: the login must not be empty")
     limits = account.limits
-    for field, value in (
+    for key, value in (
         ("daily_cap", limits.daily_cap),
         ("per_second", limits.per_second),
         ("per_minute", limits.per_minute),
         ("per_hour", limits.per_hour),
     ):
         if value is not None and value < 1:
-            found.append(f"account {name!r}: {field} must be at least 1 (or unset for no limit)")
+            found.append(f"account {name!r}: {key} must be at least 1 (or unset for no limit)")
     if limits.min_gap is not None and not limits.min_gap >= 0:
         found.append(f"account {name!r}: min_gap must be 0 or more seconds")
     if limits.jitter is not None and not 0 <= limits.jitter[0] <= limits.jitter[1]:
@@ -303,6 +343,28 @@ async def secret(database: db.Database, account_id: int) -> bytes | None:
     return bytes(value) if value is not None else None
 
 
+async def set_oauth(
+    database: db.Database, name: str, token_url: str, client_id: str, client_secret: bytes | None, scope: str | None
+) -> None:
+    """Store the OAuth client of an xoauth2 account (client_secret sealed by mtad.vault,
+    None for a public client); NotFound if there is no such account."""
+    if await database.fetchval("accounts/set_oauth", name, token_url, client_id, client_secret, scope) is None:
+        raise errors.NotFound(f"no account {name!r}")
+
+
+async def credentials(database: db.Database, account_id: int) -> Credentials:
+    """What logging in as the account needs, sealed; NotFound if there is no such account."""
+    row = await database.fetchrow("accounts/credentials", account_id)
+    if row is None:
+        raise errors.NotFound(f"no account with id {account_id}")
+
+    def sealed(value: Any) -> bytes | None:
+        return bytes(value) if value is not None else None
+
+    return Credentials(sealed(row["secret"]), row["oauth_token_url"], row["oauth_client_id"],
+                       sealed(row["oauth_client_secret"]), row["oauth_scope"])  # fmt: skip
+
+
 async def list_all(database: db.Database) -> list[Account]:
     """Every account, by pool then name."""
     return [_account(row) for row in await database.fetch("accounts/list")]
@@ -320,7 +382,7 @@ async def usage(database: db.Database, now: datetime, pool: str | None = None) -
     """Every account (of `pool`, or all) with today's sends, its latest send and the
     end of its gap at `now`, by pool then name (for `mtad accounts ls`). One query."""
     return [
-        Usage(_account(row), row["today"], row["last_send"], row["gap_until"])
+        Usage(_account(row), row["today"], row["last_send"], row["gap_until"], row["health"])
         for row in await database.fetch("accounts/usage", now, pool)
     ]
 
@@ -337,7 +399,7 @@ async def set_state(
     allowed_from = [s.value for s in State if state in TRANSITIONS[s]]
     row = await database.fetchrow("accounts/set_state", name, state.value, until, reason, allowed_from, now)
     if row is not None:
-        return _account(row)
+        return _account(row)  # and its account_state event is written
     current = await get(database, name)  # NotFound if there is none
     raise errors.IllegalTransition(
         f"account {name!r}: {current.state.value} -> {state.value} is not allowed "
@@ -371,10 +433,11 @@ async def reserve(database: db.Database, account_id: int, now: datetime, rng: ra
     return Decision(Answer(row["answer"]), row["reservation"], row["retry_at"])
 
 
-async def confirm(database: db.Database, reservation_id: int) -> bool:
-    """The receiver answered 250: mark the reservation confirmed (it keeps counting).
-    Returns False when there is no such reservation (it was released)."""
-    return await database.fetchrow("accounts/confirm", reservation_id) is not None
+async def confirm(database: db.Database, reservation_id: int, delivery: int | None = None) -> bool:
+    """The receiver answered 250 (to the send of `delivery`): mark the reservation
+    confirmed (it keeps counting). Returns False when there is no such reservation
+    (it was released)."""
+    return await database.fetchrow("accounts/confirm", reservation_id, delivery) is not None
 
 
 async def release(database: db.Database, reservation_id: int) -> bool:
@@ -391,6 +454,47 @@ def keep(reservation_id: int) -> None:
     said the mailbox hit a quota or a rate limit: the reservation stays as it is and
     keeps counting, since we err towards under-sending. Nothing to write (sync, no
     I/O); this function exists so that the caller says so."""
+
+
+def day_end(account: Account, now: datetime) -> datetime:
+    """The next 00:00 in the account's time zone after `now` (when a parked account's
+    day resets). Sync, no I/O."""
+    zone = zoneinfo.ZoneInfo(account.time_zone)
+    local = now.astimezone(zone)
+    midnight = datetime.combine(local.date() + timedelta(days=1), datetime.min.time(), zone)
+    return midnight.astimezone(now.tzinfo)
+
+
+async def failure(
+    database: db.Database, account: Account, now: datetime, data: Mapping[str, Any], breaker: Breaker
+) -> State | None:
+    """A send through the account failed on its side (a transient reply, a timeout,
+    a connection or TLS failure, a throttling reply): write its account_failure
+    event and run the circuit breaker (mtad_account_failure). Returns TRIPPED or
+    DISCONNECTED when the account moved (with its account_state event), else None."""
+    moved = await database.fetchval(
+        "accounts/failure", account.id, now, json.dumps(dict(data), default=str), breaker.window,
+        breaker.failures, breaker.min_successes, breaker.trip_for, breaker.trips_per_day,
+    )  # fmt: skip
+    return State(moved) if moved is not None else None
+
+
+async def bounce(database: db.Database, account: Account, now: datetime, data: Mapping[str, Any]) -> None:
+    """A send through the account was refused for its recipient or content: not the
+    account's fault (it stays in the rotation), but its health score drops."""
+    await database.execute("accounts/bounce", account.id, now, json.dumps(dict(data), default=str))
+
+
+async def pool_status(database: db.Database, pool: str, now: datetime) -> PoolStatus:
+    """How many accounts the pool has, how many are active, and when one may send next."""
+    row = await database.fetchrow("accounts/pool_status", pool, now)
+    assert row is not None
+    return PoolStatus(row["accounts"], row["active"], row["next_free"])
+
+
+async def pool_event(database: db.Database, pool: str, now: datetime, data: Mapping[str, Any]) -> None:
+    """An account pool paused (no account can send) or resumed: its event."""
+    await database.execute("accounts/pool_event", pool, now, json.dumps(dict(data), default=str))
 
 
 async def choose(database: db.Database, pool: str, now: datetime, rng: random.Random) -> Reservation | None:

@@ -21,7 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtad import datafiles, delivery, egress, envelope, errors, outcomes, routing, sessions, submission, tenants, values
+from mtad import (
+    accounts,
+    datafiles,
+    delivery,
+    egress,
+    envelope,
+    errors,
+    outcomes,
+    relay,
+    routing,
+    sessions,
+    submission,
+    tenants,
+    values,
+)
 from mtad.endpoints import HostPort
 
 DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
@@ -75,6 +89,7 @@ class DeliverySettings:
     rules: outcomes.Rules
     routes: Mapping[str, HostPort]  # domain -> relay
     pools: Mapping[str, egress.PoolSettings]  # [pools.NAME]
+    relay: relay.Settings  # [account_pools.NAME] and the [accounts] responses
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +282,13 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
     "accounts": {
         "key_file": (_optional_path, ""),
         "key_env": (_optional_string, ""),
+        "cooldown": (_positive_duration, "60m"),
+        "gmail_cooldown": (_positive_duration, "4h"),
+        "breaker_failures": (_integer(1, 10_000), 5),
+        "breaker_window": (_positive_duration, "30m"),
+        "breaker_min_successes": (_integer(0, 1_000_000), 10),
+        "trip_duration": (_positive_duration, "30m"),
+        "trips_to_disconnect": (_integer(1, 100), 2),
     },
     "log": {
         "format": (_choice("json", "console"), "json"),
@@ -307,8 +329,8 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
     },
 }
 # Sections whose keys are names the operator chooses: [routes."example.org"] relay = "host:port",
-# [pools.bulk] addresses = [...], [tenants."shop"] priority = 10.
-DYNAMIC_SECTIONS = ("routes", "pools", "tenants")
+# [pools.bulk] addresses = [...], [tenants."shop"] priority = 10, [account_pools.outreach] rewrite_from = true.
+DYNAMIC_SECTIONS = ("routes", "pools", "tenants", "account_pools")
 
 
 def default_path() -> Path | None:
@@ -336,11 +358,15 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
                 values[section][key] = parse(value)
             except ValueError as exc:
                 problems.append(f"{origin.get((section, key), f'[{section}] {key}')}: {exc}")
-    extras = _load_delivery_data(values, document.get("routes", {}), document.get("pools", {}), problems)
+    extras = _load_delivery_data(values, document.get("routes", {}), document.get("pools", {}),
+                                 document.get("account_pools", {}), problems)  # fmt: skip
     extras["tenant_weights"] = {}
     extras["tenant_defaults"] = _load_tenant_defaults(
-        document.get("tenants", {}), extras["pools"], extras["tenant_weights"], problems
+        document.get("tenants", {}), extras["pools"], extras["account_pools"], extras["tenant_weights"], problems
     )
+    if extras["account_pools"] and not (values["accounts"].get("key_file") or values["accounts"].get("key_env")):
+        problems.append("[accounts] key_file or key_env: [account_pools] are configured, and their accounts' "
+                        "secrets need a key to open")  # fmt: skip
     if problems:
         raise errors.ConfigError(problems)
     settings = _build(values, extras, path)
@@ -399,10 +425,17 @@ def _did_you_mean(word: str, options: Mapping[str, Any]) -> str:
 
 
 def _load_delivery_data(
-    values: dict[str, dict[str, Any]], routes: Any, pools: Any, problems: list[str]
+    values: dict[str, dict[str, Any]], routes: Any, pools: Any, account_pools: Any, problems: list[str]
 ) -> dict[str, Any]:
-    """The files [delivery] names (providers, reply rules), the [pools] and the [routes] tables."""
-    extras: dict[str, Any] = {"routes": {}, "route_pools": {}, "pools": egress.parse_pools(pools, problems)}
+    """The files [delivery] names (providers, reply rules), the [pools], [account_pools]
+    and [routes] tables."""
+    extras: dict[str, Any] = {
+        "routes": {},
+        "route_pools": {},
+        "route_account_pools": {},
+        "pools": egress.parse_pools(pools, problems),
+        "account_pools": parse_account_pools(account_pools, problems),
+    }
     default_pool = values["delivery"].get("default_pool")
     if default_pool and default_pool not in extras["pools"]:
         problems.append(f"[delivery] default_pool: no pool named {default_pool!r}{_pools_known(extras['pools'])}")
@@ -424,8 +457,8 @@ def _load_delivery_data(
         except errors.AddressError as exc:
             problems.append(f"{where}: {exc.text}")
             continue
-        if not isinstance(table, dict) or not table or not set(table) <= {"relay", "pool"}:
-            problems.append(f'{where}: expected relay = "host:port", pool = "NAME" or both')
+        if not isinstance(table, dict) or not table or not set(table) <= {"relay", "pool", "account_pool"}:
+            problems.append(f'{where}: expected relay = "host:port", pool = "NAME", account_pool = "NAME"')
             continue
         if "relay" in table:
             try:
@@ -437,18 +470,94 @@ def _load_delivery_data(
                 extras["route_pools"][ascii_domain] = table["pool"]
             else:
                 problems.append(f"{where} pool: no pool named {table['pool']!r}{_pools_known(extras['pools'])}")
+        if "account_pool" in table:
+            named = table["account_pool"]
+            if named in extras["account_pools"]:
+                extras["route_account_pools"][ascii_domain] = named
+            else:
+                known = _pools_known(extras["account_pools"], "account_pools")
+                problems.append(f"{where} account_pool: no account pool named {named!r}{known}")
     return extras
 
 
-def _pools_known(pools: Mapping[str, Any]) -> str:
-    return f" (configured: {', '.join(sorted(pools))})" if pools else " (no [pools] are configured)"
+def _pools_known(pools: Mapping[str, Any], section: str = "pools") -> str:
+    return f" (configured: {', '.join(sorted(pools))})" if pools else f" (no [{section}] are configured)"
 
 
-_TENANT_KEYS = {"priority": "a whole number", "pool": "a pool name", "weight": "a whole number"}
+_ACCOUNT_POOL_KEYS = {
+    "rewrite_from": "true or false",
+    "daily_cap": "a whole number",
+    "min_gap": "a duration",
+    "jitter": "[low, high] durations",
+    "per_second": "a whole number",
+    "per_minute": "a whole number",
+    "per_hour": "a whole number",
+    "time_zone": "an IANA time zone",
+}
+
+
+def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.PoolSettings]:
+    """The [account_pools.NAME] tables: whether the pool rewrites From, and the limits
+    `mtad accounts add` gives its accounts when it is not told (all optional)."""
+    if not isinstance(table, dict):
+        problems.append("[account_pools]: expected tables such as [account_pools.outreach]")
+        return {}
+    found: dict[str, relay.PoolSettings] = {}
+    cap = _integer(1, 10_000_000)
+    for name, keys in table.items():
+        where = f"[account_pools.{name}]"
+        if not accounts.POOL.match(name):
+            problems.append(f"{where}: a pool name is 1-64 letters, digits, '.', '_' and '-'")
+            continue
+        if not isinstance(keys, dict):
+            problems.append(f"{where}: expected a table such as rewrite_from = true, daily_cap = 500")
+            continue
+        before = len(problems)
+        for key in keys:
+            if key not in _ACCOUNT_POOL_KEYS:
+                problems.append(f"{where} {key}: unknown key{_did_you_mean(key, _ACCOUNT_POOL_KEYS)}")
+        parsed: dict[str, Any] = {}
+        for key, parse in (("rewrite_from", _boolean), ("daily_cap", cap), ("min_gap", duration),
+                           ("per_second", cap), ("per_minute", cap), ("per_hour", cap)):  # fmt: skip
+            if key in keys:
+                try:
+                    parsed[key] = parse(keys[key])
+                except ValueError as exc:
+                    problems.append(f"{where} {key}: {exc}")
+        jitter = None
+        if "jitter" in keys:
+            try:
+                low, high = (duration(v) for v in keys["jitter"]) if isinstance(keys["jitter"], list) else (-1, -1)
+                if not 0 <= low <= high:
+                    raise ValueError(f'expected [low, high] such as ["25s", "45s"], got {keys["jitter"]!r}')
+                jitter = (low, high)
+            except ValueError as exc:
+                problems.append(f"{where} jitter: {exc}")
+        zone = keys.get("time_zone", "UTC")
+        limits = accounts.Limits(parsed.get("daily_cap"), parsed.get("min_gap"), jitter, parsed.get("per_second"),
+                                 parsed.get("per_minute"), parsed.get("per_hour"))  # fmt: skip
+        sample = accounts.Account(name="check", address="a@b", pool=name, host="h", port=1, login="l",
+                                  time_zone=str(zone), limits=limits)  # fmt: skip
+        problems.extend(f"{where}: {p.split(': ', 1)[1]}" for p in accounts.problems(sample))
+        if len(problems) == before:
+            found[name] = relay.PoolSettings(parsed.get("rewrite_from", False), limits, str(zone))
+    return found
+
+
+_TENANT_KEYS = {
+    "priority": "a whole number",
+    "pool": "a pool name",
+    "account_pool": "an account pool name",
+    "weight": "a whole number",
+}
 
 
 def _load_tenant_defaults(
-    table: Any, pools: Mapping[str, Any], weights: dict[str, int], problems: list[str]
+    table: Any,
+    pools: Mapping[str, Any],
+    account_pools: Mapping[str, Any],
+    weights: dict[str, int],
+    problems: list[str],
 ) -> dict[str, submission.TenantDefaults]:
     """The [tenants."NAME"] tables: the priority and source IP pool of a tenant's
     messages when they name none (X-Mtad-Priority, Priority, X-Mtad-Pool), and the
@@ -486,14 +595,21 @@ def _load_tenant_defaults(
             problems.append(f"{where} pool: expected a pool name, got {pool!r}")
         elif pool and pool not in pools:
             problems.append(f"{where} pool: no pool named {pool!r}{_pools_known(pools)}")
+        account_pool = keys.get("account_pool", "")
+        if not isinstance(account_pool, str):
+            problems.append(f"{where} account_pool: expected an account pool name, got {account_pool!r}")
+        elif account_pool and account_pool not in account_pools:
+            known = _pools_known(account_pools, "account_pools")
+            problems.append(f"{where} account_pool: no account pool named {account_pool!r}{known}")
         if len(problems) == found:
-            defaults[name] = submission.TenantDefaults(chosen, pool or None)
+            defaults[name] = submission.TenantDefaults(chosen, pool or None, account_pool or None)
     return defaults
 
 
 def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None) -> Settings:
     sub = values["submission"]
     d = values["delivery"]
+    a = values["accounts"]
     return Settings(
         database=DatabaseSettings(**values["database"]),
         submission=submission.Settings(
@@ -512,12 +628,13 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
             tls_cert=values["tls"]["cert"],
             tls_key=values["tls"]["key"],
             pools=frozenset(extras["pools"]),
+            account_pools=frozenset(extras["account_pools"]),
             tenant_defaults=extras["tenant_defaults"],
         ),
         spool=SpoolSettings(**values["spool"]),
         http=HttpSettings(**values["http"]),
         log=LogSettings(**values["log"]),
-        accounts=AccountsSettings(**values["accounts"]),
+        accounts=AccountsSettings(values["accounts"]["key_file"], values["accounts"]["key_env"]),
         node=NodeSettings(**values["node"]),
         delivery=DeliverySettings(
             enabled=d["enabled"],
@@ -537,6 +654,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
                 node_timeout=3 * values["node"]["heartbeat_interval"],
                 default_pool=d["default_pool"],
                 route_pools=extras["route_pools"],
+                route_account_pools=extras["route_account_pools"],
                 tenant_weights=extras["tenant_weights"],
             ),
             sessions=sessions.Settings(
@@ -556,6 +674,19 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
             rules=extras["replies"],
             routes=extras["routes"],
             pools=extras["pools"],
+            relay=relay.Settings(
+                pools=extras["account_pools"],
+                cooldown=a["cooldown"],
+                gmail_cooldown=a["gmail_cooldown"],
+                breaker=accounts.Breaker(
+                    failures=a["breaker_failures"],
+                    window=a["breaker_window"],
+                    min_successes=a["breaker_min_successes"],
+                    trip_for=a["trip_duration"],
+                    trips_per_day=a["trips_to_disconnect"],
+                ),
+                poll=d["poll_interval"],
+            ),
         ),
         source=path,
     )

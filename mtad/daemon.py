@@ -30,7 +30,23 @@ from datetime import UTC, datetime
 
 import structlog
 
-from mtad import config, db, delivery, egress, errors, http, log, nodes, routing, sessions, spool, submission, tenants
+from mtad import (
+    config,
+    db,
+    delivery,
+    egress,
+    errors,
+    http,
+    log,
+    nodes,
+    relay,
+    routing,
+    sessions,
+    spool,
+    submission,
+    tenants,
+    vault,
+)
 from mtad.db import embedded, migrate
 
 logger = structlog.get_logger("mtad.daemon")
@@ -143,9 +159,11 @@ class Daemon:
         if out.enabled:
             queue = await db.Database.connect(database.dsn, max_size=settings.database.pool_size, replan=True)
             self._closing.append(queue)
+            mailboxes = relay.Mailboxes(queue, out.relay, _vault(settings), now=_now)
             engine = delivery.Delivery(
-                out.engine, queue, router, sessions.Pool(out.sessions), out.rules, pools=egress.Egress(out.pools)
-            )
+                out.engine, queue, router, sessions.Pool(out.sessions), out.rules, pools=egress.Egress(out.pools),
+                mailboxes=mailboxes,
+            )  # fmt: skip
         committer = spool.GroupCommitter(
             database,
             window=settings.spool.commit_window,
@@ -238,3 +256,12 @@ async def _healthy(database: db.Database) -> bool:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _vault(settings: config.Settings) -> vault.Vault | None:
+    """The key that opens account secrets, when one is configured (else relayed mail
+    waits, and says why: config refuses [account_pools] without one)."""
+    keys = settings.accounts
+    if keys.key_file is None and not keys.key_env:
+        return None
+    return vault.Vault.from_config(keys.key_file, keys.key_env)

@@ -33,7 +33,22 @@ from typing import Any
 
 import structlog
 
-from mtad import db, egress, errors, leases, metrics, nodes, outcomes, routing, sessions, shaping, spool
+from mtad import (
+    accounts,
+    db,
+    egress,
+    errors,
+    headers,
+    leases,
+    metrics,
+    nodes,
+    outcomes,
+    relay,
+    routing,
+    sessions,
+    shaping,
+    spool,
+)
 from mtad.batching import Batcher
 from mtad.leases import Leased, Outcome
 from mtad.lifecycle import Reason, State
@@ -64,6 +79,9 @@ class Settings:
     node_timeout: float = 30.0  # a node whose heartbeat is older is not counted as live
     default_pool: str | None = None  # the source IP pool of mail that names none (None: source_address)
     route_pools: Mapping[str, str] = field(default_factory=dict)  # domain -> pool, over what the message says
+    route_account_pools: Mapping[str, str] = field(
+        default_factory=dict
+    )  # domain -> account pool, if the message has none
     tenant_weights: Mapping[str, int] = field(default_factory=dict)  # turns per round in a ready queue (default 1)
 
 
@@ -112,6 +130,7 @@ class _Message:
     sender: str
     smtputf8: bool
     pool: str | None  # chosen at submission (X-Mtad-Pool, the tenant's), None: not chosen
+    account_pool: str | None  # chosen at submission (X-Mtad-Account-Pool, the tenant's): relayed
     body: bytes | None  # None: not held (the body cache was full): read when it is sent
     jobs: int = 0
 
@@ -129,7 +148,8 @@ class _Job:
 @dataclass(slots=True)
 class _Group:
     name: str
-    ready: ReadyQueue[tuple[_Job, routing.Route]]  # priority, then tenants' turns, then age
+    ready: ReadyQueue[tuple[_Job, routing.Route | None]]  # priority, then tenants' turns, then age
+    account_pool: str | None = None  # relayed through this account pool (routes are None), else sent to MX
     freed: asyncio.Event = field(default_factory=asyncio.Event)  # an attempt ended, or the limits changed
     dispatching: bool = False
 
@@ -160,6 +180,7 @@ class Delivery:
         *,
         shaper: shaping.Shaper | None = None,
         pools: egress.Egress | None = None,
+        mailboxes: relay.Mailboxes | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: random.Random | None = None,
     ) -> None:
@@ -171,6 +192,7 @@ class Delivery:
         self._rules = rules
         self._shaper = shaper or shaping.Shaper()
         self._egress = pools or egress.Egress({})
+        self._mailboxes = mailboxes
         self._source = pool.settings.source_address or ""  # the source of mail without a pool
         self._now = now
         self._rng = rng or random.Random()
@@ -214,7 +236,9 @@ class Delivery:
         for d in deliveries:
             m = d.message
             if m.id not in self._messages:
-                self._messages[m.id] = _Message(m.id, m.tenant, m.sender, m.smtputf8, m.pool, self._hold(m.body))
+                self._messages[m.id] = _Message(
+                    m.id, m.tenant, m.sender, m.smtputf8, m.pool, m.account_pool, self._hold(m.body)
+                )
             held.append(Leased(d.id, m.id, d.recipient, d.domain, m.priority, 0, 0, m.received_at, False))
         if self._tasks is None:
             for leased in held:  # accepted while run() is starting: held now, routed once it runs
@@ -415,6 +439,10 @@ class Delivery:
                 self._spawn(self._route(job))
 
     async def _route(self, job: _Job) -> None:
+        account_pool = self._account_pool(job)
+        if account_pool is not None:
+            self._queue(job, None, f"accounts:{account_pool}", account_pool)
+            return
         try:
             route = await self._router.route(job.domain)
         except errors.RouteTempFail as exc:
@@ -423,14 +451,31 @@ class Delivery:
         if isinstance(route, routing.Undeliverable):
             await self._finish(job, None, _failed(job, Failure.NO_ROUTE), {"route": route.text})
             return
-        group = self._groups.get(route.group)
+        self._queue(job, route, route.group, None)
+
+    def _account_pool(self, job: _Job) -> str | None:
+        """The account pool a job is relayed through: the message's (its header, its
+        tenant's), else its route's; None: it goes to MX."""
+        message = self._messages.get(job.message)
+        chosen = (message and message.account_pool) or self.settings.route_account_pools.get(job.domain)
+        if chosen and self._mailboxes is None:
+            log.warning("relay_not_configured", account_pool=chosen, queue_id=str(job.message))
+            return None
+        return chosen or None
+
+    def _queue(self, job: _Job, route: routing.Route | None, name: str, account_pool: str | None) -> None:
+        """Into its group's ready queue; the group's dispatcher runs while it has jobs."""
+        group = self._groups.get(name)
         if group is None:
-            group = self._groups[route.group] = _Group(route.group, ReadyQueue(self.settings.tenant_weights))
+            group = self._groups[name] = _Group(
+                name, ReadyQueue(self.settings.tenant_weights), account_pool=account_pool
+            )
         group.ready.push(job.tenant, job.priority, job.created_at, (job, route))
         if not group.dispatching and not self._stopping:
             group.dispatching = True
             assert self._tasks is not None
-            self._tasks.create_task(self._dispatch(group))  # ends with the queue or the stop
+            dispatch = self._dispatch_relay(group) if account_pool is not None else self._dispatch(group)
+            self._tasks.create_task(dispatch)  # ends with the queue or the stop
 
     async def _dispatch(self, group: _Group) -> None:
         """Start the group's jobs, best first, as its bucket allows: the one place
@@ -438,6 +483,7 @@ class Delivery:
         try:
             while group.ready and not self._stopping:
                 job, route = group.ready.peek()
+                assert route is not None
                 if self._expired(job):  # bounced without taking a token or a session
                     group.ready.pop()
                     self._started.update(d.id for d in job.deliveries)
@@ -510,24 +556,16 @@ class Delivery:
     async def _send(self, job: _Job, route: routing.Route, out: _Egress | None, feedback: _Feedback) -> None:
         if out is None or self._expired(job):
             verdict = Verdict(outcomes.Class.PERMANENT, Reason.EXPIRED, False)
-            await self._finish(job, route, {d.id: (verdict, None) for d in job.deliveries}, {"expired": True})
+            await self._finish(job, route.group, {d.id: (verdict, None) for d in job.deliveries}, {"expired": True})
             return
         try:
             message = await self._message(job.message)
         except errors.NotFound:
-            await self._finish(job, route, _failed(job, Failure.MESSAGE_UNREADABLE), {"message": "missing"})
+            await self._finish(job, route.group, _failed(job, Failure.MESSAGE_UNREADABLE), {"message": "missing"})
             return
         attempt = uuid.uuid4()
-        owned = await self._begin.submit(leases.Attempt(attempt, tuple(d.id for d in job.deliveries), route.group))
-        lost = [d for d in job.deliveries if d.id not in owned]
-        if lost:
-            log.warning("leases_lost_before_sending", count=len(lost))
-            for d in lost:
-                self._held.pop(d.id, None)
-            job.deliveries = [d for d in job.deliveries if d.id in owned]
-            if not job.deliveries:
-                self._release_message(job.message)
-                return
+        if not await self._begin_attempt(job, attempt, route.group):
+            return
         targets = [
             sessions.Target(hop.name, address, hop.port)
             for hop in route.attempt_order(self._rng)
@@ -571,10 +609,158 @@ class Delivery:
             data["maybe_delivered"] = True
             feedback.maybe_sent = True
         metrics.SESSIONS_REUSED.labels(group=route.group).inc(result.reused)
-        await self._finish(job, route, verdicts, data)
+        await self._finish(job, route.group, verdicts, data)
+
+    async def _begin_attempt(self, job: _Job, attempt: uuid.UUID, group: str) -> bool:
+        """Write the attempt id before DATA; drop deliveries whose lease was lost. False
+        when none is left to send."""
+        owned = await self._begin.submit(leases.Attempt(attempt, tuple(d.id for d in job.deliveries), group))
+        lost = [d for d in job.deliveries if d.id not in owned]
+        if lost:
+            log.warning("leases_lost_before_sending", count=len(lost))
+            for d in lost:
+                self._held.pop(d.id, None)
+            job.deliveries = [d for d in job.deliveries if d.id in owned]
+            if not job.deliveries:
+                self._release_message(job.message)
+                return False
+        return True
+
+    # --- relay through sending mailboxes ----------------------------------------------------
+
+    async def _dispatch_relay(self, group: _Group) -> None:
+        """Start the group's jobs, best first, each on a reservation of its account pool:
+        the one place where relayed mail waits (for a mailbox's gap, cap, rate or state)."""
+        assert self._mailboxes is not None
+        assert group.account_pool is not None
+        try:
+            while group.ready and not self._stopping:
+                job, _ = group.ready.peek()
+                if self._expired(job):  # bounced without taking a reservation
+                    group.ready.pop()
+                    self._started.update(d.id for d in job.deliveries)
+                    self._spawn(self._attempt_relay(job, group, None))
+                    continue
+                try:
+                    taken = await self._mailboxes.take(group.account_pool)
+                except errors.SpoolError as exc:
+                    log.warning("account_pool_unreadable", account_pool=group.account_pool, error=str(exc))
+                    taken = relay.Wait(self._now() + timedelta(seconds=self.settings.poll_interval), False)
+                if isinstance(taken, relay.Wait):
+                    group.freed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(max(0.0, (taken.until - self._now()).total_seconds())):
+                            await group.freed.wait()
+                    continue
+                if self._stopping or not group.ready:
+                    await accounts.release(self._db, taken.id)  # never used
+                    break
+                group.ready.pop()
+                self._started.update(d.id for d in job.deliveries)
+                self._spawn(self._attempt_relay(job, group, taken))
+        finally:
+            group.dispatching = False
+
+    async def _attempt_relay(self, job: _Job, group: _Group, reservation: accounts.Reservation | None) -> None:
+        """One relayed job's attempt on its reservation (None: it expired in the queue)."""
+        started = time.perf_counter()
+        try:
+            if reservation is None:
+                verdict = Verdict(outcomes.Class.PERMANENT, Reason.EXPIRED, False)
+                await self._finish(job, group.name, {d.id: (verdict, None) for d in job.deliveries}, {"expired": True})
+            else:
+                await self._relay(job, group, reservation)
+        except errors.SpoolError as exc:
+            log.warning("attempt_not_recorded", message=str(job.message), error=str(exc))
+            self._forget(job)  # the leases expire and the reaper requeues them; a reservation stays counted
+        finally:
+            group.freed.set()
+            self._started.difference_update(d.id for d in job.deliveries)
+            metrics.ATTEMPT_LATENCY.labels(group=group.name).observe(time.perf_counter() - started)
+            self._progress.set()
+
+    async def _relay(self, job: _Job, group: _Group, reservation: accounts.Reservation) -> None:
+        assert self._mailboxes is not None
+        account = reservation.account
+        try:
+            message = await self._message(job.message)
+        except errors.NotFound:
+            await accounts.release(self._db, reservation.id)
+            await self._finish(job, group.name, _failed(job, Failure.MESSAGE_UNREADABLE), {"message": "missing"})
+            return
+        attempt = uuid.uuid4()
+        if not await self._begin_attempt(job, attempt, group.name):
+            await accounts.release(self._db, reservation.id)
+            return
+        data: dict[str, Any] = {
+            "attempt": str(attempt),
+            "account": account.name,
+            "account_pool": account.pool,
+            "smarthost": f"{account.host}:{account.port}",
+            "reservation": reservation.id,
+        }
+        verdicts: dict[int, tuple[Verdict, Any]] = {}
+        maybe_sent = False
+        try:
+            login = await self._mailboxes.login(account)
+        except relay.LoginFailed as failed:
+            data["login"] = failed.why
+            verdicts = {d.id: (failed.verdict, None) for d in job.deliveries}
+        else:
+            assert message.body is not None  # _message() reads it
+            sender, body = message.sender, message.body
+            if self._mailboxes.rewrites_from(account.pool):  # the mailbox sends as itself
+                sender, body = account.address, headers.rewrite_from(body, account.address)
+                data["from"] = account.address
+            tx = sessions.Transaction(sender, tuple(d.recipient for d in job.deliveries), body, message.smtputf8)
+            self._stats.attempts += 1
+            result = await self._pool.deliver([relay.target(account)], tx, None, label=group.name, login=login)
+            for d in job.deliveries:
+                reply = result.replies.get(d.recipient)
+                verdict = self._rules.classify(reply) if reply is not None else None
+                verdicts[d.id] = (verdict or outcomes.classify_failure(result.failure or Failure.INTERNAL), reply)
+            data.update(address=result.address, tls=result.tls, reused=result.reused)
+            if result.failure is not None:
+                data["failure"] = result.failure.value
+            maybe_sent = result.failure is Failure.DISCONNECTED_IN_DATA or (
+                result.data_sent and result.failure is not None
+            )
+            if maybe_sent:
+                data["maybe_delivered"] = True
+        replies = [reply for _, reply in verdicts.values() if reply is not None]
+        delivered = next((d.id for d in job.deliveries if verdicts[d.id][0].cls is outcomes.Class.DELIVERED), None)
+        detail = {"queue_id": str(job.message), "reply": replies[-1].line() if replies else None,
+                  "failure": data.get("failure"), "login": data.get("login")}  # fmt: skip
+        settled = await self._mailboxes.settle(
+            reservation, [verdicts[d.id][0] for d in job.deliveries], maybe_sent=maybe_sent, delivery=delivered,
+            detail={k: v for k, v in detail.items() if v is not None},
+        )  # fmt: skip
+        data["reservation_kept"] = settled.slot is not relay.Slot.RELEASE
+        if settled.moved_to is not None:
+            data["account_state"] = settled.moved_to.value
+        rerouted = [d for i, d in enumerate(job.deliveries) if i in settled.reroute]
+        if rerouted:
+            job.deliveries = [d for d in job.deliveries if d not in rerouted]
+            self._reroute(job, rerouted, group, account, verdicts[rerouted[0].id][0])
+            if not job.deliveries:
+                self._release_message(job.message)
+                return
+        await self._finish(job, group.name, verdicts, data)
+
+    def _reroute(
+        self, job: _Job, deliveries: list[Leased], group: _Group, account: accounts.Account, verdict: Verdict
+    ) -> None:
+        """Back to the pool's queue, for another account, without spending an attempt."""
+        again = _Job(job.message, job.tenant, job.domain, deliveries, job.priority, job.created_at)
+        message = self._messages.get(job.message)
+        if message is not None:
+            message.jobs += 1
+        log.info("rerouted", queue_id=str(job.message), count=len(deliveries), account=account.name,
+                 account_pool=account.pool, **{"class": verdict.cls.value})  # fmt: skip
+        self._queue(again, None, group.name, group.account_pool)
 
     async def _finish(
-        self, job: _Job, route: routing.Route | None, verdicts: dict[int, tuple[Verdict, Any]], data: dict[str, Any]
+        self, job: _Job, group: str | None, verdicts: dict[int, tuple[Verdict, Any]], data: dict[str, Any]
     ) -> None:
         """Decide each delivery's next state, record it with its event, let go of it."""
         self._started.update(d.id for d in job.deliveries)  # being recorded: not for renewal
@@ -592,12 +778,12 @@ class Delivery:
                 event["reply"] = reply.line()
             if d.maybe_sent:
                 event["maybe_duplicate"] = True
-            if route is not None:
-                event["group"] = route.group
-            group = route.group if route else None
+            if group is not None:
+                event["group"] = group
             recorded.append(
-                Outcome(d.id, tenant, state, reason, reply, next_at, group, reason is Reason.INTERNAL, event)
-            )
+                Outcome(d.id, tenant, state, reason, reply, next_at, group, reason is Reason.INTERNAL, event,
+                        suppress=verdict.cls is outcomes.Class.RECIPIENT and reply is not None)
+            )  # fmt: skip
         try:
             await self._record.submit(recorded)
         finally:
@@ -699,7 +885,8 @@ class Delivery:
 
     def _message_of(self, row: Mapping[str, Any]) -> _Message:
         body = bytes(row["body"]) if row["body"] is not None else None
-        return _Message(row["id"], row["tenant"], row["sender"], row["smtputf8"], row["pool"], self._hold(body))
+        return _Message(row["id"], row["tenant"], row["sender"], row["smtputf8"], row["pool"], row["account_pool"],
+                        self._hold(body))  # fmt: skip
 
 
 def _failed(job: _Job, failure: Failure) -> dict[int, tuple[Verdict, Any]]:

@@ -115,3 +115,21 @@ def field(name: str, value: str) -> bytes:
 def fold(name: str, parts: list[str]) -> bytes:
     """A header line of several parts, folded before each part after the first."""
     return f"{name}: ".encode() + "\r\n\t".join(parts).encode() + CRLF
+
+
+def rewrite_from(message: bytes, address: str) -> bytes:
+    """The message with the address of its (first) From field replaced by `address`,
+    the display name kept as written (encoded words included); a message without a
+    From field gets `From: <address>`. For relay through a sending mailbox with
+    rewrite_from: the mailbox sends as itself. Only the header block is scanned."""
+    end = header_end(message)
+    block = message[:end]
+    lower = CRLF + block.lower()
+    for at, start in _fields(lower, b"from"):
+        stop = _end_of_field(block, start)
+        value = _unfold(block[start:stop])
+        angle = value.rfind(b"<")
+        name = value[:angle].strip() if angle > 0 else b""
+        new = b"From: " + (name + b" " if name else b"") + b"<" + address.encode() + b">"
+        return block[:at] + new + block[stop:] + message[end:]
+    return block + field("From", f"<{address}>") + message[end:]

@@ -50,6 +50,7 @@ class Outcome:
     route_group: str | None
     internal: bool  # mtad's own failure: counts towards the dead letter
     data: dict[str, Any]
+    suppress: bool = False  # the receiver says the recipient does not exist: onto the tenant's suppression list
 
 
 async def lease(database: db.Database, node: str, limit: int, now: datetime, until: datetime) -> list[Leased]:
@@ -114,6 +115,7 @@ async def record(database: db.Database, node: str, outcomes: Sequence[Outcome], 
         [json.dumps(o.data, separators=(",", ":"), default=str) for o in outcomes],
         [o.route_group for o in outcomes],
         [o.internal for o in outcomes],
+        [o.delivery for o in outcomes if o.suppress],
     )
     return set(row["ids"] or ()) if row is not None else set()
 

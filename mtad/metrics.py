@@ -122,6 +122,17 @@ EGRESS_CHOICES = Counter(
     "fallback: nothing was eligible, the pool's primary was used).",
     ["pool", "kind"],
 )
+ACCOUNT_SENDS = Counter(
+    "mtad_account_sends",
+    "Sends relayed through sending accounts, by what became of the reservation and of the account",
+    ["pool", "slot", "effect"],
+)
+ACCOUNT_STATE_CHANGES = Counter(
+    "mtad_account_state_changes", "Sending accounts moved to a state by mtad (cooling, parked, ...)", ["pool", "state"]
+)
+ACCOUNT_POOL_PAUSED = Gauge(
+    "mtad_account_pool_paused", "1 while no account of the pool can send (its mail waits)", ["pool"]
+)
 SPOOL_DEPTH = Gauge(
     "mtad_spool_deliveries",
     "Deliveries in the spool by state, as of the last scrape.",

@@ -95,6 +95,11 @@ def unknown_pool(name: str, configured: Iterable[str]) -> Reply:
     return Reply(550, "5.7.0", f"X-Mtad-Pool: no source IP pool named {name!a} (configured: {names})")
 
 
+def unknown_account_pool(name: str, configured: Iterable[str]) -> Reply:
+    names = ", ".join(sorted(configured)) or "none"
+    return Reply(550, "5.7.0", f"X-Mtad-Account-Pool: no account pool named {name!a} (configured: {names})")
+
+
 def repeated_instruction(field: str) -> Reply:
     return Reply(550, "5.6.0", f"{field}: given more than once; give it once")
 

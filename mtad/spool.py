@@ -62,6 +62,7 @@ class NewMessage:
     smtputf8: bool = False
     priority: int = 0  # higher goes first (-100..100 from submission)
     pool: str | None = None  # the source IP pool chosen at submission; None: not chosen
+    account_pool: str | None = None  # the account pool to relay through; None: the route's, else MX
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +249,7 @@ class GroupCommitter:
             [m.received_at for m in messages],
             [m.priority for m in messages],
             [m.pool for m in messages],
+            [m.account_pool for m in messages],
             [len(m.recipients) for m in messages],
             rcpt_of,
             rcpts,

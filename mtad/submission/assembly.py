@@ -1,19 +1,23 @@
 """What an accepted message looks like in the spool: the bytes as received with
 a Received header on top, a Message-ID and a Date at the end of the header block
 when the client gave none (made once here, reused on every delivery attempt),
-the key that recognises a resubmission, and the message's priority and source IP
-pool. Sync, no I/O.
+the key that recognises a resubmission, and the message's priority, source IP
+pool and account pool. Sync, no I/O.
 
-A message instructs mtad with two header fields, which are removed before it is
+A message instructs mtad with three header fields, which are removed before it is
 stored (they never reach a recipient):
 
-    X-Mtad-Priority: 20     a whole number from -100 to 100; higher goes first
-    X-Mtad-Pool: bulk       a configured source IP pool ([pools.bulk])
+    X-Mtad-Priority: 20             a whole number from -100 to 100; higher goes first
+    X-Mtad-Pool: bulk               a configured source IP pool ([pools.bulk])
+    X-Mtad-Account-Pool: outreach   a configured account pool ([account_pools.outreach]):
+                                    relayed through its sending mailboxes, not sent to MX
 
 Without X-Mtad-Priority the standard Priority field (RFC 2156: urgent, normal,
 non-urgent) sets the priority, kept as it is in the message; without either, the
 tenant's default ([tenants."NAME"] priority, else 0). Without X-Mtad-Pool the
 tenant's default pool, else none (delivery then picks the route's or the default).
+Without X-Mtad-Account-Pool the tenant's account pool, else none (delivery then
+relays through the route's account pool, if it has one, else sends to MX).
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ STANDARD_PRIORITIES = {b"urgent": 50, b"normal": 0, b"non-urgent": -50}
 
 _PRIORITY = b"x-mtad-priority"
 _POOL = b"x-mtad-pool"
-_INSTRUCTIONS = {_PRIORITY: "X-Mtad-Priority", _POOL: "X-Mtad-Pool"}
+_ACCOUNT_POOL = b"x-mtad-account-pool"
+_INSTRUCTIONS = {_PRIORITY: "X-Mtad-Priority", _POOL: "X-Mtad-Pool", _ACCOUNT_POOL: "X-Mtad-Account-Pool"}
 _WHOLE_NUMBER = re.compile(rb"[+-]?[0-9]{1,9}")  # ASCII digits only; the range is checked after
 _SHOWN = 64  # characters of a refused value quoted back in the reply
 
@@ -48,6 +53,7 @@ class TenantDefaults:
 
     priority: int = 0
     pool: str | None = None  # a configured pool name; None: the route's or the default
+    account_pool: str | None = None  # a configured account pool; None: the route's, else MX
 
 
 NO_DEFAULTS = TenantDefaults()
@@ -74,18 +80,19 @@ def spoolable(
     hostname: str,
     now: float,
     pools: frozenset[str] = frozenset(),
+    account_pools: frozenset[str] = frozenset(),
     defaults: TenantDefaults = NO_DEFAULTS,
 ) -> spool.NewMessage | Reply:
     """The message as it will be stored (content: as received, dot-unstuffed), or
-    the refusal of a bad X-Mtad-* instruction. pools: the configured pool names;
-    defaults: the submitting tenant's."""
+    the refusal of a bad X-Mtad-* instruction. pools, account_pools: the configured
+    names; defaults: the submitting tenant's."""
     end = headers.header_end(content)
     block, instructions = headers.remove(content[:end], _INSTRUCTIONS)
     found = headers.find(block, (b"message-id", b"idempotency-key", b"date", b"priority"))
-    chosen = _ordering(instructions, found.get(b"priority"), pools, defaults)
+    chosen = _ordering(instructions, found.get(b"priority"), pools, account_pools, defaults)
     if isinstance(chosen, Reply):
         return chosen
-    priority, pool = chosen
+    priority, pool, account_pool = chosen
     queue_id = spool.new_queue_id(now)
     added = b""
     given_id = found.get(b"message-id", b"").decode(errors="replace")
@@ -108,6 +115,7 @@ def spoolable(
         smtputf8=smtputf8,
         priority=priority,
         pool=pool,
+        account_pool=account_pool,
     )
 
 
@@ -115,13 +123,14 @@ def _ordering(
     instructions: Mapping[bytes, list[bytes]],
     standard: bytes | None,
     pools: frozenset[str],
+    account_pools: frozenset[str],
     defaults: TenantDefaults,
-) -> tuple[int, str | None] | Reply:
-    """The priority and pool of a message, from its X-Mtad-* fields (taken out of
-    the header), its standard Priority field, and its tenant's defaults."""
+) -> tuple[int, str | None, str | None] | Reply:
+    """The priority, pool and account pool of a message, from its X-Mtad-* fields
+    (taken out of the header), its standard Priority field, and its tenant's defaults."""
     priority = STANDARD_PRIORITIES.get((standard or b"").lower(), defaults.priority)
     if not instructions:  # the common case
-        return priority, defaults.pool
+        return priority, defaults.pool, defaults.account_pool
     for field, shown in _INSTRUCTIONS.items():
         if len(instructions.get(field, ())) > 1:
             return replies.repeated_instruction(shown)
@@ -136,7 +145,13 @@ def _ordering(
         if named not in pools:
             return replies.unknown_pool(_shown(given[0]), pools)
         pool = named
-    return priority, pool
+    account_pool = defaults.account_pool
+    if given := instructions.get(_ACCOUNT_POOL):
+        named = given[0].decode("utf-8", errors="replace")
+        if named not in account_pools:
+            return replies.unknown_account_pool(_shown(given[0]), account_pools)
+        account_pool = named
+    return priority, pool, account_pool
 
 
 def _shown(value: bytes) -> str:

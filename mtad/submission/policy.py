@@ -52,6 +52,7 @@ class Settings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     pools: frozenset[str] = frozenset()  # the configured source IP pools, for X-Mtad-Pool
+    account_pools: frozenset[str] = frozenset()  # the configured account pools, for X-Mtad-Account-Pool
     tenant_defaults: Mapping[str, assembly.TenantDefaults] = field(default_factory=dict)  # by tenant
 
 
@@ -283,6 +284,7 @@ class Handler:
             hostname=self.settings.hostname,
             now=self._now(),
             pools=self.settings.pools,
+            account_pools=self.settings.account_pools,
             defaults=self.settings.tenant_defaults.get(origin.tenant, assembly.NO_DEFAULTS),
         )
         if isinstance(message, Reply):

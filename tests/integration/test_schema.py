@@ -25,7 +25,7 @@ async def test_postgres_enums_mirror_the_python_enums(database: db.Database) -> 
 EXPECTED_COLUMNS = {
     "messages": {
         "id", "tenant", "sender", "message_id", "idempotency_key", "size", "body", "smtputf8",
-        "client_address", "received_at", "pool",
+        "client_address", "received_at", "pool", "account_pool",
     },
     "deliveries": {
         "id", "message", "recipient", "domain", "state", "priority", "attempts", "next_attempt_at",
@@ -46,9 +46,11 @@ EXPECTED_COLUMNS = {
     "accounts": {
         "id", "name", "address", "pool", "host", "port", "tls", "login", "mechanism", "secret", "state",
         "state_until", "state_reason", "daily_cap", "min_gap", "gap_jitter_low", "gap_jitter_high", "per_second",
-        "per_minute", "per_hour", "time_zone", "created_at", "updated_at",
+        "per_minute", "per_hour", "time_zone", "created_at", "updated_at", "oauth_token_url", "oauth_client_id",
+        "oauth_client_secret", "oauth_scope",
     },
     "account_reservations": {"id", "account", "reserved_at", "next_gap", "state", "delivery"},
+    "suppressions": {"tenant", "address", "reason", "delivery", "created_at"},
 }  # fmt: skip
 
 
@@ -61,7 +63,8 @@ async def test_migrations_produce_the_expected_tables_and_indexes(database: db.D
     for row in rows:
         found.setdefault(row["table_name"], set()).add(row["column_name"])
     assert found == EXPECTED_COLUMNS
-    assert {"deliveries_due", "deliveries_lease_expiry", "deliveries_message", "events_message"} <= indexes
+    assert {"deliveries_due", "deliveries_lease_expiry", "deliveries_message", "events_message", "events_account",
+            "account_reservations_confirmed"} <= indexes  # fmt: skip
 
 
 async def test_migrations_apply_once_even_when_two_nodes_race(pg_admin_dsn: str) -> None:

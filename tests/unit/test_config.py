@@ -340,7 +340,7 @@ default_pool = "nope"
     for expected in [
         "[delivery] default_pool: no pool named 'nope' (configured: bulk, transactional)",
         "[routes.\"example.org\"] pool: no pool named 'marketing' (configured: bulk, transactional)",
-        '[routes."example.com"]: expected relay = "host:port", pool = "NAME" or both',
+        '[routes."example.com"]: expected relay = "host:port", pool = "NAME", account_pool = "NAME"',
         "[pools.broken] addresses: must list at least one address",
     ]:
         assert expected in problems

@@ -5,7 +5,8 @@
 -- the arrays at its position: no join for the planner to get wrong when statistics
 -- were taken on an empty (drained) table. $3 ids; then per id: $4 state, $5 reason,
 -- $6..$8 last reply, $9 next attempt, $10 tenant, $11 event data, $12 group,
--- $13 whether mtad itself failed.
+-- $13 whether mtad itself failed; $14 the ids whose recipient goes onto its
+-- tenant's suppression list (a bounce saying the address does not exist).
 WITH changed AS (
     UPDATE deliveries d
     SET state = ($4::delivery_state[])[array_position($3::bigint[], d.id)],
@@ -19,7 +20,14 @@ WITH changed AS (
         route_group = coalesce(($12::text[])[array_position($3::bigint[], d.id)], d.route_group),
         lease_owner = NULL, lease_expires_at = NULL, attempt_id = NULL, updated_at = $2
     WHERE d.id = ANY($3::bigint[]) AND d.lease_owner = $1 AND d.state = 'leased'
-    RETURNING d.id, d.message, d.state, array_position($3::bigint[], d.id) AS i
+    RETURNING d.id, d.message, d.recipient, d.state, d.last_code, d.last_enhanced, d.last_text,
+              array_position($3::bigint[], d.id) AS i
+),
+suppressed AS (
+    INSERT INTO suppressions (tenant, address, reason, delivery, created_at)
+    SELECT ($10::text[])[i], recipient, concat_ws(' ', last_code, last_enhanced, last_text), id, $2 FROM changed
+    WHERE id = ANY($14::bigint[])
+    ON CONFLICT (tenant, address) DO NOTHING
 ),
 logged AS (
     INSERT INTO events (at, kind, message, delivery, tenant, data)

@@ -1,0 +1,140 @@
+-- Relay through sending mailboxes: the account pool a message chose, what an
+-- account needs for XOAUTH2, the account events the breaker and the health score
+-- read, and the suppression list that recipient bounces write.
+
+-- Submission: the account pool a message chose (X-Mtad-Account-Pool, or its
+-- tenant's [tenants."NAME"] account_pool). NULL: none chosen at submission; the
+-- route's ([routes."d"] account_pool) then counts, else the mail goes to MX.
+ALTER TABLE messages ADD COLUMN account_pool text;
+
+-- XOAUTH2 (Google, Microsoft): the OAuth client the account's refresh token was
+-- issued to. The refresh token itself is the account's sealed `secret`.
+ALTER TABLE accounts
+    ADD COLUMN oauth_token_url     text,   -- the token endpoint (https, or http on loopback)
+    ADD COLUMN oauth_client_id     text,
+    ADD COLUMN oauth_client_secret bytea,  -- sealed by mtad.vault, like `secret`; NULL: a public client
+    ADD COLUMN oauth_scope         text;   -- Microsoft asks for one; NULL: none sent
+
+COMMENT ON COLUMN account_reservations.delivery IS
+    'deliveries.id of the send (the first recipient of its transaction), set when it is confirmed';
+
+-- The breaker counts the system's successes in its window: confirmed sends of
+-- every account.
+CREATE INDEX account_reservations_confirmed ON account_reservations (reserved_at) WHERE state = 'confirmed';
+
+-- Account events live in `events` with the account's id in data->>'account':
+--   account_state    a move from one state to another (from, to, until, reason)
+--   account_failure  a send that failed on the account's side (class, reply or failure)
+--   account_bounce   a send refused for its recipient or content (lowers the health score)
+--   account_pool     an account pool paused (no account can send) or resumed
+CREATE INDEX events_account ON events (((data ->> 'account')::integer), at)
+    WHERE kind IN ('account_state', 'account_failure', 'account_bounce');
+
+-- Addresses a tenant must not send to again: written with the bounce of a
+-- recipient the receiver says does not exist (5.1.x), in the same statement.
+CREATE TABLE suppressions (
+    tenant     text NOT NULL,
+    address    text NOT NULL,          -- the recipient as it was bounced
+    reason     text NOT NULL,          -- the reply that put it here
+    delivery   bigint,                 -- the delivery whose bounce put it here
+    created_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant, address)
+);
+
+-- An account's state moves, with its event: to p_state until p_until (NULL: until
+-- changed) because of p_reason, if the state it is in at p_now is one of p_from
+-- (mtad.accounts.TRANSITIONS). Returns the account's id and the state it was in,
+-- or no row when it does not exist or the move is not allowed. The row lock taken
+-- by the UPDATE orders two moves of one account; each writes the state it saw.
+CREATE FUNCTION mtad_account_move(
+    p_name text, p_state account_state, p_until timestamptz, p_reason text, p_from account_state[],
+    p_now timestamptz, OUT id integer, OUT was account_state
+) RETURNS SETOF record LANGUAGE plpgsql AS $$
+DECLARE
+    a accounts%ROWTYPE;
+BEGIN
+    SELECT * INTO a FROM accounts WHERE accounts.name = p_name FOR UPDATE;
+    IF NOT FOUND OR NOT mtad_account_state_at(a.state, a.state_until, p_now) = ANY(p_from) THEN
+        RETURN;
+    END IF;
+    was := mtad_account_state_at(a.state, a.state_until, p_now);
+    id := a.id;
+    UPDATE accounts SET state = p_state, state_until = p_until, state_reason = p_reason, updated_at = p_now
+    WHERE accounts.id = a.id;
+    INSERT INTO events (at, kind, data)
+    VALUES (p_now, 'account_state', jsonb_build_object('account', a.id, 'name', a.name, 'pool', a.pool,
+                                                      'from', was, 'to', p_state, 'until', p_until,
+                                                      'reason', p_reason));
+    RETURN NEXT;
+END
+$$;
+
+-- A send through account p_account failed on the account's side at p_now (p_data:
+-- the class and the reply or local failure, for the event). Writes the
+-- account_failure event, then runs the circuit breaker: when the account has had
+-- p_threshold failures in the p_window before p_now (since its last trip), and
+-- the whole system had at least p_min_successes confirmed sends in that window
+-- (so a general outage trips no account), the account is tripped for p_trip; its
+-- p_trips_per_day-th trip in its day disconnects it instead (until an operator
+-- enables it). Returns the state it moved to ('tripped', 'disconnected'), else NULL.
+-- Under the account's lock (the same key as mtad_reserve's, waited for here: the
+-- transaction is short), so that two nodes seeing the same failures trip it once.
+CREATE FUNCTION mtad_account_failure(
+    p_account integer, p_now timestamptz, p_data jsonb, p_window interval, p_threshold integer,
+    p_min_successes integer, p_trip interval, p_trips_per_day integer
+) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    lock_class CONSTANT integer := 1835098979;  -- 'macc', as in mtad_reserve
+    a accounts%ROWTYPE;
+    last_trip timestamptz;
+    failures bigint;
+    successes bigint;
+    trips bigint;
+    day tstzrange;
+    moved account_state;
+    until timestamptz;
+BEGIN
+    PERFORM pg_advisory_xact_lock(lock_class, p_account);
+    SELECT * INTO a FROM accounts WHERE id = p_account;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO events (at, kind, data)
+    VALUES (p_now, 'account_failure', p_data || jsonb_build_object('account', a.id, 'name', a.name, 'pool', a.pool));
+    IF mtad_account_state_at(a.state, a.state_until, p_now) <> 'active' THEN
+        RETURN NULL;  -- already out of the rotation
+    END IF;
+    SELECT max(e.at) INTO last_trip FROM events e
+    WHERE e.kind = 'account_state' AND (e.data ->> 'account')::integer = p_account AND e.data ->> 'to' = 'tripped';
+    SELECT count(*) INTO failures FROM events e
+    WHERE e.kind = 'account_failure' AND (e.data ->> 'account')::integer = p_account
+      AND e.at > greatest(p_now - p_window, coalesce(last_trip, '-infinity')) AND e.at <= p_now;
+    IF failures < p_threshold THEN
+        RETURN NULL;
+    END IF;
+    SELECT count(*) INTO successes FROM account_reservations r
+    WHERE r.state = 'confirmed' AND r.reserved_at > p_now - p_window AND r.reserved_at <= p_now;
+    IF successes < p_min_successes THEN
+        RETURN NULL;  -- the whole system is failing: not this account's fault
+    END IF;
+    day := mtad_account_day(a.time_zone, p_now);
+    SELECT count(*) INTO trips FROM events e
+    WHERE e.kind = 'account_state' AND (e.data ->> 'account')::integer = p_account AND e.data ->> 'to' = 'tripped'
+      AND e.at >= lower(day) AND e.at < upper(day);
+    IF trips + 1 >= p_trips_per_day THEN
+        moved := 'disconnected';
+    ELSE
+        moved := 'tripped';
+        until := p_now + p_trip;
+    END IF;
+    UPDATE accounts SET state = moved, state_until = until, updated_at = p_now,
+                        state_reason = format('%s failures in %s', failures, p_window)
+    WHERE id = p_account;
+    INSERT INTO events (at, kind, data)
+    VALUES (p_now, 'account_state', jsonb_build_object('account', a.id, 'name', a.name, 'pool', a.pool,
+                                                      'from', 'active', 'to', moved, 'until', until,
+                                                      'reason', format('%s failures in %s', failures, p_window),
+                                                      'trips_today', trips + 1));
+    RETURN moved::text;
+END
+$$;

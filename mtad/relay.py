@@ -1,0 +1,361 @@
+"""Relay: what delivery asks of an account pool, and what a send's outcome does to the account.
+
+Mail that names an account pool (X-Mtad-Account-Pool, its tenant's, its route's)
+is not sent to MX: it is relayed through one of the pool's sending mailboxes
+(mtad.accounts). For each send, delivery asks `Mailboxes.take(pool)`: a
+reservation on the least-used account that may send now (reserve before send:
+the limits hold across every process and node), or how long to wait, and
+whether the pool is paused (no account can send: its mail waits, it is not
+failed). `login(account)` opens the account's sealed secret (and exchanges an
+XOAUTH2 refresh token for an access token) for the session pool. After the
+send, `settle()` applies the response of the transaction's classes, in one
+table (RESPONSES):
+
+| class                 | reservation | account                       | deliveries        |
+|-----------------------|-------------|-------------------------------|-------------------|
+| delivered             | confirm     | -                             | delivered         |
+| throttled             | keep        | cooling (cooldown; Gmail 4 h) | rerouted          |
+| account_quota         | keep        | parked until its day resets   | rerouted          |
+| account_auth          | release     | disconnected (operator)       | rerouted          |
+| recipient             | release     | health lowered                | bounced, suppressed |
+| content, permanent    | release     | health lowered                | bounced           |
+| transient, failures   | release, or keep when it may have gone out | breaker counts | deferred |
+
+A rerouted delivery goes back to its pool's queue without spending one of its
+attempts. Every account state change is written with its event (accounts), logged
+and counted. Layer: above accounts, sessions, vault and oauth; below delivery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import random
+import ssl
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import structlog
+
+from mtad import accounts, db, errors, metrics, oauth, sessions, vault
+from mtad.accounts import Account, State
+from mtad.lifecycle import Reason
+from mtad.outcomes import Class, Verdict
+
+log = structlog.get_logger("mtad.relay")
+
+GMAIL_HOSTS = (".gmail.com", ".google.com", ".googlemail.com")
+LOGIN_TTL = 600.0  # seconds a login's opened secret is kept before it is read again
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSettings:
+    """[account_pools.NAME]: how mail relayed through the pool is sent."""
+
+    rewrite_from: bool = False  # From and the envelope sender become the account's address
+    # What `mtad accounts add` gives an account of the pool that it is not told.
+    defaults: accounts.Limits = field(default_factory=accounts.Limits)
+    time_zone: str = "UTC"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    pools: Mapping[str, PoolSettings] = field(default_factory=dict)
+    cooldown: float = 3600.0  # a throttled account rests this long
+    gmail_cooldown: float = 4 * 3600.0  # ... and this long when Gmail throttled it
+    breaker: accounts.Breaker = field(default_factory=accounts.Breaker)
+    poll: float = 5.0  # the longest a paused pool waits before it looks again (an operator may act)
+
+
+class Slot(enum.Enum):
+    """What becomes of a send's reservation."""
+
+    CONFIRM = "confirm"  # it went out
+    KEEP = "keep"  # it counts: the provider said quota or rate, or we do not know
+    RELEASE = "release"  # a definite refusal that is not the mailbox's fault: the slot is free
+
+
+class Effect(enum.Enum):
+    """What a send does to its account."""
+
+    NONE = "none"
+    COOL = "cool"
+    PARK = "park"
+    DISCONNECT = "disconnect"
+    FAILURE = "failure"  # counted by the circuit breaker
+    BOUNCE = "bounce"  # lowers the health score
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    slot: Slot
+    effect: Effect
+    reroute: bool  # the delivery goes back to the pool's queue without spending an attempt
+
+
+# One response per class; a transaction with several classes takes the strongest
+# effect (the order of Effect below), confirms when any recipient was delivered,
+# and keeps its slot when any class keeps it.
+RESPONSES: Mapping[Class, Response] = {
+    Class.DELIVERED: Response(Slot.CONFIRM, Effect.NONE, False),
+    Class.THROTTLED: Response(Slot.KEEP, Effect.COOL, True),
+    Class.ACCOUNT_QUOTA: Response(Slot.KEEP, Effect.PARK, True),
+    Class.ACCOUNT_AUTH: Response(Slot.RELEASE, Effect.DISCONNECT, True),
+    Class.RECIPIENT: Response(Slot.RELEASE, Effect.BOUNCE, False),
+    Class.CONTENT: Response(Slot.RELEASE, Effect.BOUNCE, False),
+    Class.PERMANENT: Response(Slot.RELEASE, Effect.BOUNCE, False),
+    Class.TRANSIENT: Response(Slot.RELEASE, Effect.FAILURE, False),
+}
+_STRENGTH = (Effect.DISCONNECT, Effect.PARK, Effect.COOL, Effect.FAILURE, Effect.BOUNCE, Effect.NONE)
+
+# A login that could not be made, as a verdict for every recipient of the send.
+AUTH_REFUSED = Verdict(Class.ACCOUNT_AUTH, Reason.MAILBOX_COOLDOWN, False)  # no usable secret, a refused token
+LOGIN_UNAVAILABLE = Verdict(Class.TRANSIENT, Reason.MX_TEMPFAIL, False)  # the token endpoint failed
+NO_KEY = Verdict(Class.TRANSIENT, Reason.INTERNAL, False)  # this node cannot open secrets: mtad's own failure
+_OURS = Response(Slot.RELEASE, Effect.NONE, False)  # mtad's own failure: nothing against the account
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """No account of the pool can send now: try again at `until`."""
+
+    until: datetime
+    paused: bool  # no account is active: the pool is paused until a state ends or an operator acts
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What a send's outcome did."""
+
+    slot: Slot
+    effect: Effect
+    moved_to: State | None  # the account's new state, if it moved
+    reroute: frozenset[int]  # indices (in the order given) of the deliveries to reroute
+
+
+class LoginFailed(Exception):
+    """The account's login could not be made: `verdict` says what it means."""
+
+    def __init__(self, verdict: Verdict, why: str) -> None:
+        super().__init__(why)
+        self.verdict = verdict
+        self.why = why
+
+
+@dataclass(slots=True)
+class _Login:
+    login: sessions.Login | None  # None for xoauth2: made from `tokens` at each use
+    tokens: oauth.Tokens | None
+    read_at: float
+
+
+class Mailboxes:
+    """One node's view of its account pools: reservations, logins, and outcomes."""
+
+    def __init__(
+        self,
+        database: db.Database,
+        settings: Settings,
+        sealer: vault.Vault | None,
+        *,
+        now: Callable[[], datetime],
+        rng: random.Random | None = None,
+        token_tls: ssl.SSLContext | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self._db = database
+        self._vault = sealer
+        self._now = now
+        self._rng = rng or random.Random()
+        self._token_tls = token_tls
+        self._clock = clock
+        self._logins: dict[int, _Login] = {}
+        self._paused: set[str] = set()
+
+    def rewrites_from(self, pool: str) -> bool:
+        settings = self.settings.pools.get(pool)
+        return settings is not None and settings.rewrite_from
+
+    async def take(self, pool: str) -> accounts.Reservation | Wait:
+        """A reservation on the pool's least-used account that may send now, or how
+        long to wait. The pool's pause and resumption are logged, evented and counted."""
+        now = self._now()
+        reservation = await accounts.choose(self._db, pool, now, self._rng)
+        if reservation is not None:
+            if pool in self._paused:
+                await self._pause(pool, False, now, None)
+            return reservation
+        status = await accounts.pool_status(self._db, pool, now)
+        poll = timedelta(seconds=self.settings.poll)
+        if status.paused:
+            if pool not in self._paused:
+                await self._pause(pool, True, now, status)
+            until = now + poll if status.next_free is None else min(status.next_free, now + poll)
+            return Wait(until, True)
+        if pool in self._paused:
+            await self._pause(pool, False, now, None)
+        # An active account is in its gap, at its cap or rate, or being reserved by
+        # another caller: the earliest end the snapshot knows, not sooner than a moment.
+        soonest = now + timedelta(seconds=0.25)
+        until = status.next_free if status.next_free is not None else now + poll
+        return Wait(min(max(until, soonest), now + poll), False)
+
+    async def _pause(self, pool: str, paused: bool, now: datetime, status: accounts.PoolStatus | None) -> None:
+        if paused:
+            self._paused.add(pool)
+            data = {
+                "paused": True,
+                "accounts": status.accounts if status else 0,
+                "next_free": status and status.next_free,
+            }
+            log.warning("account_pool_paused", pool=pool, accounts=data["accounts"], next_free=data["next_free"])
+        else:
+            self._paused.discard(pool)
+            data = {"paused": False}
+            log.info("account_pool_resumed", pool=pool)
+        metrics.ACCOUNT_POOL_PAUSED.labels(pool=pool).set(1 if paused else 0)
+        with contextlib.suppress(errors.SpoolError):  # the state is what counts; the event is its record
+            await accounts.pool_event(self._db, pool, now, data)
+
+    def paused(self) -> frozenset[str]:
+        return frozenset(self._paused)
+
+    async def login(self, account: Account) -> sessions.Login:
+        """The account's login for the session pool: its password, or a current
+        XOAUTH2 access token. LoginFailed(AUTH_REFUSED) when it has no usable secret or
+        its refresh token is refused; LoginFailed(LOGIN_UNAVAILABLE) when the token
+        endpoint cannot be reached or this node has no key to open secrets."""
+        cached = self._logins.get(account.id)
+        if cached is None or self._clock() - cached.read_at > LOGIN_TTL:
+            cached = self._logins[account.id] = await self._read_login(account)
+        if cached.login is not None:
+            return cached.login
+        assert cached.tokens is not None
+        try:
+            token = await cached.tokens.access_token()
+        except errors.TokenRefused as exc:
+            self.forget(account)
+            raise LoginFailed(AUTH_REFUSED, f"token refused: {exc}") from None
+        except errors.TokenError as exc:
+            raise LoginFailed(LOGIN_UNAVAILABLE, f"token endpoint: {exc}") from None
+        return _login(account, token.reveal())
+
+    def forget(self, account: Account) -> None:
+        """Read the account's secret again at its next login (after a refusal)."""
+        self._logins.pop(account.id, None)
+
+    async def _read_login(self, account: Account) -> _Login:
+        if self._vault is None:
+            raise LoginFailed(NO_KEY, "this node has no [accounts] key to open account secrets")
+        found = await accounts.credentials(self._db, account.id)
+        if found.secret is None:
+            raise LoginFailed(AUTH_REFUSED, "no secret is stored for the account")
+        try:
+            secret = self._vault.open(found.secret)
+            client_secret = self._vault.open(found.client_secret) if found.client_secret is not None else None
+        except errors.ConfigError as exc:  # sealed with another key
+            raise LoginFailed(NO_KEY, str(exc)) from None
+        if account.mechanism is not accounts.Mechanism.XOAUTH2:
+            return _Login(_login(account, secret.reveal()), None, self._clock())
+        if found.token_url is None or found.client_id is None:
+            raise LoginFailed(AUTH_REFUSED, "xoauth2 account without an OAuth client (token URL, client id)")
+        try:
+            client = oauth.Client(found.token_url, found.client_id, client_secret, found.scope)
+            tokens = oauth.Tokens(client, secret, tls=self._token_tls)
+        except errors.ConfigError as exc:  # a token URL that is neither https nor loopback
+            raise LoginFailed(AUTH_REFUSED, str(exc)) from None
+        return _Login(None, tokens, self._clock())
+
+    async def settle(
+        self,
+        reservation: accounts.Reservation,
+        verdicts: Iterable[Verdict],
+        *,
+        maybe_sent: bool,
+        delivery: int | None,
+        detail: Mapping[str, object],
+    ) -> Settled:
+        """Apply the response of a send's verdicts (one per delivery, in order) to its
+        reservation and account. maybe_sent: the connection was lost after the data
+        went out. delivery: the first delivered delivery, for the reservation."""
+        given = list(verdicts)
+        responses = [_OURS if v.reason is Reason.INTERNAL else RESPONSES[v.cls] for v in given]
+        if any(r.slot is Slot.CONFIRM for r in responses):
+            slot = Slot.CONFIRM
+        elif maybe_sent or any(r.slot is Slot.KEEP for r in responses):
+            slot = Slot.KEEP
+        else:
+            slot = Slot.RELEASE
+        effect = min((r.effect for r in responses), key=_STRENGTH.index, default=Effect.NONE)
+        if maybe_sent and _STRENGTH.index(effect) > _STRENGTH.index(Effect.FAILURE):
+            effect = Effect.FAILURE
+        if slot is Slot.CONFIRM:
+            await accounts.confirm(self._db, reservation.id, delivery)
+        elif slot is Slot.RELEASE:
+            await accounts.release(self._db, reservation.id)
+        else:
+            accounts.keep(reservation.id)
+        account = reservation.account
+        moved = await self._affect(account, effect, given, detail)
+        metrics.ACCOUNT_SENDS.labels(pool=account.pool, slot=slot.value, effect=effect.value).inc()
+        reroute = frozenset(i for i, r in enumerate(responses) if r.reroute)
+        return Settled(slot, effect, moved, reroute)
+
+    async def _affect(
+        self, account: Account, effect: Effect, verdicts: list[Verdict], detail: Mapping[str, object]
+    ) -> State | None:
+        now = self._now()
+        reason = str(detail.get("reply") or detail.get("failure") or detail.get("login") or effect.value)
+        if effect is Effect.COOL:
+            rest = self.settings.gmail_cooldown if _is_gmail(account, reason) else self.settings.cooldown
+            return await self._move(account, State.COOLING, now + timedelta(seconds=rest), reason, now)
+        if effect is Effect.PARK:
+            return await self._move(account, State.PARKED, accounts.day_end(account, now), reason, now)
+        if effect is Effect.DISCONNECT:
+            self.forget(account)
+            return await self._move(account, State.DISCONNECTED, None, reason, now)
+        classes = sorted({v.cls.value for v in verdicts})
+        if effect is Effect.FAILURE:
+            moved = await accounts.failure(self._db, account, now, {**detail, "classes": classes},
+                                           self.settings.breaker)  # fmt: skip
+            if moved is not None:
+                self._changed(account, moved, reason)
+            return moved
+        if effect is Effect.BOUNCE:
+            await accounts.bounce(self._db, account, now, {**detail, "classes": classes})
+        return None
+
+    async def _move(
+        self, account: Account, state: State, until: datetime | None, reason: str, now: datetime
+    ) -> State | None:
+        try:
+            await accounts.set_state(self._db, account.name, state, until, reason[:500], now)
+        except errors.IllegalTransition as exc:  # an operator's disable, a disconnect or a longer park stands
+            log.info("account_state_kept", account=account.name, wanted=state.value, why=str(exc))
+            return None
+        self._changed(account, state, reason)
+        return state
+
+    def _changed(self, account: Account, state: State, reason: str) -> None:
+        metrics.ACCOUNT_STATE_CHANGES.labels(pool=account.pool, state=state.value).inc()
+        log.warning("account_state_changed", account=account.name, pool=account.pool, state=state.value,
+                    reason=reason)  # fmt: skip
+
+
+def _login(account: Account, secret: str) -> sessions.Login:
+    return sessions.Login(account.name, account.login, account.mechanism.value, secret,
+                          implicit_tls=account.tls is accounts.Tls.IMPLICIT)  # fmt: skip
+
+
+def _is_gmail(account: Account, reply: str) -> bool:
+    """Whether Google gave the reply: its smarthost, or its servers' signature."""
+    host = "." + account.host.lower().rstrip(".")
+    return host.endswith(GMAIL_HOSTS) or "gsmtp" in reply.lower()
+
+
+def target(account: Account) -> sessions.Target:
+    """Where the account's sessions go: its smarthost, by name (its certificate is checked against it)."""
+    return sessions.Target(account.host, account.host, account.port)
