@@ -18,6 +18,8 @@ one second gets `421 4.7.0 Try again later` at MAIL, like a receiver that thrott
 With `logins` ({user: password or XOAUTH2 access token}) it is a smarthost: AUTH
 PLAIN, LOGIN and XOAUTH2 are offered (after STARTTLS, or from the first byte with
 `implicit_tls`), required before MAIL, and each message records who sent it.
+`mail_replies` ({user: reply line}) answers that user's MAIL with the line, as a
+provider answers a mailbox at its quota or rate limit.
 
 It listens on one port on several loopback addresses (so that source-address
 binding and per-host pools are real), optionally offers STARTTLS, and records
@@ -60,6 +62,7 @@ class Sink:
     max_per_second: int | None = None  # refuse transactions beyond this many a second (421 4.7.0)
     logins: dict[str, str] | None = None  # smarthost: AUTH required, user -> password or access token
     implicit_tls: bool = False  # with tls: TLS from the first byte (port 465), no STARTTLS
+    mail_replies: dict[str, str] = field(default_factory=dict)  # smarthost: user -> the reply to their MAIL
     transactions: list[tuple[float, bool]] = field(default_factory=list)  # (loop time, refused) of every MAIL
     received: list[Received] = field(default_factory=list)
     connections: int = 0
@@ -206,6 +209,9 @@ class _Handler:
         self.sink.transactions.append((now, refuse))
         if refuse:
             return "421 4.7.0 Try again later"
+        user = session.auth_data.login.decode() if isinstance(session.auth_data, LoginPassword) else None
+        if user in self.sink.mail_replies:
+            return self.sink.mail_replies[user]
         envelope.mail_from = address
         envelope.mail_options.extend(options)
         return "250 2.1.0 OK"
