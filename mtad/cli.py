@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mtad import (
     __version__,
@@ -28,6 +28,8 @@ from mtad import (
     leases,
     limits,
     log,
+    oauth,
+    relay,
     sessions,
     shaping,
     spool,
@@ -173,7 +175,11 @@ async def buckets_ls(args: argparse.Namespace, settings: config.Settings) -> int
 
 # --- accounts (sending mailboxes) -------------------------------------------------------
 
-_ACCOUNT_COLUMNS = ["name", "pool", "address", "smarthost", "state", "until", "today", "daily_cap", "last_send"]
+_ACCOUNT_COLUMNS = [
+    "name", "pool", "address", "smarthost", "state", "until", "today", "daily_cap", "last_send", "health",
+]  # fmt: skip
+_T = TypeVar("_T")
+_TOKEN_URLS = {"google": oauth.GOOGLE, "microsoft": oauth.MICROSOFT}
 
 
 def accounts_key(args: argparse.Namespace, settings: config.Settings) -> int:
@@ -183,12 +189,20 @@ def accounts_key(args: argparse.Namespace, settings: config.Settings) -> int:
 
 
 async def accounts_add(args: argparse.Namespace, settings: config.Settings) -> int:
+    """Add an account; what its pool's [account_pools] table gives fills the limits not given."""
     secret = sys.stdin.readline().rstrip("\r\n")
     if not secret:
         print("mtad: give the account's password or token on standard input (one line)", file=sys.stderr)
         return EXIT_USAGE
     sealer = vault.Vault.from_config(settings.accounts.key_file, settings.accounts.key_env)
-    jitter = None
+    pools = settings.delivery.relay.pools
+    pool = pools.get(args.pool)
+    if pool is None:
+        known = ", ".join(sorted(pools)) or "none"
+        print(f"mtad: --pool: no account pool named {args.pool!r} (configured: {known}); "
+              f"add an [account_pools.{args.pool}] table to the configuration", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    jitter = pool.defaults.jitter
     if args.jitter:
         low, _, high = args.jitter.partition(":")
         try:
@@ -196,17 +210,37 @@ async def accounts_add(args: argparse.Namespace, settings: config.Settings) -> i
         except ValueError:
             print(f"mtad: --jitter: expected LOW:HIGH seconds, got {args.jitter!r}", file=sys.stderr)
             return EXIT_USAGE
+    oauth_client = None
+    if args.mechanism == accounts.Mechanism.XOAUTH2.value:
+        if not args.token_url or not args.client_id:
+            print("mtad: --mechanism xoauth2 needs --token-url (google, microsoft or a URL) and --client-id; "
+                  "the secret is the refresh token", file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE
+        client_secret = sys.stdin.readline().rstrip("\r\n")  # optional: a confidential client's secret
+        oauth_client = (_TOKEN_URLS.get(args.token_url, args.token_url), args.client_id,
+                        sealer.seal(vault.Secret(client_secret)) if client_secret else None, args.scope)  # fmt: skip
+    given = pool.defaults
     account = accounts.Account(
         name=args.name, address=args.address, pool=args.pool, host=args.host, port=args.port, login=args.login,
-        tls=accounts.Tls(args.tls), mechanism=accounts.Mechanism(args.mechanism), time_zone=args.time_zone,
-        limits=accounts.Limits(args.daily_cap, args.min_gap, jitter, args.per_second, args.per_minute,
-                               args.per_hour),
+        tls=accounts.Tls(args.tls), mechanism=accounts.Mechanism(args.mechanism),
+        time_zone=args.time_zone or pool.time_zone,
+        limits=accounts.Limits(
+            _given(args.daily_cap, given.daily_cap), _given(args.min_gap, given.min_gap), jitter,
+            _given(args.per_second, given.per_second), _given(args.per_minute, given.per_minute),
+            _given(args.per_hour, given.per_hour),
+        ),
     )  # fmt: skip
     async with daemon.open_spool(settings, pool_size=2) as opened:
         stored = await accounts.add(opened.database, account)
         await accounts.set_secret(opened.database, stored.name, sealer.seal(vault.Secret(secret)))
+        if oauth_client is not None:
+            await accounts.set_oauth(opened.database, stored.name, *oauth_client)
     print(f"account {stored.name} added to pool {stored.pool}")
     return EXIT_OK
+
+
+def _given(value: _T | None, default: _T | None) -> _T | None:
+    return default if value is None else value
 
 
 async def accounts_ls(args: argparse.Namespace, settings: config.Settings) -> int:
@@ -245,18 +279,19 @@ async def accounts_state(args: argparse.Namespace, settings: config.Settings) ->
 
 
 async def accounts_test(args: argparse.Namespace, settings: config.Settings) -> int:
-    """Log in to the account's smarthost without sending anything."""
+    """Log in to the account's smarthost without sending anything (an XOAUTH2 account
+    first exchanges its refresh token for an access token)."""
+    sealer = vault.Vault.from_config(settings.accounts.key_file, settings.accounts.key_env)
     async with daemon.open_spool(settings, pool_size=2) as opened:
         account = await accounts.get(opened.database, args.name)
-        sealed = await accounts.secret(opened.database, account.id)
-    if sealed is None:
-        print(f"mtad: account {account.name} has no secret stored", file=sys.stderr)
-        return EXIT_FAILED
-    secret = vault.Vault.from_config(settings.accounts.key_file, settings.accounts.key_env).open(sealed)
-    login = sessions.Login(account.name, account.login, account.mechanism.value, secret.reveal(),
-                           implicit_tls=account.tls is accounts.Tls.IMPLICIT)  # fmt: skip
+        mailboxes = relay.Mailboxes(opened.database, settings.delivery.relay, sealer, now=lambda: datetime.now(UTC))
+        try:
+            login = await mailboxes.login(account)
+        except relay.LoginFailed as failed:
+            print(f"account {account.name}: no login: {failed.why}")
+            return EXIT_FAILED
     pool = sessions.Pool(sessions.Settings(ehlo_hostname=settings.submission.hostname))
-    result = await pool.check_login(sessions.Target(account.host, account.host, account.port), login)
+    result = await pool.check_login(relay.target(account), login)
     if result.failure is None and not result.replies:
         print(f"account {account.name}: logged in to {account.host}:{account.port} over {result.tls}")
         return EXIT_OK
@@ -275,7 +310,7 @@ def _account_row(use: accounts.Usage, now: datetime) -> dict[str, Any]:
         "reason": a.state_reason, "today": use.today, "daily_cap": a.limits.daily_cap,
         "last_send": use.last_send, "gap_until": use.gap_until, "min_gap": a.limits.min_gap,
         "per_second": a.limits.per_second, "per_minute": a.limits.per_minute, "per_hour": a.limits.per_hour,
-        "time_zone": a.time_zone,
+        "time_zone": a.time_zone, "health": use.health,
     }  # fmt: skip
 
 
@@ -501,13 +536,18 @@ def _parser() -> argparse.ArgumentParser:
     aadd.add_argument("--tls", choices=[t.value for t in accounts.Tls], default="starttls")
     aadd.add_argument("--login", required=True, help="the AUTH user name")
     aadd.add_argument("--mechanism", choices=[m.value for m in accounts.Mechanism], default="plain")
-    aadd.add_argument("--daily-cap", type=int, help="sends per day (reset at 00:00 in --time-zone)")
+    aadd.add_argument("--token-url", help="xoauth2: the token endpoint: google, microsoft, or an https URL")
+    aadd.add_argument("--client-id", help="xoauth2: the OAuth client the refresh token was issued to (its secret, "
+                      "if it has one, is the second line of standard input)")  # fmt: skip
+    aadd.add_argument("--scope", help="xoauth2: the scope to ask for (Microsoft wants one)")
+    pool_note = "; the pool's [account_pools] table gives what is not given, else no limit"
+    aadd.add_argument("--daily-cap", type=int, help="sends per day (reset at 00:00 in --time-zone)" + pool_note)
     aadd.add_argument("--min-gap", type=float, help="seconds between two sends")
     aadd.add_argument("--jitter", metavar="LOW:HIGH", help="seconds drawn per send and added to --min-gap")
     aadd.add_argument("--per-second", type=int)
     aadd.add_argument("--per-minute", type=int)
     aadd.add_argument("--per-hour", type=int)
-    aadd.add_argument("--time-zone", default="UTC", help="an IANA time zone (default UTC)")
+    aadd.add_argument("--time-zone", help="an IANA time zone (default: the pool's, else UTC)")
     aadd.set_defaults(command=accounts_add)
     als = account_commands.add_parser(
         "ls", parents=[common], help="List the accounts with today's sends, last send and state."

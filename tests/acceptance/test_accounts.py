@@ -49,20 +49,30 @@ def test_accounts_are_added_listed_tested_and_switched_off_and_on(
     assert refused.returncode == 1
     assert "[accounts] key_file or key_env" in refused.stderr
 
-    cli: Mtad = mtad_factory(f'dsn = "{dsn}"', f'[accounts]\nkey_file = "{tmp_path / "accounts.key"}"\n', env=trusting)
+    pools = '[account_pools.outreach]\ndaily_cap = 40\nmin_gap = "3m"\n'
+    cli: Mtad = mtad_factory(f'dsn = "{dsn}"', f'[accounts]\nkey_file = "{tmp_path / "accounts.key"}"\n{pools}',
+                             env=trusting)  # fmt: skip
     for name, secret in (("alice", "alice-secret"), ("bob", "wrong-secret")):
         added = cli.cli("accounts", "add", name, "--address", f"{name}@example.com", "--pool", "outreach",
                         "--host", "localhost", "--port", str(smarthost.port), "--login", f"{name}@example.com",
                         "--daily-cap", "15", "--min-gap", "2", "--jitter", "1:3", stdin=f"{secret}\n")  # fmt: skip
         assert added.returncode == 0, added.stderr
     assert all(b"secret" not in sealed for sealed in stored_secrets(dsn))  # sealed at rest
+    carol = cli.cli("accounts", "add", "carol", "--address", "carol@example.com", "--pool", "outreach", "--host",
+                    "localhost", "--login", "carol", "--daily-cap", "20", stdin="pw\n")  # fmt: skip
+    assert carol.returncode == 0, carol.stderr
+    unknown = cli.cli("accounts", "add", "dave", "--address", "d@example.com", "--pool", "nope", "--host",
+                      "localhost", "--login", "d", stdin="pw\n")  # fmt: skip
+    assert unknown.returncode == 2
+    assert "--pool: no account pool named 'nope' (configured: outreach)" in unknown.stderr
 
     listing = cli.cli("accounts", "ls", "--json")
     assert listing.returncode == 0, listing.stderr
     assert "secret" not in listing.stdout
     rows = {r["name"]: r for r in map(json.loads, listing.stdout.splitlines())}
     assert (rows["alice"]["pool"], rows["alice"]["state"], rows["alice"]["today"]) == ("outreach", "active", 0)
-    assert (rows["alice"]["daily_cap"], rows["alice"]["min_gap"]) == (15, 2.0)
+    assert (rows["alice"]["daily_cap"], rows["alice"]["min_gap"], rows["alice"]["health"]) == (15, 2.0, 100)
+    assert (rows["carol"]["daily_cap"], rows["carol"]["min_gap"]) == (20, 180.0)  # the pool's gap
 
     ok = cli.cli("accounts", "test", "alice")
     assert ok.returncode == 0, ok.stdout + ok.stderr

@@ -58,14 +58,15 @@ async def add(
 
 def relaying(
     database: db.Database, tls_files: tuple[Path, Path], *, now: Callable[[], datetime] | None = None,
-    settings: relay.Settings | None = None, token_tls: Any = None,
+    settings: relay.Settings | None = None, token_tls: Any = None, routes: dict[str, str] | None = None,
 ) -> delivery.Delivery:  # fmt: skip
     clock = now or (lambda: datetime.now(UTC))
     pool = sessions.Pool(sessions.Settings(ehlo_hostname="mtad.test"), relay_tls=trusting(tls_files[0]))
     mailboxes = relay.Mailboxes(database, settings or relay.Settings(poll=0.2), SEALER, now=clock,
                                 rng=random.Random(0), token_tls=token_tls)  # fmt: skip
     router = routing.Router(ZoneResolver(""), PROVIDERS)  # relayed mail asks no DNS
-    engine = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0))
+    engine = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0),
+                               route_account_pools=routes or {})  # fmt: skip
     return delivery.Delivery(engine, database, router, pool, RULES, mailboxes=mailboxes, now=clock)
 
 
@@ -385,3 +386,13 @@ async def test_the_breaker_trips_on_repeated_failures_but_not_in_a_general_outag
     assert (await accounts.get(database, "a")).state_until is None
     moves = [(e["to"], e.get("trips_today")) for e in await account_events(database, "account_state")]
     assert moves == [("tripped", 1), ("disconnected", 2)]
+
+
+async def test_a_route_relays_mail_that_names_no_account_pool(
+    database: db.Database, smarthost: Sink, tls_files: tuple[Path, Path]
+) -> None:
+    await add(database, smarthost, "a", pool="gmail-senders")
+    await accept(database, new_message("someone@gmail.example"))  # no X-Mtad-Account-Pool, no tenant pool
+    await relaying(database, tls_files, routes={"gmail.example": "gmail-senders"}).run_until_idle()
+    [message] = smarthost.received
+    assert (message.login, message.recipients) == ("a@example.com", ["someone@gmail.example"])

@@ -14,6 +14,7 @@ def assemble(
     content: bytes,
     *recipients: str,
     pools: frozenset[str] = POOLS,
+    account_pools: frozenset[str] = frozenset({"outreach"}),
     defaults: assembly.TenantDefaults = assembly.NO_DEFAULTS,
 ) -> assembly.spool.NewMessage | Reply:
     return assembly.spoolable(
@@ -25,6 +26,7 @@ def assemble(
         hostname="mx.example.net",
         now=NOW,
         pools=pools,
+        account_pools=account_pools,
         defaults=defaults,
     )
 
@@ -186,3 +188,20 @@ def test_an_unknown_pool_is_refused() -> None:
 def test_an_instruction_given_twice_is_refused() -> None:
     reply = refusal(b"X-Mtad-Pool: bulk\r\nSubject: x\r\nX-Mtad-Pool: bulk\r\n\r\n")
     assert reply.line() == "550 5.6.0 X-Mtad-Pool: given more than once; give it once"
+
+
+def test_the_account_pool_from_the_header_else_the_tenant_and_the_field_is_removed() -> None:
+    tenant = assembly.TenantDefaults(account_pool="warm")
+    given = spool(b"Subject: s\r\nX-Mtad-Account-Pool: outreach\r\n\r\nbody\r\n", defaults=tenant)
+    assert given.account_pool == "outreach"
+    assert b"X-Mtad-Account-Pool" not in given.body
+    assert spool(b"Subject: s\r\n\r\nbody\r\n", defaults=tenant).account_pool == "warm"
+    assert spool(b"Subject: s\r\n\r\nbody\r\n").account_pool is None
+
+
+def test_an_unknown_account_pool_is_refused() -> None:
+    reply = refusal(b"X-Mtad-Account-Pool: cold\r\n\r\n")
+    assert (reply.code, reply.enhanced) == (550, "5.7.0")
+    assert "no account pool named 'cold' (configured: outreach)" in reply.text
+    twice = refusal(b"X-Mtad-Account-Pool: outreach\r\nX-Mtad-Account-Pool: outreach\r\n\r\n")
+    assert (twice.code, twice.enhanced) == (550, "5.6.0")

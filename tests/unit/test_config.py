@@ -344,3 +344,67 @@ default_pool = "nope"
         "[pools.broken] addresses: must list at least one address",
     ]:
         assert expected in problems
+
+
+def test_account_pools_reach_the_relay_settings_and_names_given_elsewhere_must_be_configured(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[accounts]
+key_env = "MTAD_KEY"
+cooldown = "30m"
+breaker_failures = 3
+[account_pools.outreach]
+rewrite_from = true
+daily_cap = 500
+min_gap = "7m"
+jitter = ["25s", "45s"]
+time_zone = "Europe/Paris"
+[account_pools.plain]
+[tenants."shop"]
+account_pool = "outreach"
+[routes."example.org"]
+account_pool = "plain"
+""")  # fmt: skip
+    settings = config.load(path, environ={})
+    relay = settings.delivery.relay
+    outreach = relay.pools["outreach"]
+    assert (outreach.rewrite_from, outreach.time_zone) == (True, "Europe/Paris")
+    assert (outreach.defaults.daily_cap, outreach.defaults.min_gap, outreach.defaults.jitter) == (
+        500,
+        420.0,
+        (25.0, 45.0),
+    )
+    assert relay.pools["plain"].rewrite_from is False
+    assert (relay.cooldown, relay.gmail_cooldown, relay.breaker.failures) == (1800.0, 14400.0, 3)
+    assert settings.submission.account_pools == frozenset({"outreach", "plain"})
+    assert settings.submission.tenant_defaults["shop"].account_pool == "outreach"
+    assert settings.delivery.engine.route_account_pools == {"example.org": "plain"}
+
+
+def test_bad_account_pools_are_refused_naming_the_key(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[account_pools.outreach]
+daily_cap = 0
+jitter = ["45s", "25s"]
+time_zone = "Mars/Olympus"
+colour = "red"
+[tenants."shop"]
+account_pool = "cold"
+[routes."example.org"]
+account_pool = "cold"
+""")  # fmt: skip
+    with pytest.raises(errors.ConfigError) as info:
+        config.load(path, environ={})
+    problems = "\n".join(info.value.problems)
+    for expected in [
+        "[account_pools.outreach] daily_cap:",
+        "[account_pools.outreach] jitter: expected [low, high]",
+        "[account_pools.outreach]: unknown time zone 'Mars/Olympus'",
+        "[account_pools.outreach] colour: unknown key",
+        "[tenants.\"shop\"] account_pool: no account pool named 'cold'",
+        "[routes.\"example.org\"] account_pool: no account pool named 'cold'",
+    ]:
+        assert expected in problems
+    keyless = write(tmp_path, "[account_pools.outreach]\n")
+    with pytest.raises(errors.ConfigError) as info:
+        config.load(keyless, environ={})
+    assert info.value.problems[0].startswith("[accounts] key_file or key_env: [account_pools] are configured")

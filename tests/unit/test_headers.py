@@ -62,3 +62,20 @@ def test_remove_returns_the_block_itself_when_nothing_matches() -> None:
     rest, values = headers.remove(block, (b"x-a",))
     assert rest is block
     assert values == {}
+
+
+@pytest.mark.parametrize(
+    ("message", "rewritten"),
+    [
+        (b"Subject: s\r\nFrom: Shop <news@shop.example>\r\n\r\nFrom: body\r\n",
+         b"Subject: s\r\nFrom: Shop <a@box.example>\r\n\r\nFrom: body\r\n"),
+        (b'From: "Shop, Inc." <news@shop.example>\r\nTo: x@y\r\n\r\nb',
+         b'From: "Shop, Inc." <a@box.example>\r\nTo: x@y\r\n\r\nb'),
+        (b"From: =?utf-8?q?Caf=C3=A9?=\r\n <news@shop.example>\r\nTo: x@y\r\n\r\nb",
+         b"From: =?utf-8?q?Caf=C3=A9?= <a@box.example>\r\nTo: x@y\r\n\r\nb"),
+        (b"from:news@shop.example\r\n\r\nb", b"From: <a@box.example>\r\n\r\nb"),
+        (b"Subject: none\r\n\r\nb", b"Subject: none\r\nFrom: <a@box.example>\r\n\r\nb"),
+    ],
+)  # fmt: skip
+def test_rewrite_from_replaces_the_address_and_keeps_the_display_name(message: bytes, rewritten: bytes) -> None:
+    assert headers.rewrite_from(message, "a@box.example") == rewritten
