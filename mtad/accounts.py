@@ -34,7 +34,8 @@ counts against the gap and the rates, which errs towards sending less.
   time zone (23 or 25 hours on the days clocks change).
 - gap: a reservation stores `next_gap`, min_gap plus a jitter drawn from the
   account's [low, high] range by the caller's rng; the next send waits until the
-  latest reservation's time plus its next_gap. The jitter is kept on the mailbox,
+  latest reservation's time plus its next_gap, counted from when that send was
+  settled (confirmed or kept) if that is later, so that the receiver sees the gap. The jitter is kept on the mailbox,
   so every campaign, process and node waits the same.
 - rates: at most per_second, per_minute, per_hour reservations in the window of
   that width ending at `now` (sliding windows).
@@ -433,11 +434,12 @@ async def reserve(database: db.Database, account_id: int, now: datetime, rng: ra
     return Decision(Answer(row["answer"]), row["reservation"], row["retry_at"])
 
 
-async def confirm(database: db.Database, reservation_id: int, delivery: int | None = None) -> bool:
-    """The receiver answered 250 (to the send of `delivery`): mark the reservation
-    confirmed (it keeps counting). Returns False when there is no such reservation
-    (it was released)."""
-    return await database.fetchrow("accounts/confirm", reservation_id, delivery) is not None
+async def confirm(database: db.Database, reservation_id: int, at: datetime, delivery: int | None = None) -> bool:
+    """The receiver answered 250 at `at` (to the send of `delivery`): mark the
+    reservation confirmed (it keeps counting; the gap to the next send runs from
+    `at` when that is later than the reservation). Returns False when there is no
+    such reservation (it was released)."""
+    return await database.fetchrow("accounts/confirm", reservation_id, delivery, at) is not None
 
 
 async def release(database: db.Database, reservation_id: int) -> bool:
@@ -449,11 +451,12 @@ async def release(database: db.Database, reservation_id: int) -> bool:
     return await database.fetchrow("accounts/release", reservation_id) is not None
 
 
-def keep(reservation_id: int) -> None:
+async def keep(database: db.Database, reservation_id: int, at: datetime) -> bool:
     """The outcome is unknown (a timeout, a disconnect after DATA), or the provider
-    said the mailbox hit a quota or a rate limit: the reservation stays as it is and
-    keeps counting, since we err towards under-sending. Nothing to write (sync, no
-    I/O); this function exists so that the caller says so."""
+    said at `at` that the mailbox hit a quota or a rate limit: the reservation stays
+    and keeps counting, since we err towards under-sending, and the gap runs from
+    `at`. Returns False when there is no such unconfirmed reservation."""
+    return await database.fetchrow("accounts/keep", reservation_id, at) is not None
 
 
 def day_end(account: Account, now: datetime) -> datetime:

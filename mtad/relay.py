@@ -292,12 +292,13 @@ class Mailboxes:
         effect = min((r.effect for r in responses), key=_STRENGTH.index, default=Effect.NONE)
         if maybe_sent and _STRENGTH.index(effect) > _STRENGTH.index(Effect.FAILURE):
             effect = Effect.FAILURE
+        settled_at = self._now()
         if slot is Slot.CONFIRM:
-            await accounts.confirm(self._db, reservation.id, delivery)
+            await accounts.confirm(self._db, reservation.id, settled_at, delivery)
         elif slot is Slot.RELEASE:
             await accounts.release(self._db, reservation.id)
         else:
-            accounts.keep(reservation.id)
+            await accounts.keep(self._db, reservation.id, settled_at)
         account = reservation.account
         moved = await self._affect(account, effect, given, detail)
         metrics.ACCOUNT_SENDS.labels(pool=account.pool, slot=slot.value, effect=effect.value).inc()

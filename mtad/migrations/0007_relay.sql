@@ -138,3 +138,97 @@ BEGIN
     RETURN moved::text;
 END
 $$;
+
+-- When a send was settled: confirmed after the receiver's 250, or kept after a
+-- quota or rate reply or an outcome left unknown (NULL: in flight, or never told).
+-- The gap to the account's next send runs from here when it is later than the
+-- reservation (see mtad_reserve below), so that the gap holds at the receiver and
+-- not only between two reservations: a first send that opens a session, logs in
+-- and only then arrives, followed by one over the warm session, would otherwise
+-- arrive closer together than the gap.
+ALTER TABLE account_reservations ADD COLUMN settled_at timestamptz;
+
+-- mtad_reserve of migration 0006, the gap now running from greatest(reserved_at,
+-- settled_at). Everything else is as it was (see 0006 for the answers).
+CREATE OR REPLACE FUNCTION mtad_reserve(
+    p_account integer, p_now timestamptz, p_draw double precision,
+    OUT answer text, OUT reservation bigint, OUT retry_at timestamptz
+) LANGUAGE plpgsql SET enable_seqscan = off AS $$
+DECLARE
+    -- The first half of every account lock key (two int4 keys, a space that the
+    -- single bigint keys of other advisory locks, such as migrations', never share).
+    lock_class CONSTANT integer := 1835098979;  -- 'macc'
+    a accounts%ROWTYPE;
+    day tstzrange;
+    used bigint;
+    free_at timestamptz;
+    jitter double precision := 0;
+    rate record;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(lock_class, p_account) THEN
+        answer := 'skipped-locked';
+        RETURN;
+    END IF;
+
+    SELECT * INTO a FROM accounts WHERE id = p_account;
+    IF NOT FOUND THEN
+        answer := 'missing';
+        RETURN;
+    END IF;
+    IF mtad_account_state_at(a.state, a.state_until, p_now) <> 'active' THEN
+        answer := CASE WHEN a.state IN ('disabled', 'disconnected') THEN 'skipped-disabled' ELSE 'skipped-cooldown' END;
+        retry_at := a.state_until;
+        RETURN;
+    END IF;
+
+    IF a.daily_cap IS NOT NULL THEN
+        day := mtad_account_day(a.time_zone, p_now);
+        SELECT count(*) INTO used FROM account_reservations
+        WHERE account = p_account AND reserved_at >= lower(day) AND reserved_at < upper(day);
+        IF used >= a.daily_cap THEN
+            answer := 'skipped-daily-limit';
+            retry_at := upper(day);
+            RETURN;
+        END IF;
+    END IF;
+
+    -- Each send waited for the gap of the one before it, so the latest reservation's
+    -- gap is the one that ends last. It runs from when the send was settled (the
+    -- receiver's answer, or the failure that left its outcome unknown) when that is
+    -- later than the reservation: the receiver then sees two sends at least the gap
+    -- apart, however long the first one took to get there.
+    SELECT greatest(r.reserved_at, r.settled_at) + make_interval(secs => r.next_gap) INTO free_at
+    FROM account_reservations r
+    WHERE r.account = p_account ORDER BY r.reserved_at DESC LIMIT 1;
+    IF free_at > p_now THEN
+        answer := 'skipped-gap';
+        retry_at := free_at;
+        RETURN;
+    END IF;
+
+    FOR rate IN
+        SELECT cap, width FROM (VALUES (a.per_second, interval '1 second'), (a.per_minute, interval '1 minute'),
+                                       (a.per_hour, interval '1 hour')) AS caps (cap, width)
+        WHERE cap IS NOT NULL
+    LOOP
+        SELECT count(*) INTO used FROM account_reservations
+        WHERE account = p_account AND reserved_at > p_now - rate.width;
+        IF used >= rate.cap THEN
+            -- The window admits one more send when its (used - cap + 1)-th oldest leaves it.
+            SELECT r.reserved_at + rate.width INTO retry_at FROM account_reservations r
+            WHERE r.account = p_account AND r.reserved_at > p_now - rate.width
+            ORDER BY r.reserved_at OFFSET used - rate.cap LIMIT 1;
+            answer := 'skipped-rate';
+            RETURN;
+        END IF;
+    END LOOP;
+
+    IF a.gap_jitter_low IS NOT NULL THEN
+        jitter := a.gap_jitter_low + greatest(0, least(1, p_draw)) * (a.gap_jitter_high - a.gap_jitter_low);
+    END IF;
+    INSERT INTO account_reservations (account, reserved_at, next_gap)
+    VALUES (p_account, p_now, coalesce(a.min_gap, 0) + jitter)
+    RETURNING id INTO reservation;
+    answer := 'reserved';
+END
+$$;

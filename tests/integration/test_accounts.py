@@ -267,12 +267,12 @@ async def test_release_frees_the_slot_and_confirm_keeps_it(database: db.Database
     assert await answer(database, account, NOW + timedelta(seconds=1)) is Answer.SKIPPED_DAILY_LIMIT
     assert await accounts.release(database, first.reservation)
     assert not await accounts.release(database, first.reservation)  # already gone
-    assert not await accounts.confirm(database, first.reservation)
+    assert not await accounts.confirm(database, first.reservation, NOW)
     # The day's slot and the gap are both free again.
     second = await accounts.reserve(database, account, NOW + timedelta(seconds=1), random.Random(0))
     assert second.answer is Answer.RESERVED
     assert second.reservation is not None
-    assert await accounts.confirm(database, second.reservation)
+    assert await accounts.confirm(database, second.reservation, NOW)
     assert not await accounts.release(database, second.reservation)  # it went out: never released
     [row] = await query(database, "SELECT state::text AS state FROM account_reservations")
     assert row["state"] == "confirmed"
@@ -284,7 +284,7 @@ async def test_an_unconfirmed_reservation_counts(database: db.Database) -> None:
     for i in range(2):
         decision = await accounts.reserve(database, account, NOW + timedelta(seconds=i), random.Random(0))
         assert decision.reservation is not None
-        accounts.keep(decision.reservation)  # the outcome is unknown
+        assert await accounts.keep(database, decision.reservation, NOW)  # the outcome is unknown
     assert await answer(database, account, NOW + timedelta(hours=1)) is Answer.SKIPPED_DAILY_LIMIT
     [usage] = await accounts.usage(database, NOW + timedelta(hours=1))
     last = NOW + timedelta(seconds=1)
@@ -403,3 +403,15 @@ async def test_prune_keeps_what_the_limits_still_look_at(database: db.Database) 
     assert (await count(database, busy), await count(database, quiet)) == (1, 1)
     # The quiet account's only reservation stays, and its gap with it.
     assert await answer(database, quiet, NOW - timedelta(seconds=1)) is Answer.SKIPPED_GAP
+
+
+async def test_the_gap_runs_from_when_a_send_was_settled_if_that_is_later(database: db.Database) -> None:
+    account = await make(database, "a", min_gap=2.0)
+    first = await accounts.reserve(database, account, NOW, random.Random(0))
+    assert first.reservation is not None
+    # The send took 1.5 s to reach the receiver (a new session, TLS, AUTH): the next
+    # send over a warm session must not arrive within 2 s of this one.
+    assert await accounts.confirm(database, first.reservation, NOW + timedelta(seconds=1.5))
+    refused = await accounts.reserve(database, account, NOW + timedelta(seconds=2.5), random.Random(0))
+    assert (refused.answer, refused.retry_at) == (Answer.SKIPPED_GAP, NOW + timedelta(seconds=3.5))
+    assert await answer(database, account, NOW + timedelta(seconds=3.5)) is Answer.RESERVED

@@ -368,7 +368,7 @@ async def test_the_breaker_trips_on_repeated_failures_but_not_in_a_general_outag
         for i in range(10):
             decision = await accounts.reserve(database, b.id, at + timedelta(milliseconds=i), random.Random(0))
             assert decision.reservation is not None
-            await accounts.confirm(database, decision.reservation)
+            await accounts.confirm(database, decision.reservation, at)
 
     for i in range(6):  # nothing succeeds anywhere: an outage, not the account
         assert await accounts.failure(database, a, NOW + timedelta(seconds=i), data, breaker) is None

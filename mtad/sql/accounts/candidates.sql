@@ -11,12 +11,14 @@ WITH free AS MATERIALIZED (
     SELECT a.id, latest.reserved_at AS last_send
     FROM accounts a
     LEFT JOIN LATERAL (
-        SELECT r.reserved_at, r.next_gap FROM account_reservations r
+        SELECT r.reserved_at,
+               greatest(r.reserved_at, r.settled_at) + make_interval(secs => r.next_gap) AS free_at
+        FROM account_reservations r
         WHERE r.account = a.id ORDER BY r.reserved_at DESC LIMIT 1
     ) latest ON true
     WHERE a.pool = $1
       AND mtad_account_state_at(a.state, a.state_until, $2) = 'active'
-      AND (latest.reserved_at IS NULL OR latest.reserved_at + make_interval(secs => latest.next_gap) <= $2)
+      AND (latest.reserved_at IS NULL OR latest.free_at <= $2)
 )
 SELECT a.id, a.name, a.address, a.pool, a.host, a.port, a.tls, a.login, a.mechanism,
        a.state::text AS state, a.state_until, a.state_reason, a.daily_cap, a.min_gap, a.gap_jitter_low,

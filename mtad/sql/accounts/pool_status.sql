@@ -12,7 +12,8 @@ SELECT count(*) AS accounts,
            END) AS next_free
 FROM accounts a
 LEFT JOIN LATERAL (
-    SELECT r.reserved_at + make_interval(secs => r.next_gap) AS free_at FROM account_reservations r
+    SELECT greatest(r.reserved_at, r.settled_at) + make_interval(secs => r.next_gap) AS free_at
+    FROM account_reservations r
     WHERE r.account = a.id ORDER BY r.reserved_at DESC LIMIT 1
 ) latest ON true
 CROSS JOIN LATERAL (

@@ -8,7 +8,7 @@ SELECT a.id, a.name, a.address, a.pool, a.host, a.port, a.tls, a.login, a.mechan
        a.state::text AS state, a.state_until, a.state_reason, a.daily_cap, a.min_gap, a.gap_jitter_low,
        a.gap_jitter_high, a.per_second, a.per_minute, a.per_hour, a.time_zone, a.created_at, a.updated_at,
        today.sends AS today, latest.reserved_at AS last_send,
-       latest.reserved_at + make_interval(secs => latest.next_gap) AS gap_until,
+       latest.free_at AS gap_until,
        round(100.0 * (ok.sends + 1) / (ok.sends + 1 + 2 * bad.failures + bad.bounces))::integer AS health
 FROM accounts a
 CROSS JOIN LATERAL (
@@ -16,7 +16,9 @@ CROSS JOIN LATERAL (
     WHERE r.account = a.id AND r.reserved_at >= lower(day) AND r.reserved_at < upper(day)
 ) today
 LEFT JOIN LATERAL (
-    SELECT r.reserved_at, r.next_gap FROM account_reservations r
+    SELECT r.reserved_at,
+           greatest(r.reserved_at, r.settled_at) + make_interval(secs => r.next_gap) AS free_at
+    FROM account_reservations r
     WHERE r.account = a.id ORDER BY r.reserved_at DESC LIMIT 1
 ) latest ON true
 CROSS JOIN LATERAL (
