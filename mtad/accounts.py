@@ -174,6 +174,7 @@ class Decision:
     answer: Answer
     reservation: int | None = None
     retry_at: datetime | None = None
+    lapsed: State | None = None  # RESERVED after this timed state (cooling, parked, tripped) ended: it is recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +184,7 @@ class Reservation:
     id: int
     account: Account
     reserved_at: datetime
+    lapsed: State | None = None  # the timed state of the account that this reservation ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,7 +433,8 @@ async def reserve(database: db.Database, account_id: int, now: datetime, rng: ra
     assert row is not None
     if row["answer"] == "missing":
         raise errors.NotFound(f"no account with id {account_id}")
-    return Decision(Answer(row["answer"]), row["reservation"], row["retry_at"])
+    lapsed = State(row["lapsed"]) if row["lapsed"] is not None else None
+    return Decision(Answer(row["answer"]), row["reservation"], row["retry_at"], lapsed)
 
 
 async def confirm(database: db.Database, reservation_id: int, at: datetime, delivery: int | None = None) -> bool:
@@ -513,7 +516,7 @@ async def choose(database: db.Database, pool: str, now: datetime, rng: random.Ra
         decision = await reserve(database, row["id"], now, rng)
         if decision.answer is Answer.RESERVED:
             assert decision.reservation is not None
-            return Reservation(decision.reservation, _account(row), now)
+            return Reservation(decision.reservation, _account(row), now, decision.lapsed)
     return None
 
 

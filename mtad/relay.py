@@ -185,6 +185,8 @@ class Mailboxes:
         now = self._now()
         reservation = await accounts.choose(self._db, pool, now, self._rng)
         if reservation is not None:
+            if reservation.lapsed is not None:  # back from cooling, parked or tripped (the event is written)
+                self._changed(reservation.account, State.ACTIVE, f"{reservation.lapsed.value} ended")
             if pool in self._paused:
                 await self._pause(pool, False, now, None)
             return reservation

@@ -148,11 +148,15 @@ $$;
 -- arrive closer together than the gap.
 ALTER TABLE account_reservations ADD COLUMN settled_at timestamptz;
 
--- mtad_reserve of migration 0006, the gap now running from greatest(reserved_at,
--- settled_at). Everything else is as it was (see 0006 for the answers).
-CREATE OR REPLACE FUNCTION mtad_reserve(
+-- mtad_reserve of migration 0006 (see there for the answers), with two changes:
+-- the gap runs from greatest(reserved_at, settled_at); and the first reservation
+-- after a timed state (cooling, parked, tripped) ended moves the stored state back
+-- to 'active' with its account_state event, and says so in `lapsed` (the state
+-- that ended), so that an account's return is recorded like its departure.
+DROP FUNCTION mtad_reserve(integer, timestamptz, double precision);
+CREATE FUNCTION mtad_reserve(
     p_account integer, p_now timestamptz, p_draw double precision,
-    OUT answer text, OUT reservation bigint, OUT retry_at timestamptz
+    OUT answer text, OUT reservation bigint, OUT retry_at timestamptz, OUT lapsed text
 ) LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     -- The first half of every account lock key (two int4 keys, a space that the
@@ -223,6 +227,16 @@ BEGIN
         END IF;
     END LOOP;
 
+    IF a.state <> 'active' THEN  -- a timed state that has ended (else the account was refused above)
+        UPDATE accounts SET state = 'active', state_until = NULL, updated_at = p_now,
+                            state_reason = format('%s ended at %s', a.state, a.state_until)
+        WHERE id = p_account;
+        INSERT INTO events (at, kind, data)
+        VALUES (p_now, 'account_state', jsonb_build_object('account', a.id, 'name', a.name, 'pool', a.pool,
+                                                          'from', a.state, 'to', 'active', 'until', NULL,
+                                                          'reason', format('%s ended', a.state)));
+        lapsed := a.state::text;
+    END IF;
     IF a.gap_jitter_low IS NOT NULL THEN
         jitter := a.gap_jitter_low + greatest(0, least(1, p_draw)) * (a.gap_jitter_high - a.gap_jitter_low);
     END IF;

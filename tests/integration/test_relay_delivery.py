@@ -313,6 +313,9 @@ async def test_a_parked_account_sends_again_when_its_day_resets(
     engine.stop()
     await running
     assert await reservations(database, "a") == ["reserved", "confirmed"]  # yesterday's slot stayed taken
+    moves = [(e["from"], e["to"]) for e in await account_events(database, "account_state")]
+    assert moves == [("active", "parked"), ("parked", "active")]  # its return is recorded too
+    assert (await accounts.get(database, "a")).state is State.ACTIVE
 
 
 async def test_an_xoauth2_account_relays_with_a_token_from_its_refresh_token(
