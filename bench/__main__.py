@@ -1,7 +1,7 @@
 """`python -m bench [--only PARTS] [--quick] ...`: mtad against Postfix, see bench/__init__.py.
 
 The parts run one after the other, each with its own servers in a temp dir (started
-and stopped by the part): accept, delivery, sessions, memory, shaping, accounts. Each
+and stopped by the part): accept, delivery, sessions, memory, shaping, accounts, relay. Each
 prints its table, and bench/RESULTS.md gets one section per part (a part left out
 with --only keeps its old section). Exit status: 0 when every measurement succeeded, 1 when one
 failed, 2 when the benchmark cannot run.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import accept, accounts, client, delivery, outbound, postfix, report, shaping, spool_memory
+from bench import accept, accounts, client, delivery, outbound, postfix, relay, report, shaping, spool_memory
 
 RESULTS = Path(__file__).parent / "RESULTS.md"
 
@@ -34,6 +34,7 @@ PARTS: dict[str, tuple[str, Run, tuple[type[Exception], ...]]] = {
     "memory": ("Memory per queued delivery", spool_memory.run, spool_memory.ERRORS),
     "shaping": ("The cost of traffic shaping, and the release of a backlog", shaping.run, shaping.ERRORS),
     "accounts": ("Reserve before send: mailbox reservations per second", accounts.run, accounts.ERRORS),
+    "relay": ("Relay through sending mailboxes: the cost of the mailbox layer", relay.run, relay.ERRORS),
 }
 
 
@@ -65,7 +66,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--runs",
         type=int,
         default=None,
-        help="runs per cell (default: accept 5, delivery 3, shaping 5, accounts 3; --quick 3, accounts 1)",
+        help="runs per cell (default: accept 5, delivery 3, shaping 5, accounts and relay 3; --quick 3, those two 1)",
     )
     parser.add_argument("--skip-postfix", action="store_true", help="measure mtad alone (no ratio)")
     parser.add_argument("--tmpdir", type=Path, default=None, help="where the spools go (default: the system's)")
@@ -85,7 +86,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--recipients", type=_ints, default=delivery.RECIPIENTS, help="recipients per message (default 1,5)"
     )
     group.add_argument(
-        "--delivery-messages", type=int, default=None, help=f"messages per run (default {delivery.MESSAGES:,})"
+        "--delivery-messages",
+        type=int,
+        default=None,
+        help=f"messages per run (default {delivery.MESSAGES:,}; relay {relay.MESSAGES:,})",
     )
     group.add_argument(
         "--concurrency",

@@ -172,7 +172,8 @@ def _git_commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
-PARTS = ("accept", "delivery", "sessions", "memory", "shaping", "accounts")  # the order of the sections in RESULTS.md
+# The order of the sections in RESULTS.md.
+PARTS = ("accept", "delivery", "sessions", "memory", "shaping", "accounts", "relay")
 _MACHINE_LINE = re.compile(r"^- ([^:\n]+): (.*)$", re.M)
 _SECTION = re.compile(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->\n", re.S)
 
