@@ -176,7 +176,8 @@ async def choose_loop(
         if time.perf_counter() >= deadline:
             return
         reservation = await accounts.choose(database, pool, datetime.now(UTC), rng)
-        answers[NONE if reservation is None else accounts.Answer.RESERVED.value] += 1
+        reserved = isinstance(reservation, accounts.Reservation)
+        answers[accounts.Answer.RESERVED.value if reserved else NONE] += 1
 
 
 async def measure(database: db.Database, cell: Cell, callers: int, seconds: float) -> tuple[float, Counter[str]]:

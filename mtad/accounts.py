@@ -42,9 +42,9 @@ counts against the gap and the rates, which errs towards sending less.
 
 Costs: `reserve` is one round trip and one short transaction (a lock, two to five
 index scans over the account's recent reservations, one insert). `choose` is one
-query over the pool's accounts (an index probe each for the latest send, and a
-count of today's sends for those past their gap), then one `reserve` per account
-tried: meant to sit behind an in-process guard on a busy path. `usage` (for
+round trip too: one query over the pool's accounts (an index probe each for the
+latest send, and a count of today's sends for those past their gap), then
+mtad_reserve on each account tried, in the same transaction. `usage` (for
 `mtad accounts ls`) counts today's sends of every account. `prune` deletes
 reservations that no limit looks at any more. Everything here that talks to
 PostgreSQL is async and raises what mtad.db raises (DatabaseUnavailable,
@@ -53,6 +53,7 @@ OutcomeUnknown, Conflict, SpoolError); nothing here catches asyncpg's exceptions
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import random
@@ -185,6 +186,13 @@ class Reservation:
     account: Account
     reserved_at: datetime
     lapsed: State | None = None  # the timed state of the account that this reservation ended
+
+
+@dataclass(frozen=True, slots=True)
+class Busy:
+    """What `choose` answers when it reserved nothing."""
+
+    contended: bool  # an account was skipped because another caller was reserving on it
 
 
 @dataclass(frozen=True, slots=True)
@@ -503,21 +511,27 @@ async def pool_event(database: db.Database, pool: str, now: datetime, data: Mapp
     await database.execute("accounts/pool_event", pool, now, json.dumps(dict(data), default=str))
 
 
-async def choose(database: db.Database, pool: str, now: datetime, rng: random.Random) -> Reservation | None:
+async def choose(database: db.Database, pool: str, now: datetime, rng: random.Random) -> Reservation | Busy:
     """Reserve one send through an account of `pool`, least used first: fewest sends
     today, then longest since the latest send. Accounts that are not active at `now`,
     at their daily cap or inside their gap are not tried; the others are tried in
-    that order until one is reserved. None when none could be (the caller waits, or
-    tries again: a SKIPPED_LOCKED account may be free a moment later).
+    that order until one is reserved. Busy when none could be (contended: one was
+    skipped because another caller was reserving on it; trying again at once may
+    succeed).
 
-    One query, then one `reserve` per account tried (each its own transaction).
+    One round trip and one short transaction (mtad_choose), whatever the number of
+    accounts tried.
     """
-    for row in await database.fetch("accounts/candidates", pool, now):
-        decision = await reserve(database, row["id"], now, rng)
-        if decision.answer is Answer.RESERVED:
-            assert decision.reservation is not None
-            return Reservation(decision.reservation, _account(row), now, decision.lapsed)
-    return None
+    row = await database.call("accounts/choose", pool, now, rng.random())
+    assert row is not None
+    if row["reservation"] is None:
+        return Busy(row["contended"])
+    # The row shows the account as it was before the reservation; a lapsed state is over.
+    account = _account(row)
+    if row["lapsed"] is not None:
+        account = dataclasses.replace(account, state=State.ACTIVE, state_until=None)
+    lapsed = State(row["lapsed"]) if row["lapsed"] is not None else None
+    return Reservation(row["reservation"], account, now, lapsed)
 
 
 async def prune(database: db.Database, before: datetime, limit: int = 10_000) -> int:

@@ -58,6 +58,7 @@ from mtad.ready import ReadyQueue
 log = structlog.get_logger("mtad.delivery")
 
 CHANNEL = "mtad_due"
+RESERVING = 8  # reservations sought at once per account pool (each a round trip to PostgreSQL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,8 @@ class _Group:
     name: str
     ready: ReadyQueue[tuple[_Job, routing.Route | None]]  # priority, then tenants' turns, then age
     account_pool: str | None = None  # relayed through this account pool (routes are None), else sent to MX
+    reserving: int = 0  # relay: reservations being sought
+    resume_at: datetime | None = None  # relay: no account was free; look again then (or when an attempt ends)
     freed: asyncio.Event = field(default_factory=asyncio.Event)  # an attempt ended, or the limits changed
     dispatching: bool = False
 
@@ -620,6 +623,7 @@ class Delivery:
             log.warning("leases_lost_before_sending", count=len(lost))
             for d in lost:
                 self._held.pop(d.id, None)
+                self._started.discard(d.id)
             job.deliveries = [d for d in job.deliveries if d.id in owned]
             if not job.deliveries:
                 self._release_message(job.message)
@@ -630,36 +634,56 @@ class Delivery:
 
     async def _dispatch_relay(self, group: _Group) -> None:
         """Start the group's jobs, best first, each on a reservation of its account pool:
-        the one place where relayed mail waits (for a mailbox's gap, cap, rate or state)."""
+        the one place where relayed mail waits (for a mailbox's gap, cap, rate or
+        state). Up to RESERVING reservations are sought at once (each a round trip);
+        when one finds no account free, the pool waits until one may be."""
+        try:
+            while group.ready and not self._stopping:
+                if group.resume_at is not None:  # no account was free: only time frees one
+                    group.freed.clear()
+                    try:
+                        async with asyncio.timeout(max(0.0, (group.resume_at - self._now()).total_seconds())):
+                            await group.freed.wait()  # or the stop
+                    except TimeoutError:
+                        group.resume_at = None
+                    continue
+                if group.reserving >= RESERVING:
+                    group.freed.clear()
+                    await group.freed.wait()
+                    continue
+                job, _ = group.ready.pop()
+                self._started.update(d.id for d in job.deliveries)  # in hand: not renewed, not released
+                if self._expired(job):  # bounced without taking a reservation
+                    self._spawn(self._attempt_relay(job, group, None))
+                    continue
+                group.reserving += 1
+                self._spawn(self._reserve(job, group))
+        finally:
+            group.dispatching = False
+
+    async def _reserve(self, job: _Job, group: _Group) -> None:
+        """A reservation for one job, then its attempt; or the job back in its queue and
+        the pool told to wait."""
         assert self._mailboxes is not None
         assert group.account_pool is not None
         try:
-            while group.ready and not self._stopping:
-                job, _ = group.ready.peek()
-                if self._expired(job):  # bounced without taking a reservation
-                    group.ready.pop()
-                    self._started.update(d.id for d in job.deliveries)
-                    self._spawn(self._attempt_relay(job, group, None))
-                    continue
-                try:
-                    taken = await self._mailboxes.take(group.account_pool)
-                except errors.SpoolError as exc:
-                    log.warning("account_pool_unreadable", account_pool=group.account_pool, error=str(exc))
-                    taken = relay.Wait(self._now() + timedelta(seconds=self.settings.poll_interval), False)
-                if isinstance(taken, relay.Wait):
-                    group.freed.clear()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(max(0.0, (taken.until - self._now()).total_seconds())):
-                            await group.freed.wait()
-                    continue
-                if self._stopping or not group.ready:
-                    await accounts.release(self._db, taken.id)  # never used
-                    break
-                group.ready.pop()
-                self._started.update(d.id for d in job.deliveries)
-                self._spawn(self._attempt_relay(job, group, taken))
+            taken = await self._mailboxes.take(group.account_pool)
+        except errors.SpoolError as exc:
+            log.warning("account_pool_unreadable", account_pool=group.account_pool, error=str(exc))
+            taken = relay.Wait(self._now() + timedelta(seconds=self.settings.poll_interval), False)
         finally:
-            group.dispatching = False
+            group.reserving -= 1
+            group.freed.set()
+        if isinstance(taken, relay.Wait) or self._stopping:
+            self._started.difference_update(d.id for d in job.deliveries)
+            self._progress.set()  # a drain waits for what is in hand
+            if isinstance(taken, relay.Wait):
+                group.resume_at = max(group.resume_at or taken.until, taken.until)
+            else:
+                await accounts.release(self._db, taken.id)  # never used: the node is stopping
+            self._queue(job, None, group.name, group.account_pool)
+            return
+        await self._attempt_relay(job, group, taken)
 
     async def _attempt_relay(self, job: _Job, group: _Group, reservation: accounts.Reservation | None) -> None:
         """One relayed job's attempt on its reservation (None: it expired in the queue)."""
@@ -740,6 +764,7 @@ class Delivery:
             data["account_state"] = settled.moved_to.value
         rerouted = [d for i, d in enumerate(job.deliveries) if i in settled.reroute]
         if rerouted:
+            await leases.unbegin(self._db, self.node, [d.id for d in rerouted], self._now())  # nothing went out
             job.deliveries = [d for d in job.deliveries if d not in rerouted]
             self._reroute(job, rerouted, group, account, verdicts[rerouted[0].id][0])
             if not job.deliveries:
@@ -751,6 +776,7 @@ class Delivery:
         self, job: _Job, deliveries: list[Leased], group: _Group, account: accounts.Account, verdict: Verdict
     ) -> None:
         """Back to the pool's queue, for another account, without spending an attempt."""
+        self._started.difference_update(d.id for d in deliveries)  # waiting again: renewed, released at a stop
         again = _Job(job.message, job.tenant, job.domain, deliveries, job.priority, job.created_at)
         message = self._messages.get(job.message)
         if message is not None:

@@ -96,6 +96,12 @@ async def begin(database: db.Database, node: str, attempts: Sequence[Attempt], n
     return {r["id"] for r in await database.fetch("leases/begin", node, ids, attempt_ids, groups, now)}
 
 
+async def unbegin(database: db.Database, node: str, ids: Sequence[int], now: datetime) -> None:
+    """The attempt of these deliveries was refused before anything went out (they go
+    to another sending account): clear their attempt ids (see begin)."""
+    await database.execute("leases/unbegin", node, list(ids), now)
+
+
 async def record(database: db.Database, node: str, outcomes: Sequence[Outcome], now: datetime) -> set[int]:
     """Record outcomes (with their events) in one statement; returns the ids recorded."""
     for o in outcomes:

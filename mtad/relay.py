@@ -48,6 +48,7 @@ log = structlog.get_logger("mtad.relay")
 
 GMAIL_HOSTS = (".gmail.com", ".google.com", ".googlemail.com")
 LOGIN_TTL = 600.0  # seconds a login's opened secret is kept before it is read again
+CONTENDED_RETRIES = 3  # choices in a row when other callers hold the accounts tried
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,13 +184,17 @@ class Mailboxes:
         """A reservation on the pool's least-used account that may send now, or how
         long to wait. The pool's pause and resumption are logged, evented and counted."""
         now = self._now()
-        reservation = await accounts.choose(self._db, pool, now, self._rng)
-        if reservation is not None:
-            if reservation.lapsed is not None:  # back from cooling, parked or tripped (the event is written)
-                self._changed(reservation.account, State.ACTIVE, f"{reservation.lapsed.value} ended")
+        for _ in range(CONTENDED_RETRIES):  # callers at once skip each other's accounts: look again
+            chosen = await accounts.choose(self._db, pool, now, self._rng)
+            if not isinstance(chosen, accounts.Busy) or not chosen.contended:
+                break
+            now = self._now()
+        if isinstance(chosen, accounts.Reservation):
+            if chosen.lapsed is not None:  # back from cooling, parked or tripped (the event is written)
+                self._changed(chosen.account, State.ACTIVE, f"{chosen.lapsed.value} ended")
             if pool in self._paused:
                 await self._pause(pool, False, now, None)
-            return reservation
+            return chosen
         status = await accounts.pool_status(self._db, pool, now)
         poll = timedelta(seconds=self.settings.poll)
         if status.paused:
@@ -201,7 +206,7 @@ class Mailboxes:
             await self._pause(pool, False, now, None)
         # An active account is in its gap, at its cap or rate, or being reserved by
         # another caller: the earliest end the snapshot knows, not sooner than a moment.
-        soonest = now + timedelta(seconds=0.25)
+        soonest = now + timedelta(seconds=0.05 if chosen.contended else 0.25)
         until = status.next_free if status.next_free is not None else now + poll
         return Wait(min(max(until, soonest), now + poll), False)
 

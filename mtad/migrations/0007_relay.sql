@@ -246,3 +246,61 @@ BEGIN
     answer := 'reserved';
 END
 $$;
+
+-- Reserve one send through an account of pool p_pool at p_now, least used first, in
+-- one round trip: the accounts that may send as far as this snapshot can tell (in an
+-- active state, past the gap after their latest send, under the daily cap), by
+-- fewest sends today (in each account's time zone), then longest since the latest
+-- send (never first), then id, are tried with mtad_reserve in that order until one
+-- is reserved. The cheap tests come first (an index probe per account for its
+-- latest send), so that today's sends are counted only for the accounts that pass
+-- them: with minutes-long gaps, most accounts of a busy pool are inside theirs.
+--
+-- account, reservation, lapsed: the account reserved (NULL: none), as mtad_reserve
+-- answers. contended: an account was skipped because another caller held its lock
+-- (trying again at once may succeed). Call it alone, in a transaction of its own:
+-- the locks mtad_reserve takes on the accounts it tries are held until it returns.
+CREATE FUNCTION mtad_choose(
+    p_pool text, p_now timestamptz, p_draw double precision,
+    OUT account integer, OUT reservation bigint, OUT lapsed text, OUT contended boolean
+) LANGUAGE plpgsql SET enable_seqscan = off AS $$
+DECLARE
+    candidate integer;
+    tried record;
+BEGIN
+    contended := false;
+    FOR candidate IN
+        WITH free AS MATERIALIZED (
+            SELECT a.id, latest.reserved_at AS last_send
+            FROM accounts a
+            LEFT JOIN LATERAL (
+                SELECT r.reserved_at,
+                       greatest(r.reserved_at, r.settled_at) + make_interval(secs => r.next_gap) AS free_at
+                FROM account_reservations r
+                WHERE r.account = a.id ORDER BY r.reserved_at DESC LIMIT 1
+            ) latest ON true
+            WHERE a.pool = p_pool
+              AND mtad_account_state_at(a.state, a.state_until, p_now) = 'active'
+              AND (latest.reserved_at IS NULL OR latest.free_at <= p_now)
+        )
+        SELECT a.id
+        FROM free
+        JOIN accounts a ON a.id = free.id
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS sends FROM account_reservations r, mtad_account_day(a.time_zone, p_now) AS day
+            WHERE r.account = a.id AND r.reserved_at >= lower(day) AND r.reserved_at < upper(day)
+        ) today
+        WHERE a.daily_cap IS NULL OR today.sends < a.daily_cap
+        ORDER BY today.sends, free.last_send NULLS FIRST, a.id
+    LOOP
+        SELECT * INTO tried FROM mtad_reserve(candidate, p_now, p_draw);
+        IF tried.answer = 'reserved' THEN
+            account := candidate;
+            reservation := tried.reservation;
+            lapsed := tried.lapsed;
+            RETURN;
+        END IF;
+        contended := contended OR tried.answer = 'skipped-locked';
+    END LOOP;
+END
+$$;

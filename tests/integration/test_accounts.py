@@ -213,11 +213,11 @@ async def test_a_resting_account_is_skipped_until_its_time(database: db.Database
     await accounts.set_state(database, "a", state, until, "421 4.7.0 slow down", NOW)
     decision = await accounts.reserve(database, account, NOW, random.Random(0))
     assert decision == accounts.Decision(Answer.SKIPPED_COOLDOWN, None, until)
-    assert await accounts.choose(database, "p", NOW, random.Random(0)) is None
+    assert isinstance(await accounts.choose(database, "p", NOW, random.Random(0)), accounts.Busy)
     assert await answer(database, account, until - timedelta(milliseconds=1)) is Answer.SKIPPED_COOLDOWN
     assert await answer(database, account, until) is Answer.RESERVED
     reservation = await accounts.choose(database, "p", until + timedelta(seconds=1), random.Random(0))
-    assert reservation is not None
+    assert isinstance(reservation, accounts.Reservation)
     assert reservation.account.id == account
 
 
@@ -229,7 +229,7 @@ async def test_a_disabled_or_disconnected_account_waits_for_an_operator(database
     assert await accounts.reserve(database, account, much_later, random.Random(0)) == accounts.Decision(
         Answer.SKIPPED_DISABLED
     )
-    assert await accounts.choose(database, "p", much_later, random.Random(0)) is None
+    assert isinstance(await accounts.choose(database, "p", much_later, random.Random(0)), accounts.Busy)
     enabled = await accounts.enable(database, "a", "operator", much_later)
     assert (enabled.state, enabled.state_until, enabled.state_reason) == (State.ACTIVE, None, "operator")
     assert await answer(database, account, much_later) is Answer.RESERVED
@@ -300,7 +300,7 @@ async def test_least_used_first_spreads_volume_evenly_over_a_pool(database: db.D
     chosen = []
     for i in range(9 + 40):
         reservation = await accounts.choose(database, "p", NOW + timedelta(seconds=i), rng)
-        assert reservation is not None
+        assert isinstance(reservation, accounts.Reservation)
         assert reservation.reserved_at == NOW + timedelta(seconds=i)
         chosen.append(reservation.account.name)
     # The other three catch up first, then the four take turns, longest idle first.
@@ -309,7 +309,7 @@ async def test_least_used_first_spreads_volume_evenly_over_a_pool(database: db.D
     usage = {u.account.name: u.today for u in await accounts.usage(database, NOW + timedelta(minutes=5))}
     assert usage == {"a0": 13, "a1": 13, "a2": 13, "a3": 13, "q0": 0}
     assert await count(database, other_pool) == 0
-    assert await accounts.choose(database, "no-such-pool", NOW, rng) is None
+    assert isinstance(await accounts.choose(database, "no-such-pool", NOW, rng), accounts.Busy)
 
 
 async def test_choose_tries_the_next_account_when_one_is_taken(dsn: str) -> None:
@@ -318,11 +318,11 @@ async def test_choose_tries_the_next_account_when_one_is_taken(dsn: str) -> None
         ids = [await make(database, f"a{i}", min_gap=60) for i in range(5)]
         rng = random.Random(5)
         chosen = await asyncio.gather(*(accounts.choose(database, "p", NOW, rng) for _ in range(20)))
-        reserved = [r for r in chosen if r is not None]
+        reserved = [r for r in chosen if isinstance(r, accounts.Reservation)]
         assert sorted(r.account.id for r in reserved) == ids  # one each: the gap forbids a second
         assert await count(database) == 5
-        assert await accounts.choose(database, "p", NOW + timedelta(seconds=59), rng) is None
-        assert await accounts.choose(database, "p", NOW + timedelta(seconds=60), rng) is not None
+        assert isinstance(await accounts.choose(database, "p", NOW + timedelta(seconds=59), rng), accounts.Busy)
+        assert isinstance(await accounts.choose(database, "p", NOW + timedelta(seconds=60), rng), accounts.Reservation)
     finally:
         await database.close()
 
@@ -334,7 +334,7 @@ async def test_choose_skips_accounts_at_their_daily_cap(database: db.Database) -
     names = []
     for i in range(4):
         reservation = await accounts.choose(database, "p", NOW + timedelta(seconds=i), rng)
-        names.append(reservation.account.name if reservation else None)
+        names.append(reservation.account.name if isinstance(reservation, accounts.Reservation) else None)
     assert names == ["a0", "a1", "a1", None]
 
 

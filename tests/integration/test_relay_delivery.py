@@ -59,6 +59,7 @@ async def add(
 def relaying(
     database: db.Database, tls_files: tuple[Path, Path], *, now: Callable[[], datetime] | None = None,
     settings: relay.Settings | None = None, token_tls: Any = None, routes: dict[str, str] | None = None,
+    lease_duration: float = 300.0,
 ) -> delivery.Delivery:  # fmt: skip
     clock = now or (lambda: datetime.now(UTC))
     pool = sessions.Pool(sessions.Settings(ehlo_hostname="mtad.test"), relay_tls=trusting(tls_files[0]))
@@ -66,7 +67,7 @@ def relaying(
                                 rng=random.Random(0), token_tls=token_tls)  # fmt: skip
     router = routing.Router(ZoneResolver(""), PROVIDERS)  # relayed mail asks no DNS
     engine = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0),
-                               route_account_pools=routes or {})  # fmt: skip
+                               route_account_pools=routes or {}, lease_duration=lease_duration)  # fmt: skip
     return delivery.Delivery(engine, database, router, pool, RULES, mailboxes=mailboxes, now=clock)
 
 
@@ -399,3 +400,33 @@ async def test_a_route_relays_mail_that_names_no_account_pool(
     await relaying(database, tls_files, routes={"gmail.example": "gmail-senders"}).run_until_idle()
     [message] = smarthost.received
     assert (message.login, message.recipients) == ("a@example.com", ["someone@gmail.example"])
+
+
+async def test_mail_rerouted_into_a_paused_pool_keeps_its_lease_and_is_handed_back_at_a_stop(
+    database: db.Database, smarthost: Sink, tls_files: tuple[Path, Path]
+) -> None:
+    await add(database, smarthost, "a")  # the only account: parked by its first reply
+    smarthost.mail_replies["a@example.com"] = "550 5.4.5 Daily user sending limit exceeded."
+    await accept(database, relayed("r@example.net"))
+    engine = relaying(database, tls_files, lease_duration=1.5)  # renewed every 0.5 s
+    running = asyncio.create_task(engine.run())
+
+    async def lease() -> Any:
+        [row] = await query(database, "SELECT state::text AS state, lease_expires_at FROM deliveries")
+        return row
+
+    async def parked() -> bool:
+        return (await accounts.get(database, "a")).state is State.PARKED
+
+    await eventually(parked)
+    first = (await lease())["lease_expires_at"]
+
+    async def renewed() -> bool:
+        return bool((await lease())["lease_expires_at"] > first + timedelta(seconds=0.4))
+
+    await eventually(renewed)  # waiting for its pool, the delivery is still ours
+    engine.stop()
+    async with asyncio.timeout(10):  # nothing is in flight: no waiting for shutdown_timeout
+        await running
+    row = (await deliveries(database))["r@example.net"]
+    assert (row["state"], row["attempts"], row["lease_owner"]) == ("queued", 0, None)  # handed back
