@@ -59,7 +59,7 @@ import json
 import random
 import re
 import zoneinfo
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -453,6 +453,13 @@ async def confirm(database: db.Database, reservation_id: int, at: datetime, deli
     return await database.fetchrow("accounts/confirm", reservation_id, delivery, at) is not None
 
 
+async def confirm_many(database: db.Database, confirmed: Sequence[tuple[int, int | None, datetime]]) -> set[int]:
+    """`confirm` for several sends in one statement: (reservation, delivery, at) each;
+    returns the reservations confirmed."""
+    ids, deliveries, ats = (list(column) for column in zip(*confirmed, strict=True)) if confirmed else ([], [], [])
+    return {row["id"] for row in await database.fetch("accounts/confirm_many", ids, deliveries, ats)}
+
+
 async def release(database: db.Database, reservation_id: int) -> bool:
     """Free the slot after a definite rejection that is not the mailbox's fault (a
     recipient or content refusal, a send that never began): the reservation is
@@ -517,21 +524,32 @@ async def choose(database: db.Database, pool: str, now: datetime, rng: random.Ra
     at their daily cap or inside their gap are not tried; the others are tried in
     that order until one is reserved. Busy when none could be (contended: one was
     skipped because another caller was reserving on it; trying again at once may
-    succeed).
+    succeed)."""
+    chosen = await choose_many(database, pool, 1, now, rng)
+    return chosen[0] if isinstance(chosen, list) else chosen
+
+
+async def choose_many(
+    database: db.Database, pool: str, want: int, now: datetime, rng: random.Random
+) -> list[Reservation] | Busy:
+    """Reserve up to `want` sends through the accounts of `pool` at `now`, least used
+    first and in turns (one each, then again), every limit holding within the batch
+    as between batches: at least one reservation, or Busy.
 
     One round trip and one short transaction (mtad_choose), whatever the number of
-    accounts tried.
+    accounts tried or reservations made.
     """
-    row = await database.call("accounts/choose", pool, now, rng.random())
-    assert row is not None
-    if row["reservation"] is None:
-        return Busy(row["contended"])
-    # The row shows the account as it was before the reservation; a lapsed state is over.
-    account = _account(row)
-    if row["lapsed"] is not None:
-        account = dataclasses.replace(account, state=State.ACTIVE, state_until=None)
-    lapsed = State(row["lapsed"]) if row["lapsed"] is not None else None
-    return Reservation(row["reservation"], account, now, lapsed)
+    rows = await database.fetch("accounts/choose", pool, now, want, [rng.random() for _ in range(want)])
+    if rows[0]["reservation"] is None:
+        return Busy(rows[0]["contended"])
+    made = []
+    for row in rows:
+        account = _account(row)  # as it was before the reservation: a lapsed state is over
+        lapsed = State(row["lapsed"]) if row["lapsed"] is not None else None
+        if lapsed is not None:
+            account = dataclasses.replace(account, state=State.ACTIVE, state_until=None)
+        made.append(Reservation(row["reservation"], account, now, lapsed))
+    return made
 
 
 async def prune(database: db.Database, before: datetime, limit: int = 10_000) -> int:

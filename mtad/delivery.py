@@ -58,7 +58,8 @@ from mtad.ready import ReadyQueue
 log = structlog.get_logger("mtad.delivery")
 
 CHANNEL = "mtad_due"
-RESERVING = 8  # reservations sought at once per account pool (each a round trip to PostgreSQL)
+RESERVING = 2  # callers seeking reservations at once per account pool
+RESERVE_BATCH = 16  # jobs one caller seeks reservations for (one round trip to PostgreSQL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -635,8 +636,9 @@ class Delivery:
     async def _dispatch_relay(self, group: _Group) -> None:
         """Start the group's jobs, best first, each on a reservation of its account pool:
         the one place where relayed mail waits (for a mailbox's gap, cap, rate or
-        state). Up to RESERVING reservations are sought at once (each a round trip);
-        when one finds no account free, the pool waits until one may be."""
+        state). Reservations are sought for up to RESERVE_BATCH jobs at once (one
+        round trip), by up to RESERVING callers; when one finds no account free, the
+        pool waits until one may be."""
         try:
             while group.ready and not self._stopping:
                 if group.resume_at is not None:  # no account was free: only time frees one
@@ -651,39 +653,46 @@ class Delivery:
                     group.freed.clear()
                     await group.freed.wait()
                     continue
-                job, _ = group.ready.pop()
-                self._started.update(d.id for d in job.deliveries)  # in hand: not renewed, not released
-                if self._expired(job):  # bounced without taking a reservation
-                    self._spawn(self._attempt_relay(job, group, None))
-                    continue
-                group.reserving += 1
-                self._spawn(self._reserve(job, group))
+                batch: list[_Job] = []
+                while group.ready and len(batch) < RESERVE_BATCH:
+                    job, _ = group.ready.pop()
+                    self._started.update(d.id for d in job.deliveries)  # in hand: not renewed, not released
+                    if self._expired(job):  # bounced without taking a reservation
+                        self._spawn(self._attempt_relay(job, group, None))
+                    else:
+                        batch.append(job)
+                if batch:
+                    group.reserving += 1
+                    self._spawn(self._reserve(batch, group))
         finally:
             group.dispatching = False
 
-    async def _reserve(self, job: _Job, group: _Group) -> None:
-        """A reservation for one job, then its attempt; or the job back in its queue and
-        the pool told to wait."""
+    async def _reserve(self, batch: list[_Job], group: _Group) -> None:
+        """Reservations for a batch of jobs, best first, then their attempts; the jobs
+        left without one go back to their queue (and the pool waits when none got one)."""
         assert self._mailboxes is not None
         assert group.account_pool is not None
         try:
-            taken = await self._mailboxes.take(group.account_pool)
+            taken = await self._mailboxes.take(group.account_pool, len(batch))
         except errors.SpoolError as exc:
             log.warning("account_pool_unreadable", account_pool=group.account_pool, error=str(exc))
             taken = relay.Wait(self._now() + timedelta(seconds=self.settings.poll_interval), False)
         finally:
             group.reserving -= 1
             group.freed.set()
-        if isinstance(taken, relay.Wait) or self._stopping:
+        reservations = [] if isinstance(taken, relay.Wait) else taken
+        if isinstance(taken, relay.Wait):
+            group.resume_at = max(group.resume_at or taken.until, taken.until)
+        if self._stopping:
+            for reservation in reservations:
+                await accounts.release(self._db, reservation.id)  # never used: the node is stopping
+            reservations = []
+        for job, reservation in zip(batch, reservations, strict=False):
+            self._spawn(self._attempt_relay(job, group, reservation))
+        for job in batch[len(reservations) :]:
             self._started.difference_update(d.id for d in job.deliveries)
-            self._progress.set()  # a drain waits for what is in hand
-            if isinstance(taken, relay.Wait):
-                group.resume_at = max(group.resume_at or taken.until, taken.until)
-            else:
-                await accounts.release(self._db, taken.id)  # never used: the node is stopping
             self._queue(job, None, group.name, group.account_pool)
-            return
-        await self._attempt_relay(job, group, taken)
+        self._progress.set()  # a drain waits for what is in hand
 
     async def _attempt_relay(self, job: _Job, group: _Group, reservation: accounts.Reservation | None) -> None:
         """One relayed job's attempt on its reservation (None: it expired in the queue)."""

@@ -41,6 +41,7 @@ import structlog
 
 from mtad import accounts, db, errors, metrics, oauth, sessions, vault
 from mtad.accounts import Account, State
+from mtad.batching import Batcher
 from mtad.lifecycle import Reason
 from mtad.outcomes import Class, Verdict
 
@@ -175,23 +176,28 @@ class Mailboxes:
         self._clock = clock
         self._logins: dict[int, _Login] = {}
         self._paused: set[str] = set()
+        self._confirms: Batcher[tuple[int, int | None, datetime], None] = Batcher(self._confirm_batch)
 
     def rewrites_from(self, pool: str) -> bool:
         settings = self.settings.pools.get(pool)
         return settings is not None and settings.rewrite_from
 
-    async def take(self, pool: str) -> accounts.Reservation | Wait:
-        """A reservation on the pool's least-used account that may send now, or how
-        long to wait. The pool's pause and resumption are logged, evented and counted."""
+    async def take(self, pool: str, want: int = 1) -> list[accounts.Reservation] | Wait:
+        """Up to `want` reservations on the pool's least-used accounts that may send now
+        (at least one), or how long to wait. One round trip, unless other callers hold
+        the accounts tried (then again at once, a few times) or none is free (then the
+        pool's status, for its pause). The pool's pause and resumption are logged,
+        evented and counted."""
         now = self._now()
         for _ in range(CONTENDED_RETRIES):  # callers at once skip each other's accounts: look again
-            chosen = await accounts.choose(self._db, pool, now, self._rng)
+            chosen = await accounts.choose_many(self._db, pool, want, now, self._rng)
             if not isinstance(chosen, accounts.Busy) or not chosen.contended:
                 break
             now = self._now()
-        if isinstance(chosen, accounts.Reservation):
-            if chosen.lapsed is not None:  # back from cooling, parked or tripped (the event is written)
-                self._changed(chosen.account, State.ACTIVE, f"{chosen.lapsed.value} ended")
+        if isinstance(chosen, list):
+            for reservation in chosen:
+                if reservation.lapsed is not None:  # back from cooling, parked or tripped (the event is written)
+                    self._changed(reservation.account, State.ACTIVE, f"{reservation.lapsed.value} ended")
             if pool in self._paused:
                 await self._pause(pool, False, now, None)
             return chosen
@@ -250,6 +256,10 @@ class Mailboxes:
             raise LoginFailed(LOGIN_UNAVAILABLE, f"token endpoint: {exc}") from None
         return _login(account, token.reveal())
 
+    async def _confirm_batch(self, confirmed: list[tuple[int, int | None, datetime]]) -> list[None]:
+        await accounts.confirm_many(self._db, confirmed)
+        return [None] * len(confirmed)
+
     def forget(self, account: Account) -> None:
         """Read the account's secret again at its next login (after a refusal)."""
         self._logins.pop(account.id, None)
@@ -300,8 +310,8 @@ class Mailboxes:
         if maybe_sent and _STRENGTH.index(effect) > _STRENGTH.index(Effect.FAILURE):
             effect = Effect.FAILURE
         settled_at = self._now()
-        if slot is Slot.CONFIRM:
-            await accounts.confirm(self._db, reservation.id, settled_at, delivery)
+        if slot is Slot.CONFIRM:  # the confirmations of sends ending together are written together
+            await self._confirms.submit((reservation.id, delivery, settled_at))
         elif slot is Slot.RELEASE:
             await accounts.release(self._db, reservation.id)
         else:

@@ -29,18 +29,25 @@ def free_udp_port() -> int:
 
 class Dnsmasq:
     def __init__(self, local_domain: str, options: Sequence[str]) -> None:
-        self.port = free_udp_port()
         binary = shutil.which("dnsmasq") or shutil.which("dnsmasq", path="/usr/sbin:/sbin")
         assert binary is not None
-        argv = [
-            binary, "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
-            f"--port={self.port}", "--listen-address=127.0.0.1", "--bind-interfaces",
-            f"--local=/{local_domain}/", "--local-ttl=300", "--log-facility=-", *options,
-        ]  # fmt: skip
-        if os.geteuid() == 0:
-            argv.append("--user=root")
-        self._process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self._wait_ready(local_domain)
+        for tries_left in range(4, -1, -1):  # the free UDP port's TCP twin may be taken: another port
+            self.port = free_udp_port()
+            argv = [
+                binary, "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
+                f"--port={self.port}", "--listen-address=127.0.0.1", "--bind-interfaces",
+                f"--local=/{local_domain}/", "--local-ttl=300", "--log-facility=-", *options,
+            ]  # fmt: skip
+            if os.geteuid() == 0:
+                argv.append("--user=root")
+            self._process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                self._wait_ready(local_domain)
+                return
+            except RuntimeError:
+                self.close()
+                if not tries_left:
+                    raise
 
     def _wait_ready(self, domain: str) -> None:
         query = dns.message.make_query(f"ready-check.{domain}", "A")

@@ -148,8 +148,40 @@ $$;
 -- arrive closer together than the gap.
 ALTER TABLE account_reservations ADD COLUMN settled_at timestamptz;
 
--- mtad_reserve of migration 0006 (see there for the answers), with two changes:
--- the gap runs from greatest(reserved_at, settled_at); and the first reservation
+-- Sends per account and day (in the account's time zone): what the daily cap and
+-- least-used-first read, so that neither counts a day's reservations at every
+-- call (a mailbox that sends thousands a day made every choice slower through
+-- the day). Kept by mtad_reserve (+1) and accounts/release (-1), in the same
+-- transaction as the reservation they count.
+CREATE TABLE account_days (
+    account integer NOT NULL REFERENCES accounts (id),
+    day     date NOT NULL,                           -- in the account's time zone
+    sends   integer NOT NULL CHECK (sends >= 0),     -- its reservations that day
+    PRIMARY KEY (account, day)
+);
+INSERT INTO account_days (account, day, sends)
+SELECT r.account, (r.reserved_at AT TIME ZONE a.time_zone)::date, count(*)
+FROM account_reservations r JOIN accounts a ON a.id = r.account
+GROUP BY 1, 2;
+
+-- The sends of account p_account on the day containing p_at in time zone p_zone.
+CREATE FUNCTION mtad_account_sends(p_account integer, p_zone text, p_at timestamptz)
+RETURNS integer LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT d.sends FROM account_days d
+                     WHERE d.account = p_account AND d.day = (p_at AT TIME ZONE p_zone)::date), 0)
+$$;
+
+-- When the gap after a send ends: next_gap seconds after it was reserved, or after
+-- it was settled when that is later (a send without a gap ends none).
+CREATE FUNCTION mtad_gap_end(reserved_at timestamptz, settled_at timestamptz, next_gap double precision)
+RETURNS timestamptz LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN next_gap > 0 THEN greatest(reserved_at, settled_at) + make_interval(secs => next_gap)
+                ELSE reserved_at END
+$$;
+
+-- mtad_reserve of migration 0006 (see there for the answers), with three changes:
+-- the gap runs from greatest(reserved_at, settled_at); the day's sends are read
+-- from (and counted in) account_days; and the first reservation
 -- after a timed state (cooling, parked, tripped) ended moves the stored state back
 -- to 'active' with its account_state event, and says so in `lapsed` (the state
 -- that ended), so that an account's return is recorded like its departure.
@@ -187,8 +219,7 @@ BEGIN
 
     IF a.daily_cap IS NOT NULL THEN
         day := mtad_account_day(a.time_zone, p_now);
-        SELECT count(*) INTO used FROM account_reservations
-        WHERE account = p_account AND reserved_at >= lower(day) AND reserved_at < upper(day);
+        used := mtad_account_sends(p_account, a.time_zone, p_now);
         IF used >= a.daily_cap THEN
             answer := 'skipped-daily-limit';
             retry_at := upper(day);
@@ -201,19 +232,22 @@ BEGIN
     -- receiver's answer, or the failure that left its outcome unknown) when that is
     -- later than the reservation: the receiver then sees two sends at least the gap
     -- apart, however long the first one took to get there.
-    SELECT greatest(r.reserved_at, r.settled_at) + make_interval(secs => r.next_gap) INTO free_at
-    FROM account_reservations r
-    WHERE r.account = p_account ORDER BY r.reserved_at DESC LIMIT 1;
-    IF free_at > p_now THEN
-        answer := 'skipped-gap';
-        retry_at := free_at;
-        RETURN;
+    -- An account without a gap (no min_gap, no jitter) skips the look.
+    IF a.min_gap IS NOT NULL OR a.gap_jitter_low IS NOT NULL THEN
+        SELECT mtad_gap_end(r.reserved_at, r.settled_at, r.next_gap) INTO free_at
+        FROM account_reservations r
+        WHERE r.account = p_account ORDER BY r.reserved_at DESC LIMIT 1;
+        IF free_at > p_now THEN
+            answer := 'skipped-gap';
+            retry_at := free_at;
+            RETURN;
+        END IF;
     END IF;
 
     FOR rate IN
         SELECT cap, width FROM (VALUES (a.per_second, interval '1 second'), (a.per_minute, interval '1 minute'),
                                        (a.per_hour, interval '1 hour')) AS caps (cap, width)
-        WHERE cap IS NOT NULL
+        WHERE cap IS NOT NULL AND coalesce(a.per_second, a.per_minute, a.per_hour) IS NOT NULL
     LOOP
         SELECT count(*) INTO used FROM account_reservations
         WHERE account = p_account AND reserved_at > p_now - rate.width;
@@ -243,39 +277,48 @@ BEGIN
     INSERT INTO account_reservations (account, reserved_at, next_gap)
     VALUES (p_account, p_now, coalesce(a.min_gap, 0) + jitter)
     RETURNING id INTO reservation;
+    INSERT INTO account_days AS d (account, day, sends)
+    VALUES (p_account, (p_now AT TIME ZONE a.time_zone)::date, 1)
+    ON CONFLICT ON CONSTRAINT account_days_pkey DO UPDATE SET sends = d.sends + 1;
     answer := 'reserved';
 END
 $$;
 
--- Reserve one send through an account of pool p_pool at p_now, least used first, in
--- one round trip: the accounts that may send as far as this snapshot can tell (in an
--- active state, past the gap after their latest send, under the daily cap), by
--- fewest sends today (in each account's time zone), then longest since the latest
--- send (never first), then id, are tried with mtad_reserve in that order until one
--- is reserved. The cheap tests come first (an index probe per account for its
--- latest send), so that today's sends are counted only for the accounts that pass
--- them: with minutes-long gaps, most accounts of a busy pool are inside theirs.
+-- Reserve up to p_want sends through the accounts of pool p_pool at p_now, least
+-- used first, in one round trip and one transaction: the accounts that may send as
+-- far as this snapshot can tell (in an active state, past the gap after their
+-- latest send, under the daily cap), by fewest sends today (in each account's time
+-- zone), then longest since the latest send (never first), then id, are tried with
+-- mtad_reserve in that order, and again in passes (the accounts that took one in
+-- the pass before), until p_want are reserved or a pass reserves none; mtad_reserve
+-- sees this transaction's own reservations, so every limit holds within a batch.
+-- The cheap tests come first (an index probe per account for its latest send, its
+-- day's count from account_days). p_draws[i]: the caller's uniform draw in [0, 1]
+-- for the i-th reservation's jitter.
 --
--- account, reservation, lapsed: the account reserved (NULL: none), as mtad_reserve
--- answers. contended: an account was skipped because another caller held its lock
--- (trying again at once may succeed). Call it alone, in a transaction of its own:
--- the locks mtad_reserve takes on the accounts it tries are held until it returns.
-CREATE FUNCTION mtad_choose(
-    p_pool text, p_now timestamptz, p_draw double precision,
-    OUT account integer, OUT reservation bigint, OUT lapsed text, OUT contended boolean
-) LANGUAGE plpgsql SET enable_seqscan = off AS $$
+-- One row per reservation (account, reservation, lapsed as mtad_reserve answers),
+-- or, when none was made, one row with account NULL and contended: whether an
+-- account was skipped because another caller held its lock (trying again at once
+-- may succeed). Call it alone, in a transaction of its own: the locks mtad_reserve
+-- takes on the accounts it tries are held until it returns.
+CREATE FUNCTION mtad_choose(p_pool text, p_now timestamptz, p_want integer, p_draws double precision[])
+RETURNS TABLE (account integer, reservation bigint, lapsed text, contended boolean)
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
+    candidates integer[];
+    next_pass integer[];
     candidate integer;
     tried record;
+    got integer := 0;
+    was_contended boolean := false;
 BEGIN
-    contended := false;
-    FOR candidate IN
+    candidates := ARRAY(
         WITH free AS MATERIALIZED (
             SELECT a.id, latest.reserved_at AS last_send
             FROM accounts a
             LEFT JOIN LATERAL (
                 SELECT r.reserved_at,
-                       greatest(r.reserved_at, r.settled_at) + make_interval(secs => r.next_gap) AS free_at
+                       mtad_gap_end(r.reserved_at, r.settled_at, r.next_gap) AS free_at
                 FROM account_reservations r
                 WHERE r.account = a.id ORDER BY r.reserved_at DESC LIMIT 1
             ) latest ON true
@@ -286,21 +329,35 @@ BEGIN
         SELECT a.id
         FROM free
         JOIN accounts a ON a.id = free.id
-        CROSS JOIN LATERAL (
-            SELECT count(*) AS sends FROM account_reservations r, mtad_account_day(a.time_zone, p_now) AS day
-            WHERE r.account = a.id AND r.reserved_at >= lower(day) AND r.reserved_at < upper(day)
-        ) today
+        CROSS JOIN LATERAL (SELECT mtad_account_sends(a.id, a.time_zone, p_now) AS sends) today
         WHERE a.daily_cap IS NULL OR today.sends < a.daily_cap
         ORDER BY today.sends, free.last_send NULLS FIRST, a.id
-    LOOP
-        SELECT * INTO tried FROM mtad_reserve(candidate, p_now, p_draw);
-        IF tried.answer = 'reserved' THEN
-            account := candidate;
-            reservation := tried.reservation;
-            lapsed := tried.lapsed;
-            RETURN;
-        END IF;
-        contended := contended OR tried.answer = 'skipped-locked';
+    );
+    WHILE got < p_want AND cardinality(candidates) > 0 LOOP
+        next_pass := '{}';
+        FOREACH candidate IN ARRAY candidates LOOP
+            EXIT WHEN got >= p_want;
+            SELECT * INTO tried FROM mtad_reserve(candidate, p_now, coalesce(p_draws[got + 1], 0));
+            IF tried.answer = 'reserved' THEN
+                got := got + 1;
+                next_pass := next_pass || candidate;
+                account := candidate;
+                reservation := tried.reservation;
+                lapsed := tried.lapsed;
+                contended := false;
+                RETURN NEXT;
+            ELSIF tried.answer = 'skipped-locked' THEN
+                was_contended := true;
+            END IF;
+        END LOOP;
+        candidates := next_pass;
     END LOOP;
+    IF got = 0 THEN
+        account := NULL;
+        reservation := NULL;
+        lapsed := NULL;
+        contended := was_contended;
+        RETURN NEXT;
+    END IF;
 END
 $$;

@@ -51,6 +51,7 @@ EXPECTED_COLUMNS = {
     },
     "account_reservations": {"id", "account", "reserved_at", "next_gap", "state", "delivery", "settled_at"},
     "suppressions": {"tenant", "address", "reason", "delivery", "created_at"},
+    "account_days": {"account", "day", "sends"},
 }  # fmt: skip
 
 

@@ -12,12 +12,9 @@ SELECT count(*) AS accounts,
            END) AS next_free
 FROM accounts a
 LEFT JOIN LATERAL (
-    SELECT greatest(r.reserved_at, r.settled_at) + make_interval(secs => r.next_gap) AS free_at
+    SELECT mtad_gap_end(r.reserved_at, r.settled_at, r.next_gap) AS free_at
     FROM account_reservations r
     WHERE r.account = a.id ORDER BY r.reserved_at DESC LIMIT 1
 ) latest ON true
-CROSS JOIN LATERAL (
-    SELECT count(*) AS sends FROM account_reservations r, mtad_account_day(a.time_zone, $2) AS day
-    WHERE r.account = a.id AND r.reserved_at >= lower(day) AND r.reserved_at < upper(day)
-) today
+CROSS JOIN LATERAL (SELECT mtad_account_sends(a.id, a.time_zone, $2) AS sends) today
 WHERE a.pool = $1

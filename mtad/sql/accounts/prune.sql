@@ -10,5 +10,7 @@ WITH old AS (
     LIMIT $2
 ), gone AS (
     DELETE FROM account_reservations r USING old WHERE r.id = old.id RETURNING 1
+), old_days AS (  -- the days' counts go with them (a day before $1 is over in every time zone)
+    DELETE FROM account_days d WHERE d.day < ($1 AT TIME ZONE 'UTC')::date - 1
 )
 SELECT count(*) FROM gone

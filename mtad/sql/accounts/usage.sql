@@ -11,13 +11,10 @@ SELECT a.id, a.name, a.address, a.pool, a.host, a.port, a.tls, a.login, a.mechan
        latest.free_at AS gap_until,
        round(100.0 * (ok.sends + 1) / (ok.sends + 1 + 2 * bad.failures + bad.bounces))::integer AS health
 FROM accounts a
-CROSS JOIN LATERAL (
-    SELECT count(*) AS sends FROM account_reservations r, mtad_account_day(a.time_zone, $1) AS day
-    WHERE r.account = a.id AND r.reserved_at >= lower(day) AND r.reserved_at < upper(day)
-) today
+CROSS JOIN LATERAL (SELECT mtad_account_sends(a.id, a.time_zone, $1) AS sends) today
 LEFT JOIN LATERAL (
     SELECT r.reserved_at,
-           greatest(r.reserved_at, r.settled_at) + make_interval(secs => r.next_gap) AS free_at
+           mtad_gap_end(r.reserved_at, r.settled_at, r.next_gap) AS free_at
     FROM account_reservations r
     WHERE r.account = a.id ORDER BY r.reserved_at DESC LIMIT 1
 ) latest ON true
