@@ -1,4 +1,4 @@
-"""`python -m bench`: mtad against Postfix on loopback, in five parts (`--only` picks some).
+"""`python -m bench`: mtad against Postfix (and itself) on loopback, in seven parts (`--only` picks some).
 
 - accept: how many messages per second a server accepts *durably* (it answers 250
   only once the message is on disk) from a burst of SMTP sessions on 127.0.0.1, for
@@ -18,11 +18,17 @@
   binds (goal: under 5 % overhead); and 1,000,000 deferred deliveries due at once on a
   node whose bucket is pinned at 500/s: the release rate at the sink and mtad's
   resident memory, second by second (`--quick`: 100,000 of them, for 20 s).
+- accounts: reserve before send: `accounts.reserve` calls per second with 1, 10 and
+  100 concurrent callers on 5 and 500 accounts whose limits never bind, and
+  `accounts.choose` per second with 10 callers.
+- relay: the end-to-end rate of mail relayed through 5 sending accounts at a
+  smarthost sink (STARTTLS, AUTH) against the same mail sent without the mailbox
+  layer to a like sink (goal: under 10 % overhead).
 
-Every server is driven by the same client, Postfix's `smtp-source`, and each run starts
-from empty queues (the drained-then-burst case).
+In the parts against Postfix every server is driven by the same client, Postfix's
+`smtp-source`, and each run starts from empty queues (the drained-then-burst case).
 
 Modules: `client` (smtp-source, timed), `sink` (smtp-sink, counted), `mtad_server`,
 `postfix`, `bare` (the servers), `accept`, `delivery`, `outbound`, `spool_memory`,
-`shaping` (the parts), `report` (the machine, the tables, RESULTS.md), `__main__` (options, the run).
+`shaping`, `accounts`, `relay` (the parts), `report` (the machine, the tables, RESULTS.md), `__main__` (options, the run).
 """

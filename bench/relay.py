@@ -18,10 +18,11 @@ only in the mailbox layer:
   daily cap, no min_gap, no jitter, no caps per second, minute or hour. They all
   name one smarthost sink, which requires AUTH PLAIN after STARTTLS (its
   self-signed certificate is verified against "localhost"). Each send:
-  `Mailboxes.take` (`accounts.choose`: the candidates query, then `reserve`),
-  `login` (the secret read and opened once per account, then kept), the
-  transaction over one of the account's pooled sessions (AUTH once per session),
-  then `settle` (`accounts.confirm`). Sessions: at most PER_ACCOUNT per account
+  a reservation (`Mailboxes.take`: `accounts.choose_many`, one round trip for the
+  reservations of up to 16 waiting jobs, two callers at once per pool), `login`
+  (the secret read and opened once per account, then kept), the transaction over
+  one of the account's pooled sessions (AUTH once per session), then `settle`
+  (the confirmations of sends ending together written in one statement). Sessions: at most PER_ACCOUNT per account
   (`max_per_host`; sessions are pooled per account), SESSIONS in all.
 - without: the messages name no account pool. A static route sends DOMAIN to a
   second sink that offers STARTTLS and asks no AUTH; the providers file's
