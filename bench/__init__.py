@@ -30,5 +30,6 @@ In the parts against Postfix every server is driven by the same client, Postfix'
 
 Modules: `client` (smtp-source, timed), `sink` (smtp-sink, counted), `mtad_server`,
 `postfix`, `bare` (the servers), `accept`, `delivery`, `outbound`, `spool_memory`,
-`shaping`, `accounts`, `relay` (the parts), `report` (the machine, the tables, RESULTS.md), `__main__` (options, the run).
+`shaping`, `accounts`, `relay` (the parts), `report` (the machine, the tables,
+RESULTS.md), `__main__` (options, the run).
 """
