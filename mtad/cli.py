@@ -24,6 +24,7 @@ from mtad import (
     accounts,
     config,
     daemon,
+    dkim,
     errors,
     leases,
     limits,
@@ -149,6 +150,43 @@ async def queue_ls(args: argparse.Namespace, settings: config.Settings) -> int:
 
 _BUCKET_COLUMNS = ["group", "source", "rate", "sessions", "nodes", "in_flight", "tokens", "decreases", "increases",
                    "changed_by", "changed_at"]  # fmt: skip
+
+
+# --- DKIM keys -------------------------------------------------------------------------------
+
+
+async def dkim_keygen(args: argparse.Namespace, settings: config.Settings) -> int:
+    """A new pending key for a domain; prints the TXT record to publish."""
+    sealer = vault.Vault.from_config(settings.accounts.key_file, settings.accounts.key_env)
+    algorithm = dkim.Algorithm(args.alg)
+    key = dkim.generate(args.domain, args.selector or dkim.default_selector(algorithm, datetime.now(UTC)), algorithm)
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        stored = await dkim.add(opened.database, key, sealer)
+    print(f"DKIM key {stored.selector} for {stored.domain} ({algorithm.value}) is pending; publish:")
+    print(f'{stored.name}. IN TXT "{stored.record()}"')
+    return EXIT_OK
+
+
+async def dkim_ls(args: argparse.Namespace, settings: config.Settings) -> int:
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        keys = await dkim.list_all(opened.database)
+    rows = [{"domain": k.domain, "selector": k.selector, "algorithm": k.algorithm.value, "state": k.state.value,
+             "created": k.created_at, "changed": k.changed_at, "record": k.record} for k in keys]  # fmt: skip
+    if args.json:
+        for row in rows:
+            print(_json(row))
+    else:
+        _table(rows, ["domain", "selector", "algorithm", "state", "created", "changed"])
+    return EXIT_OK
+
+
+async def dkim_state(args: argparse.Namespace, settings: config.Settings) -> int:
+    """activate or revoke a key by hand (the DNS-driven rotation is not built yet)."""
+    state = dkim.KeyState.ACTIVE if args.command_name == "activate" else dkim.KeyState.REVOKED
+    async with daemon.open_spool(settings, pool_size=2) as opened:
+        key = await dkim.set_state(opened.database, args.domain, args.selector, state, datetime.now(UTC))
+    print(f"DKIM key {key.selector} for {key.domain} is {key.state.value} (running nodes load it within a minute)")
+    return EXIT_OK
 
 
 async def buckets_ls(args: argparse.Namespace, settings: config.Settings) -> int:
@@ -500,6 +538,25 @@ def _parser() -> argparse.ArgumentParser:
     qshow.add_argument("id", help="a queue id (UUID) or a delivery id (number)")
     qshow.add_argument("--json", action="store_true", help="one JSON object")
     qshow.set_defaults(command=queue_show)
+
+    dkim_parser = commands.add_parser("dkim", parents=[common], help="Manage DKIM signing keys.")
+    dkim_commands = dkim_parser.add_subparsers(title="dkim commands", metavar="COMMAND", required=True)
+    dgen = dkim_commands.add_parser(
+        "keygen", parents=[common], help="Make a pending key for a domain and print the DNS record to publish."
+    )
+    dgen.add_argument("domain")
+    dgen.add_argument("--alg", choices=[a.value for a in dkim.Algorithm], default="rsa2048")
+    dgen.add_argument("--selector", help="default mtad-YYYYMM (-ed for ed25519)")
+    dgen.set_defaults(command=dkim_keygen)
+    dls = dkim_commands.add_parser("ls", parents=[common], help="List the keys and their states.")
+    dls.add_argument("--json", action="store_true", help="one JSON object per key and line (with its record)")
+    dls.set_defaults(command=dkim_ls)
+    for name, text in (("activate", "Make a key sign (after its record is published)."),
+                       ("revoke", "Stop a key for good.")):  # fmt: skip
+        change = dkim_commands.add_parser(name, parents=[common], help=text)
+        change.add_argument("domain")
+        change.add_argument("selector")
+        change.set_defaults(command=dkim_state, command_name=name)
 
     bucket_parser = commands.add_parser("buckets", parents=[common], help="See the shaping buckets.")
     bucket_commands = bucket_parser.add_subparsers(title="bucket commands", metavar="COMMAND", required=True)

@@ -25,6 +25,7 @@ from mtad import (
     accounts,
     datafiles,
     delivery,
+    dkim,
     egress,
     envelope,
     errors,
@@ -361,8 +362,14 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
     extras = _load_delivery_data(values, document.get("routes", {}), document.get("pools", {}),
                                  document.get("account_pools", {}), problems)  # fmt: skip
     extras["tenant_weights"] = {}
+    extras["tenant_dkim_domains"] = {}
     extras["tenant_defaults"] = _load_tenant_defaults(
-        document.get("tenants", {}), extras["pools"], extras["account_pools"], extras["tenant_weights"], problems
+        document.get("tenants", {}),
+        extras["pools"],
+        extras["account_pools"],
+        extras["tenant_weights"],
+        problems,
+        extras["tenant_dkim_domains"],
     )
     if extras["account_pools"] and not (values["accounts"].get("key_file") or values["accounts"].get("key_env")):
         problems.append("[accounts] key_file or key_env: [account_pools] are configured, and their accounts' "
@@ -545,6 +552,7 @@ def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.Pool
 
 
 _TENANT_KEYS = {
+    "dkim_domain": "a domain with DKIM keys",
     "priority": "a whole number",
     "pool": "a pool name",
     "account_pool": "an account pool name",
@@ -558,6 +566,7 @@ def _load_tenant_defaults(
     account_pools: Mapping[str, Any],
     weights: dict[str, int],
     problems: list[str],
+    dkim_domains: dict[str, str] | None = None,
 ) -> dict[str, submission.TenantDefaults]:
     """The [tenants."NAME"] tables: the priority and source IP pool of a tenant's
     messages when they name none (X-Mtad-Priority, Priority, X-Mtad-Pool), and the
@@ -601,6 +610,11 @@ def _load_tenant_defaults(
         elif account_pool and account_pool not in account_pools:
             known = _pools_known(account_pools, "account_pools")
             problems.append(f"{where} account_pool: no account pool named {account_pool!r}{known}")
+        signing = keys.get("dkim_domain", "")
+        if not isinstance(signing, str) or (signing and not dkim.DOMAIN.match(signing.lower().rstrip("."))):
+            problems.append(f"{where} dkim_domain: expected a domain name, got {signing!r}")
+        elif signing and dkim_domains is not None:
+            dkim_domains[name] = signing.lower().rstrip(".")
         if len(problems) == found:
             defaults[name] = submission.TenantDefaults(chosen, pool or None, account_pool or None)
     return defaults
@@ -655,6 +669,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
                 default_pool=d["default_pool"],
                 route_pools=extras["route_pools"],
                 route_account_pools=extras["route_account_pools"],
+                tenant_dkim_domains=extras["tenant_dkim_domains"],
                 tenant_weights=extras["tenant_weights"],
             ),
             sessions=sessions.Settings(

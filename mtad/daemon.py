@@ -34,6 +34,7 @@ from mtad import (
     config,
     db,
     delivery,
+    dkim,
     egress,
     errors,
     http,
@@ -52,6 +53,7 @@ from mtad.db import embedded, migrate
 logger = structlog.get_logger("mtad.daemon")
 
 HOUSEKEEPING_INTERVAL = 600.0
+DKIM_RELOAD_INTERVAL = 60.0  # seconds between reads of the active DKIM keys (a key made active anywhere signs soon)
 
 
 def notify(message: str) -> None:
@@ -156,13 +158,17 @@ class Daemon:
         resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)
         router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
         engine = None
+        signer = dkim.Signer()
+        sealer = _vault(settings)
+        if out.enabled and sealer is not None:
+            await self._dkim_keys(database, signer, sealer)  # the keys active now, before the first send
         if out.enabled:
             queue = await db.Database.connect(database.dsn, max_size=settings.database.pool_size, replan=True)
             self._closing.append(queue)
             mailboxes = relay.Mailboxes(queue, out.relay, _vault(settings), now=_now)
             engine = delivery.Delivery(
                 out.engine, queue, router, sessions.Pool(out.sessions), out.rules, pools=egress.Egress(out.pools),
-                mailboxes=mailboxes,
+                mailboxes=mailboxes, signer=signer,
             )  # fmt: skip
         committer = spool.GroupCommitter(
             database,
@@ -190,6 +196,8 @@ class Daemon:
                     tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),
                     tasks.create_task(self._housekeeping(database), name="housekeeping"),
                 ]
+                if out.enabled and sealer is not None:
+                    background.append(tasks.create_task(self._dkim_reload(database, signer, sealer), name="dkim"))
                 await smtp.start()
                 if web is not None:
                     await web.start()
@@ -233,6 +241,24 @@ class Daemon:
                 await nodes.heartbeat(database, node_id, _now())
             except errors.SpoolError as exc:
                 logger.warning("heartbeat_failed", error=str(exc))
+
+    async def _dkim_keys(self, database: db.Database, signer: dkim.Signer, sealer: vault.Vault) -> None:
+        """The active DKIM keys into the signer (those of other nodes' changes too)."""
+        try:
+            keys = await dkim.load(database, sealer)
+        except (errors.SpoolError, errors.ConfigError) as exc:
+            logger.warning("dkim_keys_not_loaded", error=str(exc))  # the keys loaded before stay
+            return
+        before = {(k.domain, k.selector) for found in signer.keys.values() for k in found}
+        signer.replace(keys)
+        now = {(k.domain, k.selector) for k in keys}
+        if now != before:
+            logger.info("dkim_keys", active=sorted(f"{d}/{s}" for d, s in now))
+
+    async def _dkim_reload(self, database: db.Database, signer: dkim.Signer, sealer: vault.Vault) -> None:
+        while True:
+            await asyncio.sleep(DKIM_RELOAD_INTERVAL)
+            await self._dkim_keys(database, signer, sealer)
 
     async def _housekeeping(self, database: db.Database) -> None:
         while True:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import random
 import time
 import uuid
@@ -36,6 +37,7 @@ import structlog
 from mtad import (
     accounts,
     db,
+    dkim,
     egress,
     errors,
     headers,
@@ -85,6 +87,7 @@ class Settings:
         default_factory=dict
     )  # domain -> account pool, if the message has none
     tenant_weights: Mapping[str, int] = field(default_factory=dict)  # turns per round in a ready queue (default 1)
+    tenant_dkim_domains: Mapping[str, str] = field(default_factory=dict)  # tenant -> its signing domain
 
 
 # --- jobs and groups -----------------------------------------------------------------
@@ -135,6 +138,7 @@ class _Message:
     account_pool: str | None  # chosen at submission (X-Mtad-Account-Pool, the tenant's): relayed
     body: bytes | None  # None: not held (the body cache was full): read when it is sent
     jobs: int = 0
+    signatures: dict[tuple[bytes, tuple[int, ...]], bytes] = field(default_factory=dict)  # (header digest, keys)
 
 
 @dataclass(slots=True)
@@ -185,6 +189,7 @@ class Delivery:
         shaper: shaping.Shaper | None = None,
         pools: egress.Egress | None = None,
         mailboxes: relay.Mailboxes | None = None,
+        signer: dkim.Signer | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: random.Random | None = None,
     ) -> None:
@@ -197,6 +202,7 @@ class Delivery:
         self._shaper = shaper or shaping.Shaper()
         self._egress = pools or egress.Egress({})
         self._mailboxes = mailboxes
+        self._signer = signer or dkim.Signer()
         self._source = pool.settings.source_address or ""  # the source of mail without a pool
         self._now = now
         self._rng = rng or random.Random()
@@ -576,7 +582,8 @@ class Delivery:
             for address in hop.addresses
         ]
         assert message.body is not None  # _message() reads it
-        tx = sessions.Transaction(message.sender, tuple(d.recipient for d in job.deliveries), message.body,
+        body, signed = self._sign(message, message.body)
+        tx = sessions.Transaction(message.sender, tuple(d.recipient for d in job.deliveries), body,
                                   message.smtputf8)  # fmt: skip
         self._stats.attempts += 1
         ehlo = out.choice.ehlo if out.choice else None
@@ -595,6 +602,7 @@ class Delivery:
                 verdicts[d.id] = (outcomes.classify_failure(result.failure or Failure.INTERNAL), None)
         data = {
             "attempt": str(attempt),
+            "dkim": signed,
             "mx": result.host,
             "address": result.address,
             "source": result.source,
@@ -614,6 +622,25 @@ class Delivery:
             feedback.maybe_sent = True
         metrics.SESSIONS_REUSED.labels(group=route.group).inc(result.reused)
         await self._finish(job, route.group, verdicts, data)
+
+    def _sign(self, message: _Message, body: bytes) -> tuple[bytes, str]:
+        """The body with its DKIM signatures, made just before it is sent, with the keys
+        active now: the tenant's signing domain, else the From field's. A message sent
+        again with the same header and keys reuses its signatures. Returns it and what
+        the event says: "d=domain s=selector ..." or why it went unsigned."""
+        if not self._signer.keys:
+            return body, "unsigned: no active DKIM key"
+        domain = self.settings.tenant_dkim_domains.get(message.tenant) or dkim.from_domain(body)
+        keys = self._signer.for_domain(domain) if domain else []
+        if not keys:
+            return body, f"unsigned: no active key for {domain}" if domain else "unsigned: no From domain"
+        end = body.find(b"\r\n\r\n")
+        cache = (hashlib.blake2b(body[:end], digest_size=16).digest(), tuple(k.id for k in keys))
+        fields = message.signatures.get(cache)
+        if fields is None:
+            signed = dkim.sign(body, keys)
+            fields = message.signatures[cache] = signed[: len(signed) - len(body)]
+        return fields + body, " ".join(f"d={k.domain} s={k.selector}" for k in keys)
 
     async def _begin_attempt(self, job: _Job, attempt: uuid.UUID, group: str) -> bool:
         """Write the attempt id before DATA; drop deliveries whose lease was lost. False
@@ -745,6 +772,7 @@ class Delivery:
             if self._mailboxes.rewrites_from(account.pool):  # the mailbox sends as itself
                 sender, body = account.address, headers.rewrite_from(body, account.address)
                 data["from"] = account.address
+            body, data["dkim"] = self._sign(message, body)  # after the last change of a header
             tx = sessions.Transaction(sender, tuple(d.recipient for d in job.deliveries), body, message.smtputf8)
             self._stats.attempts += 1
             result = await self._pool.deliver([relay.target(account)], tx, None, label=group.name, login=login)

@@ -14,6 +14,7 @@ import pytest
 
 from mtad import db, routing, spool, submission, tenants
 from mtad.endpoints import HostPort
+from tests.sink import Sink
 from tests.zones import ZoneResolver
 
 TEST_PROVIDERS = routing.load_providers(Path(__file__).parents[1] / "providers.toml")
@@ -80,3 +81,12 @@ def make_submission(database: db.Database, tls_files: tuple[Path, Path]) -> Fact
         return submission_server(database, tls_files if tls else None, **overrides)
 
     return make
+
+
+@pytest.fixture
+async def smarthost(tls_files: tuple[Path, Path]) -> AsyncIterator[Sink]:
+    """A smarthost on 127.0.0.1 (its certificate is for "localhost"): AUTH required after
+    STARTTLS, no logins yet (tests add them)."""
+    started = await Sink(("127.0.0.1",), tls=submission.tls_context(*tls_files), logins={}).start()
+    yield started
+    await started.stop()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mtad import db, delivery, envelope, leases, outcomes, routing, sessions, spool
+from mtad import db, delivery, dkim, envelope, leases, outcomes, routing, sessions, spool
 from tests.conftest import query
 from tests.integration.test_spool import running
 from tests.sink import Sink
@@ -40,12 +40,13 @@ async def sink() -> AsyncIterator[Sink]:
 
 
 def engine(database: db.Database, sink: Sink, *, node: str = "n1", now: Callable[[], datetime] | None = None,
-           **kw: object) -> delivery.Delivery:  # fmt: skip
+           signer: dkim.Signer | None = None, **kw: object) -> delivery.Delivery:  # fmt: skip
     resolver = ZoneResolver(ZONE, servfail={"broken.test"})
     router = routing.Router(resolver, PROVIDERS, port=sink.port)
     pool = sessions.Pool(sessions.Settings(port=sink.port, ehlo_hostname="mtad.test"))
     settings = delivery.Settings(node=node, retry=outcomes.RetrySchedule((60,), jitter=0), **kw)  # type: ignore[arg-type]
-    return delivery.Delivery(settings, database, router, pool, RULES, now=now or (lambda: datetime.now(UTC)))
+    return delivery.Delivery(settings, database, router, pool, RULES, now=now or (lambda: datetime.now(UTC)),
+                             signer=signer)  # fmt: skip
 
 
 def new_message(*recipients: str, body: bytes = b"Subject: t\r\n\r\nhello\r\n") -> spool.NewMessage:

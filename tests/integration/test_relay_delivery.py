@@ -10,7 +10,7 @@ import collections
 import dataclasses
 import json
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,9 +19,8 @@ import pytest
 import structlog
 from prometheus_client import REGISTRY
 
-from mtad import accounts, db, delivery, outcomes, relay, routing, sessions, spool, vault
+from mtad import accounts, db, delivery, dkim, outcomes, relay, routing, sessions, spool, vault
 from mtad.accounts import State
-from mtad.submission import tls_context
 from mtad.vault import Secret
 from tests.conftest import query
 from tests.integration.test_delivery import PROVIDERS, RULES, accept, deliveries, new_message
@@ -32,13 +31,6 @@ from tests.zones import ZoneResolver
 
 SEALER = vault.Vault(vault.Vault.new_key())
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def smarthost(tls_files: tuple[Path, Path]) -> AsyncIterator[Sink]:
-    started = await Sink(("127.0.0.1",), tls=tls_context(*tls_files), logins={}).start()
-    yield started
-    await started.stop()
 
 
 async def add(
@@ -59,7 +51,7 @@ async def add(
 def relaying(
     database: db.Database, tls_files: tuple[Path, Path], *, now: Callable[[], datetime] | None = None,
     settings: relay.Settings | None = None, token_tls: Any = None, routes: dict[str, str] | None = None,
-    lease_duration: float = 300.0,
+    lease_duration: float = 300.0, signer: dkim.Signer | None = None,
 ) -> delivery.Delivery:  # fmt: skip
     clock = now or (lambda: datetime.now(UTC))
     pool = sessions.Pool(sessions.Settings(ehlo_hostname="mtad.test"), relay_tls=trusting(tls_files[0]))
@@ -68,7 +60,7 @@ def relaying(
     router = routing.Router(ZoneResolver(""), PROVIDERS)  # relayed mail asks no DNS
     engine = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0),
                                route_account_pools=routes or {}, lease_duration=lease_duration)  # fmt: skip
-    return delivery.Delivery(engine, database, router, pool, RULES, mailboxes=mailboxes, now=clock)
+    return delivery.Delivery(engine, database, router, pool, RULES, mailboxes=mailboxes, now=clock, signer=signer)
 
 
 def relayed(*recipients: str, pool: str = "p", body: bytes = b"Subject: t\r\n\r\nhello\r\n") -> spool.NewMessage:

@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from mtad import accounts, db, errors, lifecycle
+from mtad import accounts, db, dkim, errors, lifecycle
 from mtad.db import migrate
 from tests.conftest import admin, query, with_database
 
@@ -20,6 +20,7 @@ async def test_postgres_enums_mirror_the_python_enums(database: db.Database) -> 
     assert await enum_values(database, "delivery_reason") == [r.value for r in lifecycle.Reason]
     assert await enum_values(database, "account_state") == [s.value for s in accounts.State]
     assert await enum_values(database, "reservation_state") == [s.value for s in accounts.ReservationState]
+    assert await enum_values(database, "dkim_key_state") == [s.value for s in dkim.KeyState]
 
 
 EXPECTED_COLUMNS = {
@@ -52,6 +53,9 @@ EXPECTED_COLUMNS = {
     "account_reservations": {"id", "account", "reserved_at", "next_gap", "state", "delivery", "settled_at"},
     "suppressions": {"tenant", "address", "reason", "delivery", "created_at"},
     "account_days": {"account", "day", "sends"},
+    "dkim_keys": {
+        "id", "domain", "selector", "algorithm", "private_key", "record", "state", "created_at", "changed_at",
+    },
 }  # fmt: skip
 
 

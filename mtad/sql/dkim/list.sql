@@ -1,0 +1,3 @@
+-- Every key (never its private half), by domain, then newest first.
+SELECT id, domain, selector, algorithm, state::text AS state, record, created_at, changed_at
+FROM dkim_keys ORDER BY domain, created_at DESC, id DESC

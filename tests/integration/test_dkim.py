@@ -1,0 +1,130 @@
+"""DKIM keys in PostgreSQL, and signatures made at transmission that verify at the sink."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dkim as dkimpy
+import pytest
+
+from mtad import accounts, db, delivery, dkim, errors, relay, vault
+from mtad.dkim import Algorithm, KeyState
+from tests.conftest import query
+from tests.integration.test_delivery import accept, engine, new_message
+from tests.integration.test_relay_delivery import SEALER, add, relayed, relaying
+from tests.sink import Sink
+
+NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[Sink]:
+    started = await Sink(("127.0.0.2", "127.0.0.3")).start()
+    yield started
+    await started.stop()
+
+
+def verifies(message: bytes, *keys: dkim.Key) -> bool:
+    records = {f"{k.name}.".encode(): k.record().encode() for k in keys}
+    try:
+        return bool(dkimpy.DKIM(message).verify(dnsfunc=lambda name, timeout=5: records.get(name, b"")))
+    except dkimpy.ValidationError:
+        return False
+
+
+async def active_key(database: db.Database, domain: str, algorithm: Algorithm = Algorithm.RSA2048) -> dkim.Key:
+    key = await dkim.add(database, dkim.generate(domain, dkim.default_selector(algorithm, NOW), algorithm), SEALER)
+    await dkim.set_state(database, domain, key.selector, KeyState.ACTIVE, NOW)
+    return dataclasses.replace(key, state=KeyState.ACTIVE)
+
+
+async def test_keys_are_stored_sealed_listed_and_loaded(database: db.Database) -> None:
+    rsa_key = await dkim.add(database, dkim.generate("Example.COM", "s1", Algorithm.RSA2048), SEALER)
+    ed_key = await dkim.add(database, dkim.generate("example.com", "s2", Algorithm.ED25519), SEALER)
+    assert (rsa_key.domain, rsa_key.state) == ("example.com", KeyState.PENDING)
+    with pytest.raises(errors.Conflict, match=r"selector 's1' of example\.com already exists"):
+        await dkim.add(database, dkim.generate("example.com", "s1", Algorithm.RSA2048), SEALER)
+    [stored] = await query(database, "SELECT private_key FROM dkim_keys WHERE selector = 's1'")
+    assert b"PRIVATE KEY" not in bytes(stored["private_key"])  # sealed at rest
+    assert await dkim.load(database, SEALER) == []  # pending keys do not sign
+    await dkim.set_state(database, "example.com", "s1", KeyState.ACTIVE, NOW)
+    await dkim.set_state(database, "example.com", "s2", KeyState.ACTIVE, NOW)
+    loaded = await dkim.load(database, SEALER)
+    assert [(k.selector, k.algorithm) for k in loaded] == [("s1", Algorithm.RSA2048), ("s2", Algorithm.ED25519)]
+    assert [k.record() for k in loaded] == [rsa_key.record(), ed_key.record()]
+    listed = {k.selector: k for k in await dkim.list_all(database)}
+    assert listed["s1"].record.startswith("v=DKIM1; k=rsa; p=MII")
+    assert listed["s2"].record.startswith("v=DKIM1; k=ed25519; p=")
+    with pytest.raises(errors.NotFound):
+        await dkim.set_state(database, "example.com", "nope", KeyState.ACTIVE, NOW)
+    with pytest.raises(errors.ConfigError, match="does not open"):
+        await dkim.load(database, vault.Vault(vault.Vault.new_key()))
+
+
+async def test_mail_is_signed_at_transmission_once_per_key_and_verifies(database: db.Database, sink: Sink) -> None:
+    rsa_key = await active_key(database, "example.org")
+    ed_key = await active_key(database, "example.org", Algorithm.ED25519)
+    signer = dkim.Signer()
+    signer.replace(await dkim.load(database, SEALER))
+    body = b"From: App <app@example.org>\r\nTo: a@sink.test\r\nSubject: signed\r\n\r\nhello\r\n"
+    await accept(database, new_message("a@sink.test", "b@other.test", body=body))  # two jobs: two transactions
+    await engine(database, sink, signer=signer).run_until_idle()
+    assert len(sink.received) == 2
+    for message in sink.received:
+        assert message.data.startswith(b"DKIM-Signature: v=1; a=rsa-sha256; c=relaxed/relaxed; d=example.org;")
+        assert verifies(message.data, rsa_key, ed_key)
+        assert message.data.count(b"DKIM-Signature:") == 2  # RSA and Ed25519 side by side
+    first, second = (m.data.split(b"\r\nFrom:")[0] for m in sink.received)
+    assert first == second  # signed once, the signatures reused for the second transaction
+    events = await query(database, "SELECT data FROM events WHERE kind = 'delivered'")
+    assert {json.loads(e["data"])["dkim"] for e in events} == {
+        f"d=example.org s={rsa_key.selector} d=example.org s={ed_key.selector}"
+    }
+
+
+async def test_a_message_without_a_key_goes_unsigned_and_the_event_says_so(database: db.Database, sink: Sink) -> None:
+    await active_key(database, "example.org")
+    signer = dkim.Signer()
+    signer.replace(await dkim.load(database, SEALER))
+    await accept(database, new_message("a@sink.test", body=b"From: x@elsewhere.example\r\n\r\nhi\r\n"))
+    await engine(database, sink, signer=signer).run_until_idle()
+    [message] = sink.received
+    assert b"DKIM-Signature" not in message.data
+    [event] = await query(database, "SELECT data FROM events WHERE kind = 'delivered'")
+    assert json.loads(event["data"])["dkim"] == "unsigned: no active key for elsewhere.example"
+
+
+async def test_the_tenants_signing_domain_comes_first(database: db.Database, sink: Sink) -> None:
+    key = await active_key(database, "tenant.example")
+    signer = dkim.Signer()
+    signer.replace(await dkim.load(database, SEALER))
+    await accept(database, new_message("a@sink.test", body=b"From: x@other.example\r\n\r\nhi\r\n"))  # tenant t1
+    await engine(database, sink, signer=signer, tenant_dkim_domains={"t1": "tenant.example"}).run_until_idle()
+    [message] = sink.received
+    assert b"d=tenant.example;" in message.data
+    assert verifies(message.data, key)
+
+
+async def test_relayed_mail_is_signed_after_the_from_rewrite(
+    database: db.Database, smarthost: Sink, tls_files: tuple[Path, Path]
+) -> None:
+    key = await active_key(database, "example.com")  # the accounts' domain
+    await add(database, smarthost, "a")
+    await accept(database, relayed("r@example.net", body=b"From: Shop <news@shop.example>\r\n\r\nhello\r\n"))
+    settings = relay.Settings(pools={"p": relay.PoolSettings(rewrite_from=True)}, poll=0.2)
+    signer = dkim.Signer()
+    signer.replace(await dkim.load(database, SEALER))
+    await relaying(database, tls_files, settings=settings, signer=signer).run_until_idle()
+    [message] = smarthost.received
+    assert b"From: Shop <a@example.com>" in message.data
+    assert b"d=example.com;" in message.data
+    assert verifies(message.data, key)
+    assert (await accounts.get(database, "a")).state is accounts.State.ACTIVE
+
+
+def test_settings_carry_the_tenant_domains() -> None:
+    assert delivery.Settings(node="n", tenant_dkim_domains={"t": "d.example"}).tenant_dkim_domains == {"t": "d.example"}
