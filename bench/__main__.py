@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import accept, accounts, client, delivery, outbound, postfix, relay, report, shaping, spool_memory
+from bench import accept, accounts, client, delivery, dkim, outbound, postfix, relay, report, shaping, spool_memory
 
 RESULTS = Path(__file__).parent / "RESULTS.md"
 
@@ -35,6 +35,7 @@ PARTS: dict[str, tuple[str, Run, tuple[type[Exception], ...]]] = {
     "shaping": ("The cost of traffic shaping, and the release of a backlog", shaping.run, shaping.ERRORS),
     "accounts": ("Reserve before send: mailbox reservations per second", accounts.run, accounts.ERRORS),
     "relay": ("Relay through sending mailboxes: the cost of the mailbox layer", relay.run, relay.ERRORS),
+    "dkim": ("DKIM signing per message: mtad and dkimpy", dkim.run, dkim.ERRORS),
 }
 
 
