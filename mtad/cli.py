@@ -31,6 +31,7 @@ from mtad import (
     log,
     oauth,
     relay,
+    routing,
     sessions,
     shaping,
     spool,
@@ -168,16 +169,31 @@ async def dkim_keygen(args: argparse.Namespace, settings: config.Settings) -> in
 
 
 async def dkim_ls(args: argparse.Namespace, settings: config.Settings) -> int:
+    """Every key, its state, and what DNS publishes for it now (through [dns])."""
     async with daemon.open_spool(settings, pool_size=2) as opened:
         keys = await dkim.list_all(opened.database)
+    resolver = routing.DnsResolver(settings.delivery.nameservers, timeout=settings.delivery.dns_timeout)
+    dns = await asyncio.gather(*(_published(resolver, k) for k in keys))
     rows = [{"domain": k.domain, "selector": k.selector, "algorithm": k.algorithm.value, "state": k.state.value,
-             "created": k.created_at, "changed": k.changed_at, "record": k.record} for k in keys]  # fmt: skip
+             "dns": seen, "created": k.created_at, "changed": k.changed_at, "record": k.record}
+            for k, seen in zip(keys, dns, strict=True)]  # fmt: skip
     if args.json:
         for row in rows:
             print(_json(row))
     else:
-        _table(rows, ["domain", "selector", "algorithm", "state", "created", "changed"])
+        _table(rows, ["domain", "selector", "algorithm", "state", "dns", "created", "changed"])
     return EXIT_OK
+
+
+async def _published(resolver: routing.DnsResolver, key: dkim.Stored) -> str:
+    """What DNS says of a key's record: published, another key, none, or why it could not tell."""
+    try:
+        answer = await resolver.lookup(f"{key.selector}._domainkey.{key.domain}", "TXT")
+    except errors.RouteTempFail as exc:
+        return f"lookup failed: {exc}"
+    if dkim.matches(answer.values, key.record):
+        return "published"
+    return "another record" if answer.values else "none"
 
 
 async def dkim_state(args: argparse.Namespace, settings: config.Settings) -> int:

@@ -31,6 +31,7 @@ from mtad import (
     errors,
     outcomes,
     relay,
+    rotation,
     routing,
     sessions,
     submission,
@@ -103,6 +104,7 @@ class Settings:
     node: NodeSettings
     delivery: DeliverySettings
     accounts: AccountsSettings
+    dkim: rotation.Settings
     source: Path | None
 
 
@@ -236,6 +238,10 @@ def retry_schedule(value: Any) -> outcomes.RetrySchedule:
     return outcomes.RetrySchedule(tuple(delays))
 
 
+def _optional_duration(value: Any) -> float | None:
+    return None if value == "" else _positive_duration(value)
+
+
 def _optional_ip(value: Any) -> str | None:
     text = _string(value)
     if not text:
@@ -290,6 +296,11 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "breaker_min_successes": (_integer(0, 1_000_000), 10),
         "trip_duration": (_positive_duration, "30m"),
         "trips_to_disconnect": (_integer(1, 100), 2),
+    },
+    "dkim": {
+        "overlap": (_positive_duration, "7d"),
+        "rotate_every": (_optional_duration, ""),
+        "check_interval": (_positive_duration, "1m"),
     },
     "log": {
         "format": (_choice("json", "console"), "json"),
@@ -649,6 +660,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
         http=HttpSettings(**values["http"]),
         log=LogSettings(**values["log"]),
         accounts=AccountsSettings(values["accounts"]["key_file"], values["accounts"]["key_env"]),
+        dkim=rotation.Settings(**values["dkim"]),
         node=NodeSettings(**values["node"]),
         delivery=DeliverySettings(
             enabled=d["enabled"],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -41,6 +42,7 @@ from mtad import (
     log,
     nodes,
     relay,
+    rotation,
     routing,
     sessions,
     spool,
@@ -198,6 +200,10 @@ class Daemon:
                 ]
                 if out.enabled and sealer is not None:
                     background.append(tasks.create_task(self._dkim_reload(database, signer, sealer), name="dkim"))
+                if sealer is not None:  # pending keys become active as DNS publishes them, old ones retire
+                    rotating = rotation.Rotation(database, resolver, sealer, settings.dkim, now=_now)
+                    reload = functools.partial(self._dkim_keys, database, signer, sealer)
+                    background.append(tasks.create_task(rotating.run(reload), name="dkim-rotation"))
                 await smtp.start()
                 if web is not None:
                     await web.start()

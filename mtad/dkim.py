@@ -252,6 +252,8 @@ class Stored:
     record: str
     created_at: datetime
     changed_at: datetime
+    published_at: datetime | None = None  # pending: first seen published in DNS
+    published_ttl: float | None = None  # pending: the TTL of that answer
 
 
 async def list_all(database: db.Database) -> list[Stored]:
@@ -260,7 +262,7 @@ async def list_all(database: db.Database) -> list[Stored]:
 
 def _stored(r: db.Row) -> Stored:
     return Stored(r["id"], r["domain"], r["selector"], Algorithm(r["algorithm"]), KeyState(r["state"]), r["record"],
-                  r["created_at"], r["changed_at"])  # fmt: skip
+                  r["created_at"], r["changed_at"], r["published_at"], r["published_ttl"])  # fmt: skip
 
 
 async def set_state(database: db.Database, domain: str, selector: str, state: KeyState, now: datetime) -> Stored:
@@ -269,6 +271,51 @@ async def set_state(database: db.Database, domain: str, selector: str, state: Ke
     if row is None:
         raise errors.NotFound(f"no DKIM key {selector!r} for {domain!r}")
     return _stored(row)
+
+
+async def published(database: db.Database, key_id: int, at: datetime | None, ttl: float | None) -> None:
+    """A pending key was seen published at `at` with TTL `ttl` (the first sighting is
+    kept); at None: it is not published (any sighting is forgotten)."""
+    await database.execute("dkim/published", key_id, at, ttl)
+
+
+async def activate(database: db.Database, key_id: int, now: datetime) -> list[tuple[str, str, str, str]]:
+    """A pending key becomes active; the domain's active key of the same algorithm
+    retires (events written). Returns (domain, selector, from, to) of each change."""
+    return [
+        (r["domain"], r["selector"], r["was"], r["state"]) for r in await database.fetch("dkim/activate", key_id, now)
+    ]
+
+
+async def revoke(database: db.Database, key_id: int, now: datetime) -> bool:
+    """A retiring key is revoked (its record may be emptied); False if it was not retiring."""
+    return await database.fetchrow("dkim/revoke", key_id, now) is not None
+
+
+async def generated(database: db.Database, key: Key, now: datetime) -> None:
+    """The event of a key the rotation generated, with the record to publish."""
+    await database.execute("dkim/generated", now, key.domain, key.selector, key.algorithm.value, key.record())
+
+
+def matches(published: Sequence[str], expected: str) -> bool:
+    """Whether a TXT answer (dnspython's text of each record: quoted strings) holds
+    the expected record: the same key type and public key (tags compared, not text)."""
+    want = _tags(expected)
+    for value in published:
+        text = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', value)) or value
+        got = _tags(text)
+        if got.get("p") == want.get("p") and got.get("k", "rsa") == want.get("k", "rsa") and got.get("p"):
+            return True
+    return False
+
+
+def _tags(record: str) -> dict[str, str]:
+    tags = {}
+    for part in record.split(";"):
+        name, _, value = part.partition("=")
+        if name.strip():
+            tags[name.strip().lower()] = "".join(value.split())
+    return tags
 
 
 async def load(database: db.Database, sealer: vault.Vault) -> list[Key]:

@@ -19,6 +19,8 @@ CREATE TABLE dkim_keys (
     state       dkim_key_state NOT NULL DEFAULT 'pending',
     created_at  timestamptz NOT NULL DEFAULT now(),
     changed_at  timestamptz NOT NULL DEFAULT now(),  -- the last state change
+    published_at  timestamptz,       -- pending: when DNS was first seen publishing the record
+    published_ttl double precision,  -- pending: the TTL of that answer (caches may hold the old one that long)
     UNIQUE (domain, selector)
 );
 CREATE INDEX dkim_keys_active ON dkim_keys (domain) WHERE state = 'active';

@@ -55,6 +55,7 @@ EXPECTED_COLUMNS = {
     "account_days": {"account", "day", "sends"},
     "dkim_keys": {
         "id", "domain", "selector", "algorithm", "private_key", "record", "state", "created_at", "changed_at",
+        "published_at", "published_ttl",
     },
 }  # fmt: skip
 
