@@ -41,6 +41,7 @@ run: $(VENV)/.run-installed
 test: $(VENV)/.test-installed
 	$(call debian,swaks,swaks)
 	$(call debian,dnsmasq,dnsmasq)
+	$(call debian,opendkim-testmsg,opendkim-tools)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.test-installed

@@ -301,6 +301,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "overlap": (_positive_duration, "7d"),
         "rotate_every": (_optional_duration, ""),
         "check_interval": (_positive_duration, "1m"),
+        "canonicalization": (_choice(*dkim.CANONICALIZATIONS), "relaxed/relaxed"),
     },
     "log": {
         "format": (_choice("json", "console"), "json"),
@@ -660,7 +661,11 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
         http=HttpSettings(**values["http"]),
         log=LogSettings(**values["log"]),
         accounts=AccountsSettings(values["accounts"]["key_file"], values["accounts"]["key_env"]),
-        dkim=rotation.Settings(**values["dkim"]),
+        dkim=rotation.Settings(
+            overlap=values["dkim"]["overlap"],
+            rotate_every=values["dkim"]["rotate_every"],
+            check_interval=values["dkim"]["check_interval"],
+        ),
         node=NodeSettings(**values["node"]),
         delivery=DeliverySettings(
             enabled=d["enabled"],
@@ -682,6 +687,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
                 route_pools=extras["route_pools"],
                 route_account_pools=extras["route_account_pools"],
                 tenant_dkim_domains=extras["tenant_dkim_domains"],
+                dkim_canonicalization=values["dkim"]["canonicalization"],
                 tenant_weights=extras["tenant_weights"],
             ),
             sessions=sessions.Settings(

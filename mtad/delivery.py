@@ -88,6 +88,7 @@ class Settings:
     )  # domain -> account pool, if the message has none
     tenant_weights: Mapping[str, int] = field(default_factory=dict)  # turns per round in a ready queue (default 1)
     tenant_dkim_domains: Mapping[str, str] = field(default_factory=dict)  # tenant -> its signing domain
+    dkim_canonicalization: str = "relaxed/relaxed"  # c= of the signatures (header/body)
 
 
 # --- jobs and groups -----------------------------------------------------------------
@@ -638,7 +639,7 @@ class Delivery:
         cache = (hashlib.blake2b(body[:end], digest_size=16).digest(), tuple(k.id for k in keys))
         fields = message.signatures.get(cache)
         if fields is None:
-            signed = dkim.sign(body, keys)
+            signed = dkim.sign(body, keys, c=self.settings.dkim_canonicalization)
             fields = message.signatures[cache] = signed[: len(signed) - len(body)]
         return fields + body, " ".join(f"d={k.domain} s={k.selector}" for k in keys)
 

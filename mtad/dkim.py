@@ -9,7 +9,8 @@ record to publish for it.
 
 `Signer.sign(message, domain)` returns the message with a DKIM-Signature field on
 top, made with the domain's active keys (one signature per key: RSA and Ed25519
-side by side when both are active), relaxed/relaxed, over the header fields RFC
+side by side when both are active), relaxed/relaxed (or as [dkim] canonicalization
+says), over the header fields RFC
 6376 section 5.4 recommends that are present, with From listed once more than it
 occurs so that none can be added later. dkimpy does the canonicalisation and the
 selection of the signed fields (`dkim.rfc822_parse`, `CanonicalizationPolicy`,
@@ -137,34 +138,40 @@ def _private(pem: str) -> rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey:
 # --- signing ---------------------------------------------------------------------------
 
 
-def sign(message: bytes, keys: Sequence[Key], now: float | None = None) -> bytes:
+CANONICALIZATIONS = ("relaxed/relaxed", "relaxed/simple", "simple/relaxed", "simple/simple")
+
+
+def sign(message: bytes, keys: Sequence[Key], now: float | None = None, c: str = "relaxed/relaxed") -> bytes:
     """The message with one DKIM-Signature field per key on top (the first key's
-    signature first). The header block must end with CRLF CRLF (as mtad stores it)."""
+    signature first), canonicalised as `c` (header/body, one of CANONICALIZATIONS).
+    The header block must end with CRLF CRLF (as mtad stores it)."""
+    policy = RELAXED if c == "relaxed/relaxed" else CanonicalizationPolicy.from_c_value(c.encode())
     split = message.find(b"\r\n\r\n")
     head, body = (message, b"") if split < 0 else (message[: split + 2], message[split + 4 :])
     headers, _ = dkimpy.rfc822_parse(head + b"\r\n")
     names = [name.lower() for name, _ in headers if name.lower() in _SIGNED]
     names.append(b"from")  # over-signed: a From added later breaks the signature
     # Only the fields signed are canonicalised (selecting again from them picks the same).
-    canonical = RELAXED.canonicalize_headers(dkimpy.select_headers(headers, names))
-    body_hash = base64.b64encode(hashlib.sha256(relaxed_body(body)).digest())
+    canonical = policy.canonicalize_headers(dkimpy.select_headers(headers, names))
+    canonical_body = relaxed_body(body) if c.endswith("/relaxed") else policy.canonicalize_body(body)
+    body_hash = base64.b64encode(hashlib.sha256(canonical_body).digest())
     stamp = str(int(time.time() if now is None else now)).encode()
-    fields = [_signature(key, canonical, names, body_hash, stamp) for key in keys]
+    fields = [_signature(key, policy, c.encode(), canonical, names, body_hash, stamp) for key in keys]
     return b"".join(fields) + message
 
 
-def _signature(key: Key, canonical: list[tuple[bytes, bytes]], names: list[bytes], body_hash: bytes,
-               stamp: bytes) -> bytes:  # fmt: skip
+def _signature(key: Key, policy: CanonicalizationPolicy, c: bytes, canonical: list[tuple[bytes, bytes]],
+               names: list[bytes], body_hash: bytes, stamp: bytes) -> bytes:  # fmt: skip
     algorithm = _TAGS[key.algorithm][0]
     tags = [
-        (b"v", b"1"), (b"a", algorithm), (b"c", b"relaxed/relaxed"), (b"d", key.domain.encode()),
+        (b"v", b"1"), (b"a", algorithm), (b"c", c), (b"d", key.domain.encode()),
         (b"s", key.selector.encode()), (b"t", stamp), (b"h", b" : ".join(names)), (b"bh", body_hash),
     ]  # fmt: skip
     # Folded at spaces only (between tags, and around the colons of h=, where white
     # space is allowed), never inside a value.
     unsigned = dkimpy.fold(b"; ".join(b"=".join(tag) for tag in tags) + b"; b=", namelen=len(b"DKIM-Signature"))
     digest = hashlib.sha256()
-    dkimpy.hash_headers(digest, RELAXED, canonical, names, (b"DKIM-Signature", b" " + unsigned), dict(tags))
+    dkimpy.hash_headers(digest, policy, canonical, names, (b"DKIM-Signature", b" " + unsigned), dict(tags))
     if isinstance(key.private, rsa.RSAPrivateKey):
         signature = key.private.sign(digest.digest(), padding.PKCS1v15(), utils.Prehashed(hashes.SHA256()))
     else:  # RFC 8463 section 3: Ed25519 over the SHA-256 hash of the signed data
