@@ -40,6 +40,7 @@ from mtad import db, errors, vault
 DOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$")
 SELECTOR = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 RELAXED = CanonicalizationPolicy.from_c_value(b"relaxed/relaxed")
+SIMPLE = CanonicalizationPolicy.from_c_value(b"simple/simple")
 # RFC 6376 section 5.4.1: the fields a signature should cover, when present (lower case).
 SIGNED = (
     b"from", b"reply-to", b"subject", b"date", b"to", b"cc", b"message-id", b"in-reply-to", b"references",
@@ -145,40 +146,71 @@ def sign(message: bytes, keys: Sequence[Key], now: float | None = None, c: str =
     """The message with one DKIM-Signature field per key on top (the first key's
     signature first), canonicalised as `c` (header/body, one of CANONICALIZATIONS).
     The header block must end with CRLF CRLF (as mtad stores it)."""
-    policy = RELAXED if c == "relaxed/relaxed" else CanonicalizationPolicy.from_c_value(c.encode())
     split = message.find(b"\r\n\r\n")
     head, body = (message, b"") if split < 0 else (message[: split + 2], message[split + 4 :])
-    headers, _ = dkimpy.rfc822_parse(head + b"\r\n")
-    names = [name.lower() for name, _ in headers if name.lower() in _SIGNED]
+    fields = _fields(head)
+    names = [name.lower() for name, _ in fields if name.lower() in _SIGNED]
     names.append(b"from")  # over-signed: a From added later breaks the signature
-    # Only the fields signed are canonicalised (selecting again from them picks the same).
-    canonical = policy.canonicalize_headers(dkimpy.select_headers(headers, names))
-    canonical_body = relaxed_body(body) if c.endswith("/relaxed") else policy.canonicalize_body(body)
+    selected = dkimpy.select_headers(fields, names)
+    if c.startswith("relaxed/"):
+        header_data = b"".join(_relaxed_field(name, value) for name, value in selected)
+    else:
+        header_data = b"".join(name + b":" + value for name, value in selected)  # simple: as they are
+    canonical_body = relaxed_body(body) if c.endswith("/relaxed") else SIMPLE.canonicalize_body(body)
     body_hash = base64.b64encode(hashlib.sha256(canonical_body).digest())
     stamp = str(int(time.time() if now is None else now)).encode()
-    fields = [_signature(key, policy, c.encode(), canonical, names, body_hash, stamp) for key in keys]
-    return b"".join(fields) + message
+    signatures = [_signature(key, c, header_data, names, body_hash, stamp) for key in keys]
+    return b"".join(signatures) + message
 
 
-def _signature(key: Key, policy: CanonicalizationPolicy, c: bytes, canonical: list[tuple[bytes, bytes]],
-               names: list[bytes], body_hash: bytes, stamp: bytes) -> bytes:  # fmt: skip
+def _fields(head: bytes) -> list[tuple[bytes, bytes]]:
+    """The header fields of a CRLF header block: (name, value with its folding and
+    final CRLF), in order (as dkimpy.rfc822_parse gives them, in a third of the time)."""
+    found: list[tuple[bytes, bytes]] = []
+    for line in head.split(b"\r\n")[:-1]:
+        if line[:1] in (b" ", b"\t") and found:
+            name, value = found[-1]
+            found[-1] = (name, value + line + b"\r\n")
+        elif b":" in line:
+            name, _, value = line.partition(b":")
+            found.append((name, value + b"\r\n"))
+    return found
+
+
+def _relaxed_field(name: bytes, value: bytes) -> bytes:
+    """A field in the relaxed form (RFC 6376 section 3.4.2): the name in lower case,
+    the value unfolded, runs of white space made one space, none around the colon
+    or at the end."""
+    value = value.replace(b"\r\n", b"")
+    if b"\t" in value:
+        value = value.replace(b"\t", b" ")
+    if b"  " in value:
+        value = _SPACE_RUNS.sub(b" ", value)
+    return name.lower().rstrip(b" \t") + b":" + value.strip(b" ") + b"\r\n"
+
+
+def _signature(key: Key, c: str, header_data: bytes, names: list[bytes], body_hash: bytes, stamp: bytes) -> bytes:
     algorithm = _TAGS[key.algorithm][0]
     tags = [
-        (b"v", b"1"), (b"a", algorithm), (b"c", c), (b"d", key.domain.encode()),
+        (b"v", b"1"), (b"a", algorithm), (b"c", c.encode()), (b"d", key.domain.encode()),
         (b"s", key.selector.encode()), (b"t", stamp), (b"h", b" : ".join(names)), (b"bh", body_hash),
     ]  # fmt: skip
     # Folded at spaces only (between tags, and around the colons of h=, where white
     # space is allowed), never inside a value.
-    unsigned = dkimpy.fold(b"; ".join(b"=".join(tag) for tag in tags) + b"; b=", namelen=len(b"DKIM-Signature"))
-    digest = hashlib.sha256()
-    dkimpy.hash_headers(digest, policy, canonical, names, (b"DKIM-Signature", b" " + unsigned), dict(tags))
+    unsigned = bytes(dkimpy.fold(b"; ".join(b"=".join(tag) for tag in tags) + b"; b=", namelen=len(b"DKIM-Signature")))
+    # The signature field itself is hashed last, with b= empty and no final CRLF.
+    if c.startswith("relaxed/"):
+        own = _relaxed_field(b"DKIM-Signature", b" " + unsigned + b"\r\n")[:-2]
+    else:
+        own = b"DKIM-Signature: " + unsigned
+    digest = hashlib.sha256(header_data + own).digest()
     if isinstance(key.private, rsa.RSAPrivateKey):
-        signature = key.private.sign(digest.digest(), padding.PKCS1v15(), utils.Prehashed(hashes.SHA256()))
+        signature = key.private.sign(digest, padding.PKCS1v15(), utils.Prehashed(hashes.SHA256()))
     else:  # RFC 8463 section 3: Ed25519 over the SHA-256 hash of the signed data
-        signature = key.private.sign(digest.digest())
+        signature = key.private.sign(digest)
     b = base64.b64encode(signature)
     folded = b"\r\n ".join(b[i : i + 72] for i in range(0, len(b), 72))
-    return b"DKIM-Signature: " + bytes(unsigned) + b"\r\n " + folded + b"\r\n"
+    return b"DKIM-Signature: " + unsigned + b"\r\n " + folded + b"\r\n"
 
 
 @dataclass(slots=True)
