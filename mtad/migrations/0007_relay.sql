@@ -244,22 +244,24 @@ BEGIN
         END IF;
     END IF;
 
-    FOR rate IN
-        SELECT cap, width FROM (VALUES (a.per_second, interval '1 second'), (a.per_minute, interval '1 minute'),
-                                       (a.per_hour, interval '1 hour')) AS caps (cap, width)
-        WHERE cap IS NOT NULL AND coalesce(a.per_second, a.per_minute, a.per_hour) IS NOT NULL
-    LOOP
-        SELECT count(*) INTO used FROM account_reservations
-        WHERE account = p_account AND reserved_at > p_now - rate.width;
-        IF used >= rate.cap THEN
-            -- The window admits one more send when its (used - cap + 1)-th oldest leaves it.
-            SELECT r.reserved_at + rate.width INTO retry_at FROM account_reservations r
-            WHERE r.account = p_account AND r.reserved_at > p_now - rate.width
-            ORDER BY r.reserved_at OFFSET used - rate.cap LIMIT 1;
-            answer := 'skipped-rate';
-            RETURN;
-        END IF;
-    END LOOP;
+    IF coalesce(a.per_second, a.per_minute, a.per_hour) IS NOT NULL THEN  -- no query for an account without
+        FOR rate IN
+            SELECT cap, width FROM (VALUES (a.per_second, interval '1 second'), (a.per_minute, interval '1 minute'),
+                                           (a.per_hour, interval '1 hour')) AS caps (cap, width)
+            WHERE cap IS NOT NULL
+        LOOP
+            SELECT count(*) INTO used FROM account_reservations
+            WHERE account = p_account AND reserved_at > p_now - rate.width;
+            IF used >= rate.cap THEN
+                -- The window admits one more send when its (used - cap + 1)-th oldest leaves it.
+                SELECT r.reserved_at + rate.width INTO retry_at FROM account_reservations r
+                WHERE r.account = p_account AND r.reserved_at > p_now - rate.width
+                ORDER BY r.reserved_at OFFSET used - rate.cap LIMIT 1;
+                answer := 'skipped-rate';
+                RETURN;
+            END IF;
+        END LOOP;
+    END IF;
 
     IF a.state <> 'active' THEN  -- a timed state that has ended (else the account was refused above)
         UPDATE accounts SET state = 'active', state_until = NULL, updated_at = p_now,
