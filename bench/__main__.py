@@ -67,7 +67,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--runs",
         type=int,
         default=None,
-        help="runs per cell (default: accept 5, delivery 3, shaping 5, accounts and relay 3; --quick 3, those two 1)",
+        help="runs per cell (default: accept 5, delivery 3, shaping 5, accounts 3, relay 5; --quick 3, those two 1)",
     )
     parser.add_argument("--skip-postfix", action="store_true", help="measure mtad alone (no ratio)")
     parser.add_argument("--tmpdir", type=Path, default=None, help="where the spools go (default: the system's)")
