@@ -223,6 +223,7 @@ class Delivery:
         # Attempt ids and outcomes of concurrent attempts are written together.
         self._begin: Batcher[leases.Attempt, set[int]] = Batcher(self._begin_batch)
         self._record: Batcher[list[Outcome], set[int]] = Batcher(self._record_batch)
+        self._signatures: Batcher[tuple[uuid.UUID, bytes, tuple[int, ...], bytes], None] = Batcher(self._remember_batch)
         self._stats = DeliveryStats()
 
     def statistics(self) -> DeliveryStats:
@@ -641,7 +642,18 @@ class Delivery:
         if fields is None:
             signed = dkim.sign(body, keys, c=self.settings.dkim_canonicalization)
             fields = message.signatures[cache] = signed[: len(signed) - len(body)]
+            self._spawn(self._remember((message.id, fields, cache[1], cache[0])))  # for its retries
         return fields + body, " ".join(f"d={k.domain} s={k.selector}" for k in keys)
+
+    async def _remember(self, signed: tuple[uuid.UUID, bytes, tuple[int, ...], bytes]) -> None:
+        try:
+            await self._signatures.submit(signed)
+        except errors.SpoolError as exc:
+            log.info("dkim_signature_not_kept", queue_id=str(signed[0]), error=str(exc))  # a retry signs again
+
+    async def _remember_batch(self, signed: list[tuple[uuid.UUID, bytes, tuple[int, ...], bytes]]) -> list[None]:
+        await dkim.remember(self._db, signed)
+        return [None] * len(signed)
 
     async def _begin_attempt(self, job: _Job, attempt: uuid.UUID, group: str) -> bool:
         """Write the attempt id before DATA; drop deliveries whose lease was lost. False
@@ -949,8 +961,12 @@ class Delivery:
 
     def _message_of(self, row: Mapping[str, Any]) -> _Message:
         body = bytes(row["body"]) if row["body"] is not None else None
-        return _Message(row["id"], row["tenant"], row["sender"], row["smtputf8"], row["pool"], row["account_pool"],
-                        self._hold(body))  # fmt: skip
+        message = _Message(row["id"], row["tenant"], row["sender"], row["smtputf8"], row["pool"],
+                           row["account_pool"], self._hold(body))  # fmt: skip
+        if row["dkim_fields"] is not None:  # the signatures of an earlier attempt, for a retry to reuse
+            cache = (bytes(row["dkim_header"]), tuple(row["dkim_keys"]))
+            message.signatures[cache] = bytes(row["dkim_fields"])
+        return message
 
 
 def _failed(job: _Job, failure: Failure) -> dict[int, tuple[Verdict, Any]]:

@@ -26,6 +26,7 @@ import enum
 import hashlib
 import re
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -355,6 +356,15 @@ def _tags(record: str) -> dict[str, str]:
         if name.strip():
             tags[name.strip().lower()] = "".join(value.split())
     return tags
+
+
+async def remember(database: db.Database, signed: Sequence[tuple[uuid.UUID, bytes, tuple[int, ...], bytes]]) -> None:
+    """Store the signature fields messages were sent with: (message, fields, key ids,
+    header digest) each, in one statement, for their retries to reuse."""
+    await database.execute(
+        "dkim/remember", [m for m, _, _, _ in signed], [f for _, f, _, _ in signed],
+        ["{" + ",".join(map(str, k)) + "}" for _, _, k, _ in signed], [h for _, _, _, h in signed],
+    )  # fmt: skip
 
 
 async def load(database: db.Database, sealer: vault.Vault) -> list[Key]:

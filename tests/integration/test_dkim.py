@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dkim as dkimpy
@@ -128,3 +128,21 @@ async def test_relayed_mail_is_signed_after_the_from_rewrite(
 
 def test_settings_carry_the_tenant_domains() -> None:
     assert delivery.Settings(node="n", tenant_dkim_domains={"t": "d.example"}).tenant_dkim_domains == {"t": "d.example"}
+
+
+async def test_a_retry_reuses_the_signature_while_the_key_and_header_are_the_same(
+    database: db.Database, sink: Sink
+) -> None:
+    key = await active_key(database, "example.org")
+    signer = dkim.Signer()
+    signer.replace(await dkim.load(database, SEALER))
+    await accept(database, new_message("flaky-1@sink.test", body=b"From: a@example.org\r\n\r\nhi\r\n"))
+    clock = [datetime.now(UTC)]
+    await engine(database, sink, signer=signer, now=lambda: clock[0]).run_until_idle()  # refused at RCPT: deferred
+    [stored] = await query(database, "SELECT dkim_fields, dkim_keys FROM messages")
+    assert stored["dkim_keys"] == [key.id]
+    clock[0] += timedelta(seconds=61)
+    await engine(database, sink, signer=signer, now=lambda: clock[0]).run_until_idle()  # a new engine: from the spool
+    [message] = sink.received
+    assert message.data.startswith(bytes(stored["dkim_fields"]))  # the first attempt's signature, reused
+    assert verifies(message.data, key)

@@ -26,7 +26,7 @@ async def test_postgres_enums_mirror_the_python_enums(database: db.Database) -> 
 EXPECTED_COLUMNS = {
     "messages": {
         "id", "tenant", "sender", "message_id", "idempotency_key", "size", "body", "smtputf8",
-        "client_address", "received_at", "pool", "account_pool",
+        "client_address", "received_at", "pool", "account_pool", "dkim_fields", "dkim_keys", "dkim_header",
     },
     "deliveries": {
         "id", "message", "recipient", "domain", "state", "priority", "attempts", "next_attempt_at",
