@@ -152,7 +152,7 @@ def sign(message: bytes, keys: Sequence[Key], now: float | None = None, c: str =
     fields = _fields(head)
     names = [name.lower() for name, _ in fields if name.lower() in _SIGNED]
     names.append(b"from")  # over-signed: a From added later breaks the signature
-    selected = dkimpy.select_headers(fields, names)
+    selected = _select(fields, names)
     if c.startswith("relaxed/"):
         header_data = b"".join(_relaxed_field(name, value) for name, value in selected)
     else:
@@ -176,6 +176,21 @@ def _fields(head: bytes) -> list[tuple[bytes, bytes]]:
             name, _, value = line.partition(b":")
             found.append((name, value + b"\r\n"))
     return found
+
+
+def _select(fields: list[tuple[bytes, bytes]], names: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """The fields h= names, in its order: for each name, the last occurrence not yet
+    taken, bottom up (RFC 6376 section 5.4.2); a name with none left selects nothing
+    (the over-signing of From). As dkimpy.select_headers, in linear time."""
+    by_name: dict[bytes, list[int]] = {}
+    for index, (name, _) in enumerate(fields):
+        by_name.setdefault(name.lower(), []).append(index)
+    selected = []
+    for name in names:
+        left = by_name.get(name)
+        if left:
+            selected.append(fields[left.pop()])
+    return selected
 
 
 def _relaxed_field(name: bytes, value: bytes) -> bytes:

@@ -105,3 +105,9 @@ def test_a_long_list_of_signed_fields_folds_between_names() -> None:
     assert verify(signed, RSA) == [True]
     field = signed[: len(signed) - len(many)]
     assert all(len(line) <= 78 for line in field.split(b"\r\n"))
+
+
+def test_the_fields_are_selected_as_dkimpy_selects_them() -> None:
+    fields = [(b"From", b"a"), (b"Subject", b"1"), (b"from", b"b"), (b"To", b"x"), (b"Subject", b"2")]
+    names = [b"from", b"subject", b"to", b"from", b"subject", b"from", b"cc"]
+    assert dkim._select(fields, names) == dkimpy.select_headers(fields, names)
