@@ -160,9 +160,13 @@ async def dkim_keygen(args: argparse.Namespace, settings: config.Settings) -> in
     """A new pending key for a domain; prints the TXT record to publish."""
     sealer = vault.Vault.from_config(settings.accounts.key_file, settings.accounts.key_env)
     algorithm = dkim.Algorithm(args.alg)
-    key = dkim.generate(args.domain, args.selector or dkim.default_selector(algorithm, datetime.now(UTC)), algorithm)
     async with daemon.open_spool(settings, pool_size=2) as opened:
-        stored = await dkim.add(opened.database, key, sealer)
+        selector = args.selector
+        if not selector:  # mtad-YYYYMM, or the next free one of the month
+            domain = args.domain.lower().rstrip(".")
+            taken = {k.selector for k in await dkim.list_all(opened.database) if k.domain == domain}
+            selector = dkim.free_selector(algorithm, datetime.now(UTC), taken)
+        stored = await dkim.add(opened.database, dkim.generate(args.domain, selector, algorithm), sealer)
     print(f"DKIM key {stored.selector} for {stored.domain} ({algorithm.value}) is pending; publish:")
     print(f'{stored.name}. IN TXT "{stored.record()}"')
     return EXIT_OK

@@ -124,6 +124,14 @@ def default_selector(algorithm: Algorithm, now: datetime) -> str:
     return f"mtad-{now:%Y%m}" + ("-ed" if algorithm is Algorithm.ED25519 else "")
 
 
+def free_selector(algorithm: Algorithm, now: datetime, taken: set[str]) -> str:
+    """default_selector, or with -2, -3... when that one is taken (a second key in a month)."""
+    selector, suffix = default_selector(algorithm, now), 2
+    while selector in taken:
+        selector, suffix = f"{default_selector(algorithm, now)}-{suffix}", suffix + 1
+    return selector
+
+
 def _pem(private: rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey) -> str:
     return private.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()

@@ -136,12 +136,7 @@ class Rotation:
                 k.domain == key.domain and k.algorithm is key.algorithm and k.state is KeyState.PENDING for k in keys
             ):
                 continue  # a successor already waits for its record
-            taken = {k.selector for k in keys if k.domain == key.domain}
-            selector = dkim.default_selector(key.algorithm, now)
-            suffix = 2
-            while selector in taken:
-                selector = f"{dkim.default_selector(key.algorithm, now)}-{suffix}"
-                suffix += 1
+            selector = dkim.free_selector(key.algorithm, now, {k.selector for k in keys if k.domain == key.domain})
             try:
                 made = await dkim.add(self._db, dkim.generate(key.domain, selector, key.algorithm), self._sealer)
             except errors.Conflict:

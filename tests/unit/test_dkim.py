@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import dkim as dkimpy
 import pytest
 
@@ -111,3 +113,10 @@ def test_the_fields_are_selected_as_dkimpy_selects_them() -> None:
     fields = [(b"From", b"a"), (b"Subject", b"1"), (b"from", b"b"), (b"To", b"x"), (b"Subject", b"2")]
     names = [b"from", b"subject", b"to", b"from", b"subject", b"from", b"cc"]
     assert dkim._select(fields, names) == dkimpy.select_headers(fields, names)
+
+
+def test_a_free_selector_for_a_second_key_in_a_month() -> None:
+    now = datetime(2026, 11, 30, tzinfo=UTC)
+    assert dkim.free_selector(Algorithm.RSA2048, now, set()) == "mtad-202611"
+    assert dkim.free_selector(Algorithm.RSA2048, now, {"mtad-202611", "mtad-202611-2"}) == "mtad-202611-3"
+    assert dkim.free_selector(Algorithm.ED25519, now, {"mtad-202611"}) == "mtad-202611-ed"
