@@ -233,9 +233,6 @@ class Mailboxes:
         with contextlib.suppress(errors.SpoolError):  # the state is what counts; the event is its record
             await accounts.pool_event(self._db, pool, now, data)
 
-    def paused(self) -> frozenset[str]:
-        return frozenset(self._paused)
-
     async def login(self, account: Account) -> sessions.Login:
         """The account's login for the session pool: its password, or a current
         XOAUTH2 access token. LoginFailed(AUTH_REFUSED) when it has no usable secret or
