@@ -22,8 +22,10 @@ task belongs to one TaskGroup.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
+import json
 import random
 import time
 import uuid
@@ -56,6 +58,7 @@ from mtad.leases import Leased, Outcome
 from mtad.lifecycle import Reason, State
 from mtad.outcomes import Failure, Verdict
 from mtad.ready import ReadyQueue
+from mtad.replies import Reply
 
 log = structlog.get_logger("mtad.delivery")
 
@@ -591,10 +594,11 @@ class Delivery:
         ehlo = out.choice.ehlo if out.choice else None
         result = await self._pool.deliver(targets, tx, out.source or None, label=route.group, ehlo=ehlo)
         verdicts: dict[int, tuple[Verdict, Any]] = {}
+        classified: dict[Reply, Verdict] = {}  # recipients accepted together share the reply to the data
         for d in job.deliveries:
             reply = result.replies.get(d.recipient)
             if reply is not None:
-                verdict = self._rules.classify(reply)
+                verdict = classified.get(reply) or classified.setdefault(reply, self._rules.classify(reply))
                 verdicts[d.id] = (verdict, reply)
                 # The receiver's own words are the only feedback shaping takes.
                 feedback.throttled |= verdict.cls is outcomes.Class.THROTTLED
@@ -846,26 +850,34 @@ class Delivery:
         except errors.NotFound:
             tenant = ""
         recorded: list[Outcome] = []
+        lines: dict[Reply, str] = {}
+        if group is not None:
+            data = {**data, "group": group}
+        shared = _encoded(data)[1:]  # what every recipient's event says, encoded once: "...}"
         for d in job.deliveries:
             verdict, reply = verdicts[d.id]
             state, reason, next_at = self._next_state(d, verdict, now)
-            event = {**data, "recipient": d.recipient, "class": verdict.cls.value}
+            own: dict[str, Any] = {"recipient": d.recipient, "class": verdict.cls.value}
             if reply is not None:
-                event["reply"] = reply.line()
+                own["reply"] = lines.get(reply) or lines.setdefault(reply, reply.line())
             if d.maybe_sent:
-                event["maybe_duplicate"] = True
-            if group is not None:
-                event["group"] = group
+                own["maybe_duplicate"] = True
+            encoded = _encoded(own)[:-1] + ("," + shared if len(shared) > 1 else "}")
             recorded.append(
-                Outcome(d.id, tenant, state, reason, reply, next_at, group, reason is Reason.INTERNAL, event,
-                        suppress=verdict.cls is outcomes.Class.RECIPIENT and reply is not None)
+                Outcome(d.id, tenant, state, reason, reply, next_at, group, reason is Reason.INTERNAL,
+                        {**data, **own}, suppress=verdict.cls is outcomes.Class.RECIPIENT and reply is not None,
+                        data_json=encoded)
             )  # fmt: skip
         try:
             await self._record.submit(recorded)
         finally:
             self._started.difference_update(d.id for d in job.deliveries)
+        counted = collections.Counter((o.state.value, o.route_group or "-") for o in recorded)
+        for (name, route_group), count in counted.items():
+            setattr(self._stats, name, getattr(self._stats, name) + count)
+            metrics.DELIVERIES.labels(outcome=name, group=route_group).inc(count)
         for outcome in recorded:
-            self._count(outcome, job)
+            self._log(outcome, job)
         self._forget(job)
 
     def _next_state(self, d: Leased, verdict: Verdict, now: datetime) -> tuple[State, Reason | None, datetime | None]:
@@ -887,13 +899,11 @@ class Delivery:
         recorded = await leases.record(self._db, self.node, [o for batch in batches for o in batch], self._now())
         return [recorded.intersection(o.delivery for o in batch) for batch in batches]
 
-    def _count(self, outcome: Outcome, job: _Job) -> None:
-        name = outcome.state.value
-        setattr(self._stats, name, getattr(self._stats, name) + 1)
+    def _log(self, outcome: Outcome, job: _Job) -> None:
+        """One log line per delivery and outcome."""
         group = outcome.route_group or "-"
-        metrics.DELIVERIES.labels(outcome=name, group=group).inc()
         log.info(
-            name,
+            outcome.state.value,
             delivery=outcome.delivery,
             queue_id=str(job.message),
             recipient=outcome.data.get("recipient"),
@@ -967,6 +977,11 @@ class Delivery:
             cache = (bytes(row["dkim_header"]), tuple(row["dkim_keys"]))
             message.signatures[cache] = bytes(row["dkim_fields"])
         return message
+
+
+def _encoded(value: Mapping[str, Any]) -> str:
+    """An event's data as JSON, as leases.record would encode it."""
+    return json.dumps(value, separators=(",", ":"), default=str)
 
 
 def _failed(job: _Job, failure: Failure) -> dict[int, tuple[Verdict, Any]]:

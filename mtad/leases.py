@@ -51,6 +51,7 @@ class Outcome:
     internal: bool  # mtad's own failure: counts towards the dead letter
     data: dict[str, Any]
     suppress: bool = False  # the receiver says the recipient does not exist: onto the tenant's suppression list
+    data_json: str | None = None  # `data` already encoded (the recipients of one attempt share most of it)
 
 
 async def lease(database: db.Database, node: str, limit: int, now: datetime, until: datetime) -> list[Leased]:
@@ -118,7 +119,7 @@ async def record(database: db.Database, node: str, outcomes: Sequence[Outcome], 
         [o.reply.text if o.reply else None for o in outcomes],
         [o.next_attempt_at for o in outcomes],
         [o.tenant for o in outcomes],
-        [json.dumps(o.data, separators=(",", ":"), default=str) for o in outcomes],
+        [o.data_json or json.dumps(o.data, separators=(",", ":"), default=str) for o in outcomes],
         [o.route_group for o in outcomes],
         [o.internal for o in outcomes],
         [o.delivery for o in outcomes if o.suppress],
