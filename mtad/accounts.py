@@ -450,7 +450,7 @@ async def confirm(database: db.Database, reservation_id: int, at: datetime, deli
     reservation confirmed (it keeps counting; the gap to the next send runs from
     `at` when that is later than the reservation). Returns False when there is no
     such reservation (it was released)."""
-    return await database.fetchrow("accounts/confirm", reservation_id, delivery, at) is not None
+    return reservation_id in await confirm_many(database, [(reservation_id, delivery, at)])
 
 
 async def confirm_many(database: db.Database, confirmed: Sequence[tuple[int, int | None, datetime]]) -> set[int]:

@@ -484,23 +484,30 @@ def _load_delivery_data(
                 extras["routes"][ascii_domain] = host_port(table["relay"])
             except ValueError as exc:
                 problems.append(f"{where} relay: {exc}")
-        if "pool" in table:
-            if table["pool"] in extras["pools"]:
-                extras["route_pools"][ascii_domain] = table["pool"]
-            else:
-                problems.append(f"{where} pool: no pool named {table['pool']!r}{_pools_known(extras['pools'])}")
-        if "account_pool" in table:
-            named = table["account_pool"]
-            if named in extras["account_pools"]:
-                extras["route_account_pools"][ascii_domain] = named
-            else:
-                known = _pools_known(extras["account_pools"], "account_pools")
-                problems.append(f"{where} account_pool: no account pool named {named!r}{known}")
+        for key, section, chosen in (("pool", "pools", "route_pools"),
+                                     ("account_pool", "account_pools", "route_account_pools")):  # fmt: skip
+            if key in table:
+                named = _pool_name(table[key], extras[section], f"{where} {key}", section, problems)
+                if named:
+                    extras[chosen][ascii_domain] = named
     return extras
 
 
 def _pools_known(pools: Mapping[str, Any], section: str = "pools") -> str:
     return f" (configured: {', '.join(sorted(pools))})" if pools else f" (no [{section}] are configured)"
+
+
+def _pool_name(value: Any, known: Mapping[str, Any], at: str, section: str, problems: list[str]) -> str | None:
+    """A pool name given at `at` (a route's, a tenant's), one of the [section] tables
+    ("pools" or "account_pools"); "" is none. None, and a problem, when it is not."""
+    kind = "account pool" if section == "account_pools" else "pool"
+    if not isinstance(value, str):
+        problems.append(f"{at}: expected {'an' if section == 'account_pools' else 'a'} {kind} name, got {value!r}")
+        return None
+    if value and value not in known:
+        problems.append(f"{at}: no {kind} named {value!r}{_pools_known(known, section)}")
+        return None
+    return value or None
 
 
 _ACCOUNT_POOL_KEYS = {
@@ -611,24 +618,16 @@ def _load_tenant_defaults(
             weights[name] = _integer(1, 100)(keys.get("weight", 1))
         except ValueError as exc:
             problems.append(f"{where} weight: {exc}")
-        pool = keys.get("pool", "")  # "" as elsewhere in the file: none
-        if not isinstance(pool, str):
-            problems.append(f"{where} pool: expected a pool name, got {pool!r}")
-        elif pool and pool not in pools:
-            problems.append(f"{where} pool: no pool named {pool!r}{_pools_known(pools)}")
-        account_pool = keys.get("account_pool", "")
-        if not isinstance(account_pool, str):
-            problems.append(f"{where} account_pool: expected an account pool name, got {account_pool!r}")
-        elif account_pool and account_pool not in account_pools:
-            known = _pools_known(account_pools, "account_pools")
-            problems.append(f"{where} account_pool: no account pool named {account_pool!r}{known}")
+        pool = _pool_name(keys.get("pool", ""), pools, f"{where} pool", "pools", problems)
+        account_pool = _pool_name(keys.get("account_pool", ""), account_pools, f"{where} account_pool",
+                                  "account_pools", problems)  # fmt: skip
         signing = keys.get("dkim_domain", "")
         if not isinstance(signing, str) or (signing and not dkim.DOMAIN.match(signing.lower().rstrip("."))):
             problems.append(f"{where} dkim_domain: expected a domain name, got {signing!r}")
         elif signing and dkim_domains is not None:
             dkim_domains[name] = signing.lower().rstrip(".")
         if len(problems) == found:
-            defaults[name] = submission.TenantDefaults(chosen, pool or None, account_pool or None)
+            defaults[name] = submission.TenantDefaults(chosen, pool, account_pool)
     return defaults
 
 

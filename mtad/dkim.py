@@ -41,8 +41,7 @@ from mtad import db, errors, vault
 
 DOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$")
 SELECTOR = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
-RELAXED = CanonicalizationPolicy.from_c_value(b"relaxed/relaxed")
-SIMPLE = CanonicalizationPolicy.from_c_value(b"simple/simple")
+SIMPLE = CanonicalizationPolicy.from_c_value(b"simple/simple")  # the relaxed forms are mtad's own (below)
 # RFC 6376 section 5.4.1: the fields a signature should cover, when present (lower case).
 SIGNED = (
     b"from", b"reply-to", b"subject", b"date", b"to", b"cc", b"message-id", b"in-reply-to", b"references",

@@ -139,19 +139,17 @@ def _ordering(
         if not _WHOLE_NUMBER.fullmatch(value) or not MIN_PRIORITY <= int(value) <= MAX_PRIORITY:
             return replies.bad_priority(_shown(value), MIN_PRIORITY, MAX_PRIORITY)
         priority = int(value)
-    pool = defaults.pool
-    if given := instructions.get(_POOL):
-        named = given[0].decode("utf-8", errors="replace")
-        if named not in pools:
-            return replies.unknown_pool(_shown(given[0]), pools)
-        pool = named
-    account_pool = defaults.account_pool
-    if given := instructions.get(_ACCOUNT_POOL):
-        named = given[0].decode("utf-8", errors="replace")
-        if named not in account_pools:
-            return replies.unknown_account_pool(_shown(given[0]), account_pools)
-        account_pool = named
-    return priority, pool, account_pool
+    chosen: list[str | None] = []
+    for field, default, known, refusal in (
+        (_POOL, defaults.pool, pools, replies.unknown_pool),
+        (_ACCOUNT_POOL, defaults.account_pool, account_pools, replies.unknown_account_pool),
+    ):
+        given = instructions.get(field)
+        named = given[0].decode("utf-8", errors="replace") if given else None
+        if given and named not in known:
+            return refusal(_shown(given[0]), known)
+        chosen.append(named or default)
+    return priority, chosen[0], chosen[1]
 
 
 def _shown(value: bytes) -> str:

@@ -6,10 +6,12 @@ from datetime import UTC, datetime
 
 import dkim as dkimpy
 import pytest
+from dkim.canonicalization import CanonicalizationPolicy
 
 from mtad import dkim
 from mtad.dkim import Algorithm
 
+RELAXED = CanonicalizationPolicy.from_c_value(b"relaxed/relaxed")  # dkimpy's, to compare with
 RSA = dkim.generate("example.com", "mtad-202611", Algorithm.RSA2048)
 ED = dkim.generate("example.com", "mtad-202611-ed", Algorithm.ED25519)
 PLAIN = (
@@ -98,7 +100,7 @@ def test_bad_names_are_refused() -> None:
      b"\t\r\n\t", b"abc", b"a \r\n \r\n", b"caf\xc3\xa9 \t \xe2\x82\xac\r\n"],
 )  # fmt: skip
 def test_the_relaxed_body_equals_dkimpys(body: bytes) -> None:
-    assert dkim.relaxed_body(body) == dkim.RELAXED.canonicalize_body(body)
+    assert dkim.relaxed_body(body) == RELAXED.canonicalize_body(body)
 
 
 def test_a_long_list_of_signed_fields_folds_between_names() -> None:
