@@ -92,6 +92,7 @@ class DeliverySettings:
     routes: Mapping[str, HostPort]  # domain -> relay
     pools: Mapping[str, egress.PoolSettings]  # [pools.NAME]
     relay: relay.Settings  # [account_pools.NAME] and the [accounts] responses
+    dkim_threads: int  # RSA signatures made off the event loop, on this many threads (0: on it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +303,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "rotate_every": (_optional_duration, ""),
         "check_interval": (_positive_duration, "1m"),
         "canonicalization": (_choice(*dkim.CANONICALIZATIONS), "relaxed/relaxed"),
+        "threads": (_integer(0, 64), 2),
     },
     "log": {
         "format": (_choice("json", "console"), "json"),
@@ -719,6 +721,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
                 ),
                 poll=d["poll_interval"],
             ),
+            dkim_threads=values["dkim"]["threads"],
         ),
         source=path,
     )

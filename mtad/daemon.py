@@ -160,7 +160,7 @@ class Daemon:
         resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)
         router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
         engine = None
-        signer = dkim.Signer()
+        signer = dkim.Signer(threads=out.dkim_threads)
         sealer = _vault(settings)
         if out.enabled and sealer is not None:
             await self._dkim_keys(database, signer, sealer)  # the keys active now, before the first send
@@ -238,6 +238,7 @@ class Daemon:
                 await pool.close()
             with contextlib.suppress(errors.SpoolError):
                 await nodes.deregister(database, node_id)
+            signer.close()
         logger.info("stopped", committed=committer.statistics().messages)
 
     async def _heartbeat(self, database: db.Database, node_id: str) -> None:

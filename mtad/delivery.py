@@ -587,7 +587,7 @@ class Delivery:
             for address in hop.addresses
         ]
         assert message.body is not None  # _message() reads it
-        body, signed = self._sign(message, message.body)
+        body, signed = await self._sign(message, message.body)
         tx = sessions.Transaction(message.sender, tuple(d.recipient for d in job.deliveries), body,
                                   message.smtputf8)  # fmt: skip
         self._stats.attempts += 1
@@ -629,7 +629,7 @@ class Delivery:
         metrics.SESSIONS_REUSED.labels(group=route.group).inc(result.reused)
         await self._finish(job, route.group, verdicts, data)
 
-    def _sign(self, message: _Message, body: bytes) -> tuple[bytes, str]:
+    async def _sign(self, message: _Message, body: bytes) -> tuple[bytes, str]:
         """The body with its DKIM signatures, made just before it is sent, with the keys
         active now: the tenant's signing domain, else the From field's. A message sent
         again with the same header and keys reuses its signatures. Returns it and what
@@ -644,7 +644,7 @@ class Delivery:
         cache = (hashlib.blake2b(body[:end], digest_size=16).digest(), tuple(k.id for k in keys))
         fields = message.signatures.get(cache)
         if fields is None:
-            signed = dkim.sign(body, keys, c=self.settings.dkim_canonicalization)
+            signed = await self._signer.sign(body, keys, c=self.settings.dkim_canonicalization)
             fields = message.signatures[cache] = signed[: len(signed) - len(body)]
             self._spawn(self._remember((message.id, fields, cache[1], cache[0])))  # for its retries
         return fields + body, " ".join(f"d={k.domain} s={k.selector}" for k in keys)
@@ -789,7 +789,7 @@ class Delivery:
             if self._mailboxes.rewrites_from(account.pool):  # the mailbox sends as itself
                 sender, body = account.address, headers.rewrite_from(body, account.address)
                 data["from"] = account.address
-            body, data["dkim"] = self._sign(message, body)  # after the last change of a header
+            body, data["dkim"] = await self._sign(message, body)  # after the last change of a header
             tx = sessions.Transaction(sender, tuple(d.recipient for d in job.deliveries), body, message.smtputf8)
             self._stats.attempts += 1
             result = await self._pool.deliver([relay.target(account)], tx, None, label=group.name, login=login)

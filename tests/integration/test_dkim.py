@@ -68,11 +68,12 @@ async def test_keys_are_stored_sealed_listed_and_loaded(database: db.Database) -
 async def test_mail_is_signed_at_transmission_once_per_key_and_verifies(database: db.Database, sink: Sink) -> None:
     rsa_key = await active_key(database, "example.org")
     ed_key = await active_key(database, "example.org", Algorithm.ED25519)
-    signer = dkim.Signer()
+    signer = dkim.Signer(threads=2)  # as the daemon signs: RSA on threads
     signer.replace(await dkim.load(database, SEALER))
     body = b"From: App <app@example.org>\r\nTo: a@sink.test\r\nSubject: signed\r\n\r\nhello\r\n"
     await accept(database, new_message("a@sink.test", "b@other.test", body=body))  # two jobs: two transactions
     await engine(database, sink, signer=signer).run_until_idle()
+    signer.close()
     assert len(sink.received) == 2
     for message in sink.received:
         assert message.data.startswith(b"DKIM-Signature: v=1; a=rsa-sha256; c=relaxed/relaxed; d=example.org;")

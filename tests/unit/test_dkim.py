@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from datetime import UTC, datetime
 
 import dkim as dkimpy
@@ -58,6 +60,23 @@ def test_a_signature_verifies(key: dkim.Key, message: bytes) -> None:
 def test_rsa_and_ed25519_side_by_side() -> None:
     signed = dkim.sign(PLAIN, [RSA, ED])
     assert verify(signed, RSA, ED) == [True, True]
+
+
+@pytest.mark.parametrize("keys", [[RSA], [ED], [RSA, ED]], ids=["rsa", "ed25519", "both"])
+async def test_a_signer_with_threads_signs_as_sign_does(keys: list[dkim.Key]) -> None:
+    signer = dkim.Signer(threads=2)
+    try:
+        signed = await asyncio.gather(*(signer.sign(m, keys) for m in [PLAIN, MULTIPART] * 8))  # 16 in flight
+        # RSA is signed on the signer's threads; Ed25519 alone never starts them.
+        assert any(t.name.startswith("mtad-dkim") for t in threading.enumerate()) == (RSA in keys)
+    finally:
+        signer.close()
+    assert not any(t.name.startswith("mtad-dkim") for t in threading.enumerate())
+    for message, one in zip([PLAIN, MULTIPART] * 8, signed, strict=True):
+        assert one.endswith(message)
+        assert verify(one, *keys) == [True] * len(keys)
+    made = dkim.sign(PLAIN, keys, now=int(signed[0].split(b"t=")[1].split(b";")[0]))
+    assert made[: made.index(b"b=")] == signed[0][: signed[0].index(b"b=")]  # the same field up to b=
 
 
 def test_the_signed_fields_are_the_recommended_ones_present_and_from_is_over_signed() -> None:
