@@ -292,6 +292,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "key_env": (_optional_string, ""),
         "cooldown": (_positive_duration, "60m"),
         "gmail_cooldown": (_positive_duration, "4h"),
+        "hand_back_after": (_positive_duration, "1m"),
         "breaker_failures": (_integer(1, 10_000), 5),
         "breaker_window": (_positive_duration, "30m"),
         "breaker_min_successes": (_integer(0, 1_000_000), 10),
@@ -712,6 +713,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
                 pools=extras["account_pools"],
                 cooldown=a["cooldown"],
                 gmail_cooldown=a["gmail_cooldown"],
+                hand_back_after=a["hand_back_after"],
                 breaker=accounts.Breaker(
                     failures=a["breaker_failures"],
                     window=a["breaker_window"],

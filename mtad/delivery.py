@@ -338,7 +338,7 @@ class Delivery:
             released = await leases.release(self._db, self.node, unstarted, self._now())
             if released:
                 await self._db.execute("leases/notify_due")
-            log.info("leases_released", count=released, cut_short=len(self._started))
+            log.info("leases_released", count=len(released), cut_short=len(self._started))
         except errors.SpoolError as exc:
             log.warning("release_failed", error=str(exc))  # they expire and are reaped
         try:
@@ -733,10 +733,55 @@ class Delivery:
             reservations = []
         for job, reservation in zip(batch, reservations, strict=False):
             self._spawn(self._attempt_relay(job, group, reservation))
-        for job in batch[len(reservations) :]:
+        waiting = batch[len(reservations) :]
+        due = self._hand_back_due(taken) if isinstance(taken, relay.Wait) and not self._stopping else None
+        if due is not None:  # a long wait: this node's mail of the pool goes back to the spool
+            waiting += [group.ready.pop()[0] for _ in range(len(group.ready))]
+            waiting = await self._hand_back(waiting, group, due)
+        for job in waiting:
             self._started.difference_update(d.id for d in job.deliveries)
             self._queue(job, None, group.name, group.account_pool)
         self._progress.set()  # a drain waits for what is in hand
+
+    def _hand_back_due(self, wait: relay.Wait) -> datetime | None:
+        """When the mail of a pool that has no account free is due again if it goes back
+        to the spool; None when the wait is short enough to wait out in memory."""
+        assert self._mailboxes is not None
+        after = timedelta(seconds=self._mailboxes.settings.hand_back_after)
+        now = self._now()
+        if wait.free_at is None:  # only an operator can free an account: look again after a while
+            return now + after
+        return wait.free_at if wait.free_at - now >= after else None
+
+    async def _hand_back(self, jobs: list[_Job], group: _Group, due: datetime) -> list[_Job]:
+        """Mail that would wait long for a mailbox back to the spool, queued and due at
+        `due` (any node may take it then), so that it holds no room on this node
+        meanwhile: MX mail is not stuck behind it. Returns the jobs kept (a delivery
+        that may have been sent before a crash is not handed back)."""
+        ids = [d.id for job in jobs for d in job.deliveries]
+        why = {"reason": "account_pool_busy", "account_pool": group.account_pool, "until": due.isoformat()}
+        try:
+            released = await leases.release(self._db, self.node, ids, self._now(), due, why)
+        except errors.SpoolError as exc:
+            log.warning("hand_back_failed", account_pool=group.account_pool, error=str(exc))
+            return jobs
+        kept = []
+        for job in jobs:
+            for d in job.deliveries:
+                if d.id in released:
+                    self._held.pop(d.id, None)
+                    self._started.discard(d.id)
+            job.deliveries = [d for d in job.deliveries if d.id not in released]
+            if job.deliveries:
+                kept.append(job)
+            else:
+                self._release_message(job.message)
+        if released:
+            log.info("handed_back", account_pool=group.account_pool, count=len(released), due=due.isoformat())
+        if not self._held:
+            self._idle.set()
+        self._wake.set()  # room to lease other mail
+        return kept
 
     async def _attempt_relay(self, job: _Job, group: _Group, reservation: accounts.Reservation | None) -> None:
         """One relayed job's attempt on its reservation (None: it expired in the queue)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -132,11 +132,17 @@ async def reap(database: db.Database, now: datetime, limit: int = 1000) -> int:
     return int(await database.fetchval("leases/reap", now, limit))
 
 
-async def release(database: db.Database, node: str, ids: Sequence[int], now: datetime) -> int:
-    """Hand back leases this node did not start (at shutdown)."""
+async def release(
+    database: db.Database, node: str, ids: Sequence[int], now: datetime,
+    due: datetime | None = None, why: Mapping[str, Any] | None = None,
+) -> set[int]:  # fmt: skip
+    """Hand back leases this node did not start: queued again, due at `due` (None:
+    now), the event saying `why` (default: released). Returns the ids handed back
+    (not one that was started, or is no longer this node's)."""
     if not ids:
-        return 0
-    return int(await database.fetchval("leases/release", node, list(ids), now))
+        return set()
+    data = json.dumps(why or {"reason": "released"}, separators=(",", ":"), default=str)
+    return set(await database.fetchval("leases/release", node, list(ids), now, due, data))
 
 
 async def messages(database: db.Database, ids: Sequence[uuid.UUID], room: int = 2**62) -> list[dict[str, Any]]:

@@ -69,6 +69,7 @@ class Settings:
     gmail_cooldown: float = 4 * 3600.0  # ... and this long when Gmail throttled it
     breaker: accounts.Breaker = field(default_factory=accounts.Breaker)
     poll: float = 5.0  # the longest a paused pool waits before it looks again (an operator may act)
+    hand_back_after: float = 60.0  # mail that would wait longer for a mailbox goes back to the spool
 
 
 class Slot(enum.Enum):
@@ -125,6 +126,7 @@ class Wait:
 
     until: datetime
     paused: bool  # no account is active: the pool is paused until a state ends or an operator acts
+    free_at: datetime | None = None  # when an account may send, as far as is known (None: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,14 +209,14 @@ class Mailboxes:
             if pool not in self._paused:
                 await self._pause(pool, True, now, status)
             until = now + poll if status.next_free is None else min(status.next_free, now + poll)
-            return Wait(until, True)
+            return Wait(until, True, status.next_free)
         if pool in self._paused:
             await self._pause(pool, False, now, None)
         # An active account is in its gap, at its cap or rate, or being reserved by
         # another caller: the earliest end the snapshot knows, not sooner than a moment.
         soonest = now + timedelta(seconds=0.05 if chosen.contended else 0.25)
         until = status.next_free if status.next_free is not None else now + poll
-        return Wait(min(max(until, soonest), now + poll), False)
+        return Wait(min(max(until, soonest), now + poll), False, max(until, soonest))
 
     async def _pause(self, pool: str, paused: bool, now: datetime, status: accounts.PoolStatus | None) -> None:
         if paused:

@@ -144,7 +144,7 @@ async def test_release_hands_back_what_was_not_started(database: db.Database) ->
     now = datetime.now(UTC)
     a, b = await leases.lease(database, "n1", 2, now, now + timedelta(minutes=5))
     await leases.begin(database, "n1", [leases.Attempt(uuid.uuid4(), (a.id,), "g")], now)
-    assert await leases.release(database, "n1", [a.id, b.id], now) == 1
+    assert len(await leases.release(database, "n1", [a.id, b.id], now)) == 1
     assert await states(database) == {a.id: "leased", b.id: "queued"}
 
 

@@ -51,7 +51,8 @@ async def add(
 def relaying(
     database: db.Database, tls_files: tuple[Path, Path], *, now: Callable[[], datetime] | None = None,
     settings: relay.Settings | None = None, token_tls: Any = None, routes: dict[str, str] | None = None,
-    lease_duration: float = 300.0, signer: dkim.Signer | None = None,
+    lease_duration: float = 300.0, signer: dkim.Signer | None = None, poll_interval: float = 5.0,
+    max_held: int = 20_000,
 ) -> delivery.Delivery:  # fmt: skip
     clock = now or (lambda: datetime.now(UTC))
     pool = sessions.Pool(sessions.Settings(ehlo_hostname="mtad.test"), relay_tls=trusting(tls_files[0]))
@@ -59,7 +60,8 @@ def relaying(
                                 rng=random.Random(0), token_tls=token_tls)  # fmt: skip
     router = routing.Router(ZoneResolver(""), PROVIDERS)  # relayed mail asks no DNS
     engine = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0),
-                               route_account_pools=routes or {}, lease_duration=lease_duration)  # fmt: skip
+                               route_account_pools=routes or {}, lease_duration=lease_duration,
+                               poll_interval=poll_interval, max_held=max_held)  # fmt: skip
     return delivery.Delivery(engine, database, router, pool, RULES, mailboxes=mailboxes, now=clock, signer=signer)
 
 
@@ -261,18 +263,20 @@ async def test_the_pool_pauses_when_no_account_can_send_and_resumes_by_itself(
     await add(database, smarthost, "a")
     await accounts.disable(database, "a", "maintenance", datetime.now(UTC))
     await accept(database, relayed("r@example.net"))
-    engine = relaying(database, tls_files)
+    # Only an operator can free an account: the mail goes back to the spool and is
+    # looked at again after hand_back_after (its lease loop polls every 0.2 s here).
+    engine = relaying(database, tls_files, settings=relay.Settings(poll=0.2, hand_back_after=0.5), poll_interval=0.2)
     running = asyncio.create_task(engine.run())
 
-    async def paused() -> bool:
-        return bool(await account_events(database, "account_pool"))
+    async def handed_back() -> bool:
+        return bool(await query(database, "SELECT 1 FROM events WHERE kind = 'requeued'"))
 
-    await eventually(paused)
+    await eventually(handed_back)
     [event] = await account_events(database, "account_pool")
     assert (event["pool"], event["paused"], event["accounts"]) == ("p", True, 1)
     assert REGISTRY.get_sample_value("mtad_account_pool_paused", {"pool": "p"}) == 1
-    row = (await deliveries(database))["r@example.net"]
-    assert (row["state"], row["attempts"]) == ("leased", 0)  # waiting, not failed
+    [requeued] = await account_events(database, "requeued")
+    assert (requeued["reason"], requeued["account_pool"]) == ("account_pool_busy", "p")
     await accounts.enable(database, "a", "done", datetime.now(UTC))
     await smarthost.wait_for(1)
     await engine.wait_idle()
@@ -280,7 +284,35 @@ async def test_the_pool_pauses_when_no_account_can_send_and_resumes_by_itself(
     await running
     assert [e["paused"] for e in await account_events(database, "account_pool")] == [True, False]
     assert REGISTRY.get_sample_value("mtad_account_pool_paused", {"pool": "p"}) == 0
-    assert (await deliveries(database))["r@example.net"]["state"] == "delivered"
+    row = (await deliveries(database))["r@example.net"]
+    assert (row["state"], row["attempts"]) == ("delivered", 1)  # waiting spent no attempt
+
+
+async def test_mail_that_would_wait_long_for_a_mailbox_goes_back_to_the_spool_and_holds_no_room(
+    database: db.Database, smarthost: Sink, tls_files: tuple[Path, Path]
+) -> None:
+    await add(database, smarthost, "a", daily_cap=1)  # its day is UTC's
+    await accept(database, *(relayed(f"r{i}@example.net") for i in range(4)))
+    engine = relaying(database, tls_files, max_held=3)  # the node cannot hold all four at once
+    running = asyncio.create_task(engine.run())
+    await smarthost.wait_for(1)
+
+    async def three_handed_back() -> bool:
+        rows = await query(database, "SELECT 1 FROM events WHERE kind = 'requeued'")
+        return len(rows) == 3 and engine.statistics().held == 0
+
+    await eventually(three_handed_back)  # the fourth was leased once room was made
+    engine.stop()
+    await running
+    tomorrow = midnight_after(datetime.now(UTC))
+    waiting = [r for r in (await deliveries(database)).values() if r["state"] != "delivered"]
+    assert len(waiting) == 3
+    # Queued, due when the account's day resets, no attempt spent, no node's lease.
+    assert {(r["state"], r["attempts"], r["lease_owner"], r["next_attempt_at"]) for r in waiting} == {
+        ("queued", 0, None, tomorrow)
+    }
+    assert {e["until"] for e in await account_events(database, "requeued")} == {tomorrow.isoformat()}
+    assert len(smarthost.received) == 1
 
 
 async def test_a_parked_account_sends_again_when_its_day_resets(
@@ -400,7 +432,9 @@ async def test_mail_rerouted_into_a_paused_pool_keeps_its_lease_and_is_handed_ba
     await add(database, smarthost, "a")  # the only account: parked by its first reply
     smarthost.mail_replies["a@example.com"] = "550 5.4.5 Daily user sending limit exceeded."
     await accept(database, relayed("r@example.net"))
-    engine = relaying(database, tls_files, lease_duration=1.5)  # renewed every 0.5 s
+    # A wait this node sits out in memory (hand_back_after longer than the day).
+    engine = relaying(database, tls_files, lease_duration=1.5,  # renewed every 0.5 s
+                      settings=relay.Settings(poll=0.2, hand_back_after=86_400.0))  # fmt: skip
     running = asyncio.create_task(engine.run())
 
     async def lease() -> Any:
