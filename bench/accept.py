@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from bench import bare, client, postfix, report
+from bench import bare, client, cpu, postfix, report
 from bench.mtad_server import MtadError, MtadServer
 
 SIZES = (1024, 20 * 1024)
@@ -58,6 +58,8 @@ def measure(server: Server, cell: report.Cell, run: int, servers: list[Server]) 
         for each in servers:
             each.reset()
         os.sync()
+        meter = cpu.Meter()
+        meter.start()
         burst = client.send(
             server.host,
             server.port,
@@ -66,6 +68,7 @@ def measure(server: Server, cell: report.Cell, run: int, servers: list[Server]) 
             size=cell.size,
             timeout=burst_timeout(cell.messages),
         )
+        used = meter.stop(cell.messages)
         stored = server.stored()
         if stored is not None and stored != cell.messages:
             raise client.ClientError(f"{cell.messages} messages acknowledged but {stored} stored")
@@ -74,6 +77,7 @@ def measure(server: Server, cell: report.Cell, run: int, servers: list[Server]) 
         print(f"  run {run}  {cell.label():22}  {server.name:8} FAILED: {exc}", flush=True)
         return
     cell.rates.setdefault(server.name, []).append(burst.rate)
+    cell.cpu.setdefault(server.name, cpu.Usage(cell.label(), server.name)).runs.append(used)
     print(
         f"  run {run}  {cell.label():22}  {server.name:8} {burst.messages:>6,} msgs in {burst.seconds:6.2f} s"
         f" = {burst.rate:7,.0f} msgs/s",
@@ -169,7 +173,10 @@ def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple
     print(report.table(cells, names))
     if verdict:
         print(verdict)
+    print(cpu.table([u for cell in cells for u in cell.cpu.values()]))
     body = "### Method\n\n" + METHOD + "\n\n### Results\n\n" + report.table(cells, names) + "\n\n"
     body += f"{verdict}\n\n" if verdict else ""
+    usage = cpu.table([u for cell in cells for u in cell.cpu.values()])
+    body += "### CPU per message (ms, median of the runs)\n\n" + cpu.NOTE + "\n\n" + usage + "\n\n"
     body += "### Every run (msgs/s)\n\n" + report.runs_table(cells, names)
     return body, notes, not any(cell.errors for cell in cells)

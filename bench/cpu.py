@@ -2,7 +2,8 @@
 
 `Meter.start()` then `Meter.stop()` give the CPU seconds (user + system) each party
 used in between: mtad (the `mtad run` process), PostgreSQL (every `postgres`
-process), Postfix (its daemons, by command name), the sink (`smtp-sink`) and the
+process), Postfix (its daemons, by command name), the bare aiosmtpd reference
+server of the accept part, the sink (`smtp-sink`) and the
 client (`smtp-source`, a child of this process: counted once it has exited, through
 this process's children times). A process that exits during the run is counted by
 its parent once reaped (a PostgreSQL backend by the postmaster, a Postfix daemon by
@@ -12,11 +13,25 @@ its master), through the parent's children times.
 from __future__ import annotations
 
 import os
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench import report
 
 POSTFIX = frozenset({"master", "smtpd", "cleanup", "qmgr", "smtp", "trivial-rewrite", "postlogd", "anvil",
                      "scache", "bounce", "proxymap", "tlsmgr", "pickup", "showq", "local", "discard"})  # fmt: skip
-PARTIES = ("mtad", "PostgreSQL", "Postfix", "sink", "client")
+PARTIES = ("mtad", "PostgreSQL", "Postfix", "bare aiosmtpd", "sink", "client")
+NOTE = """\
+The CPU time (user + system, from /proc) each party used during a run, divided by
+the messages: mtad is the `mtad run` process, PostgreSQL every `postgres` process,
+Postfix its daemons, client `smtp-source`. The machine has 2 cores: at 100 % it
+gives 2,000 ms of CPU a second, so a total of T ms per message bounds the rate at
+2,000 / T msgs/s, however the work is spread. Cores busy: all the parties' CPU time
+over the run's wall time, as a share of the machine's cores (the rest idle, or
+other processes; kernel threads such as the disk's are in neither)."""
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -36,6 +51,8 @@ def snapshot() -> dict[str, float]:
         seconds = sum(int(f) for f in fields[11:15]) / _TICK  # utime, stime, cutime, cstime
         if b"mtad run" in command:
             party = "mtad"
+        elif b"bench.bare" in command:
+            party = "bare aiosmtpd"
         elif name == "postgres":
             party = "PostgreSQL"
         elif name in POSTFIX:
@@ -53,11 +70,45 @@ def snapshot() -> dict[str, float]:
 class Meter:
     def __init__(self) -> None:
         self._before: dict[str, float] = {}
+        self._started = 0.0
 
     def start(self) -> None:
         self._before = snapshot()
+        self._started = time.monotonic()
 
-    def stop(self) -> dict[str, float]:
-        """CPU seconds per party since start()."""
+    def stop(self, messages: int) -> Run:
+        """What each party used since start(), per message."""
         after = snapshot()
-        return {party: max(0.0, after[party] - self._before.get(party, 0.0)) for party in PARTIES}
+        wall = time.monotonic() - self._started
+        used = {party: max(0.0, after[party] - self._before.get(party, 0.0)) for party in PARTIES}
+        return Run(
+            {p: s / messages * 1000 for p, s in used.items()}, sum(used.values()) / ((os.cpu_count() or 1) * wall)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    ms: dict[str, float]  # CPU ms per message, by party
+    busy: float  # the share of the machine's cores all the parties used
+
+
+@dataclass(slots=True)
+class Usage:
+    """The runs of one server in one cell."""
+
+    cell: str
+    server: str
+    runs: list[Run] = field(default_factory=list)
+
+
+def table(usages: Sequence[Usage]) -> str:
+    """CPU ms per message by party (medians of the runs), the total and how busy the cores were."""
+    measured = [u for u in usages if u.runs]
+    parties = [p for p in PARTIES if any(run.ms[p] >= 0.005 for u in measured for run in u.runs)]
+    rows = []
+    for usage in measured:
+        medians = [statistics.median(run.ms[p] for run in usage.runs) for p in parties]
+        total = statistics.median(sum(run.ms.values()) for run in usage.runs)
+        busy = statistics.median(run.busy for run in usage.runs)
+        rows.append([usage.cell, usage.server, *(f"{m:.2f}" for m in medians), f"{total:.2f}", f"{busy:.0%}"])
+    return report.markdown_table(["cell", "server", *parties, "total", "cores busy"], rows)

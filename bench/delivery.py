@@ -35,15 +35,6 @@ from typing import Protocol
 from bench import client, cpu, postfix, report, sink
 from bench.mtad_server import Delivery, MtadError, MtadServer
 
-CPU_NOTE = """\
-The CPU time (user + system, from /proc) each party used during a run, from the
-first submission until every recipient was recorded, divided by the messages: mtad
-is the `mtad run` process, PostgreSQL every `postgres` process, Postfix its daemons,
-client `smtp-source`. The machine has 2 cores: at 100 % it gives 2,000 ms of CPU a
-second, so a total of T ms per message bounds the end-to-end rate at 2,000 / T
-msgs/s, however the work is spread. Cores busy: all the parties' CPU time over the
-run's wall time, as a share of the machine's cores (the rest idle, or other
-processes; kernel threads such as the disk's are in neither)."""
 RECIPIENTS = (1, 5)
 MESSAGES = 20_000
 RUNS = 3
@@ -143,8 +134,7 @@ class Cell:
     accept: dict[str, list[float]] = field(default_factory=dict)
     end_to_end: dict[str, list[float]] = field(default_factory=dict)
     errors: dict[str, list[str]] = field(default_factory=dict)
-    cpu: dict[str, list[dict[str, float]]] = field(default_factory=dict)  # per run: CPU ms per message by party
-    busy: dict[str, list[float]] = field(default_factory=dict)  # per run: the share of the machine's cores used
+    cpu: dict[str, cpu.Usage] = field(default_factory=dict)  # by server
 
     def label(self) -> str:
         return f"{self.recipients} recipient{'s' if self.recipients > 1 else ''}"
@@ -189,18 +179,15 @@ def measure(relay: Relay, cell: Cell, number: int, relays: list[Relay], the_sink
         os.sync()
         meter = cpu.Meter()
         meter.start()
-        window = time.monotonic()
         burst, seconds = relay_once(relay, the_sink, cell.messages, cell.recipients)
-        used = meter.stop()
-        window = time.monotonic() - window
+        used = meter.stop(cell.messages)
     except ERRORS as exc:
         cell.errors.setdefault(relay.name, []).append(str(exc))
         print(f"  run {number}  {cell.label():12}  {relay.name:8} FAILED: {exc}", flush=True)
         return
     cell.accept.setdefault(relay.name, []).append(burst.rate)
     cell.end_to_end.setdefault(relay.name, []).append(cell.messages / seconds)
-    cell.cpu.setdefault(relay.name, []).append({party: s / cell.messages * 1000 for party, s in used.items()})
-    cell.busy.setdefault(relay.name, []).append(sum(used.values()) / ((os.cpu_count() or 1) * window))
+    cell.cpu.setdefault(relay.name, cpu.Usage(cell.label(), relay.name)).runs.append(used)
     print(
         f"  run {number}  {cell.label():12}  {relay.name:8} {cell.messages:,} msgs: accepted in {burst.seconds:6.2f} s"
         f" = {burst.rate:6,.0f} msgs/s, at the sink in {seconds:6.2f} s = {cell.messages / seconds:6,.0f} msgs/s",
@@ -232,22 +219,6 @@ def goal(cells: list[Cell]) -> str:
     verdict = "met" if met == len(ratios) else f"not met ({met} of {len(ratios)} cells)"
     shown = ", ".join(f"{cell.label()}: {'-' if r is None else f'{r:.2f}'}" for cell, r in ratios)
     return f"Goal, mtad's end-to-end rate >= {GOAL:.1f} x Postfix's (medians): {verdict}. {shown}."
-
-
-def cpu_table(cells: list[Cell], names: list[str]) -> str:
-    """CPU ms per message by party (medians of the runs), and the total."""
-    parties = [p for p in cpu.PARTIES if any(run[p] >= 0.005 for c in cells for r in c.cpu.values() for run in r)]
-    rows = []
-    for cell in cells:
-        for name in names:
-            runs = cell.cpu.get(name)
-            if not runs:
-                continue
-            medians = [statistics.median(run[p] for run in runs) for p in parties]
-            total = statistics.median(sum(run.values()) for run in runs)
-            busy = statistics.median(cell.busy[name])
-            rows.append([cell.label(), name, *(f"{m:.2f}" for m in medians), f"{total:.2f}", f"{busy:.0%}"])
-    return report.markdown_table(["cell", "server", *parties, "total", "cores busy"], rows)
 
 
 def runs_table(cells: list[Cell], names: list[str]) -> str:
@@ -341,9 +312,10 @@ def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple
     print()
     print(table(cells, names))
     print(verdict)
-    print(cpu_table(cells, names))
+    print(cpu.table([u for cell in cells for u in cell.cpu.values()]))
     body = "### Method\n\n" + method(messages, runs, args.concurrency) + "\n\n"
     body += "### Results\n\n" + table(cells, names) + "\n\n" + (f"{verdict}\n\n" if verdict else "")
-    body += "### CPU per message (ms, median of the runs)\n\n" + CPU_NOTE + "\n\n" + cpu_table(cells, names) + "\n\n"
+    usage = cpu.table([u for cell in cells for u in cell.cpu.values()])
+    body += "### CPU per message (ms, median of the runs)\n\n" + cpu.NOTE + "\n\n" + usage + "\n\n"
     body += "### Every run (msgs/s)\n\n" + runs_table(cells, names)
     return body, notes, not any(cell.errors for cell in cells)

@@ -14,8 +14,12 @@ import statistics
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import mtad
+
+if TYPE_CHECKING:
+    from bench.cpu import Usage
 
 
 @dataclass(slots=True)
@@ -25,6 +29,7 @@ class Cell:
     messages: int
     rates: dict[str, list[float]] = field(default_factory=dict)
     errors: dict[str, list[str]] = field(default_factory=dict)
+    cpu: dict[str, Usage] = field(default_factory=dict)  # by server: the CPU its runs used
 
     def label(self) -> str:
         return f"{size_label(self.size)}, {self.sessions} session{'s' if self.sessions > 1 else ''}"
