@@ -155,7 +155,7 @@ class Daemon:
     async def _serve(self, database: db.Database) -> None:
         settings = self.settings
         node_id = settings.node.id
-        await nodes.register(database, node_id, _now())
+        await nodes.register(database, node_id, _now(), delivers=settings.delivery.enabled)
         out = settings.delivery
         resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)
         router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)

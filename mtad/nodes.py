@@ -1,7 +1,8 @@
 """Nodes: every running mtad registers in `nodes` and heartbeats.
 
-Later stages read the table to share bucket rates among live nodes; a node
-whose heartbeat is older than a few intervals is taken for dead.
+Delivery reads the table to share bucket rates among the live nodes that deliver
+(a node that only accepts shares nothing); a node whose heartbeat is older than a
+few intervals is taken for dead.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Any
 from mtad import db
 
 
-async def register(database: db.Database, node_id: str, now: datetime) -> None:
-    await database.execute("nodes/register", node_id, socket.gethostname(), os.getpid(), now)
+async def register(database: db.Database, node_id: str, now: datetime, *, delivers: bool = True) -> None:
+    """Join (or rejoin) the cluster; `delivers`: [delivery] enabled (only delivering
+    nodes share the buckets)."""
+    await database.execute("nodes/register", node_id, socket.gethostname(), os.getpid(), now, delivers)
 
 
 async def heartbeat(database: db.Database, node_id: str, now: datetime) -> None:
@@ -31,5 +34,6 @@ async def list_all(database: db.Database) -> list[dict[str, Any]]:
 
 
 async def live(database: db.Database, since: datetime) -> int:
-    """How many nodes heartbeat at or after `since` (this one included when it does)."""
+    """How many delivering nodes heartbeat at or after `since` (this one included when
+    it does): they share every bucket's rate and sessions."""
     return int(await database.fetchval("nodes/live", since))

@@ -79,8 +79,9 @@ def test_accepts_mail_shows_it_and_stops_cleanly(mtad_factory: Any, dsn: str, tm
         assert swaks.returncode == 0, swaks.stdout + swaks.stderr
         assert "250 2.0.0 Ok: queued as" in swaks.stdout
 
-    [node] = rows(dsn, "SELECT id, pid FROM nodes")
-    assert node == {"id": "test-node", "pid": daemon.process.pid if daemon.process else None}
+    [node] = rows(dsn, "SELECT id, pid, delivers FROM nodes")
+    # It only accepts ([delivery] enabled = false): it shares no delivering node's buckets.
+    assert node == {"id": "test-node", "pid": daemon.process.pid if daemon.process else None, "delivers": False}
 
     expected = 4 if shutil.which("swaks") else 3
     messages = rows(dsn, "SELECT id, sender, message_id FROM messages")

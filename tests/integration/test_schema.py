@@ -35,7 +35,7 @@ EXPECTED_COLUMNS = {
     },
     "events": {"id", "at", "kind", "message", "delivery", "tenant", "data"},
     "tenants": {"name", "password_hash", "state", "created_at", "updated_at"},
-    "nodes": {"id", "hostname", "pid", "started_at", "heartbeat_at"},
+    "nodes": {"id", "hostname", "pid", "started_at", "heartbeat_at", "delivers"},
     "idempotency_keys": {"tenant", "key", "message", "expires_at"},
     "schema_migrations": {"version", "name", "applied_at"},
     "buckets": {"route_group", "source", "rate", "sessions", "changed_by", "changed_at", "updated_at"},

@@ -1,1 +1,1 @@
-SELECT id, hostname, pid, started_at, heartbeat_at FROM nodes ORDER BY id
+SELECT id, hostname, pid, started_at, heartbeat_at, delivers FROM nodes ORDER BY id
