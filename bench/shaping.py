@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -473,7 +472,7 @@ def method(count: int, runs: int, messages: int, concurrency: int, total: int, s
         "SETTLE": f"{SETTLE}",
         "MAX_HELD": f"{MAX_HELD:,}",
     }
-    text = re.sub(r"\b[A-Z][A-Z_]+\b", lambda m: values.get(m.group(), m.group()), __doc__.split("\n\n", 1)[1])
+    text = report.filled(__doc__, values)
     return (
         f"{text.strip()}\n\n{runs} runs of {count:,} decisions per loop, and {runs} runs of each node; "
         "client, servers, PostgreSQL and sink share the same cores. Other settings as in the delivery part."

@@ -19,6 +19,13 @@ from collections.abc import Sequence
 import dns.message
 import dns.query
 import dns.rcode
+import pytest
+
+# For the modules that run dnsmasq: skipped where it is missing.
+NEEDS_DNSMASQ = pytest.mark.skipif(
+    shutil.which("dnsmasq") is None and shutil.which("dnsmasq", path="/usr/sbin") is None,
+    reason="dnsmasq is not installed (make test installs it as root)",
+)
 
 
 def free_udp_port() -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import json
-import shutil
 import smtplib
 import threading
 import time
@@ -21,16 +20,10 @@ import pytest
 from tests.acceptance.conftest import Mtad
 from tests.acceptance.test_run import email, http_get
 from tests.conftest import run_sync
-from tests.dnsserver import Dnsmasq
+from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
 from tests.sink import Received, ThreadedSink
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        shutil.which("dnsmasq") is None and shutil.which("dnsmasq", path="/usr/sbin") is None,
-        reason="dnsmasq is not installed (make test installs it as root)",
-    ),
-]
+pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import smtplib
 from collections.abc import Iterator
 from email.policy import SMTP
@@ -19,16 +18,10 @@ import pytest
 from mtad import vault
 from tests.acceptance.conftest import Mtad
 from tests.acceptance.test_run import email
-from tests.dnsserver import Dnsmasq
+from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
 from tests.sink import ThreadedSink
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        shutil.which("dnsmasq") is None and shutil.which("dnsmasq", path="/usr/sbin") is None,
-        reason="dnsmasq is not installed (make test installs it as root)",
-    ),
-]
+pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
 
 
 @pytest.fixture

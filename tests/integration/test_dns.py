@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,12 +9,9 @@ import pytest
 
 from mtad import errors, routing
 from mtad.endpoints import HostPort
-from tests.dnsserver import Dnsmasq, ServfailServer
+from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq, ServfailServer
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("dnsmasq") is None and shutil.which("dnsmasq", path="/usr/sbin") is None,
-    reason="dnsmasq is not installed (make test installs it as root)",
-)
+pytestmark = NEEDS_DNSMASQ
 
 PROVIDERS = routing.load_providers(Path(__file__).parents[2] / "conf" / "providers.toml")
 

@@ -4,24 +4,18 @@
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-
-import pytest
 
 from mtad import db, dkim, rotation, routing
 from mtad.dkim import Algorithm, KeyState
 from mtad.endpoints import HostPort
 from tests.conftest import query
-from tests.dnsserver import Dnsmasq
+from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
 from tests.integration.test_relay_delivery import SEALER
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("dnsmasq") is None and shutil.which("dnsmasq", path="/usr/sbin") is None,
-    reason="dnsmasq is not installed (make test installs it as root)",
-)
+pytestmark = NEEDS_DNSMASQ
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TTL = 300
