@@ -142,7 +142,8 @@ class _Message:
     account_pool: str | None  # chosen at submission (X-Mtad-Account-Pool, the tenant's): relayed
     body: bytes | None  # None: not held (the body cache was full): read when it is sent
     jobs: int = 0
-    signatures: dict[tuple[bytes, tuple[int, ...]], bytes] = field(default_factory=dict)  # (header digest, keys)
+    # (header digest, keys) -> the signature fields, or their making by another transaction
+    signatures: dict[tuple[bytes, tuple[int, ...]], bytes | asyncio.Future[bytes]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -642,10 +643,25 @@ class Delivery:
             return body, f"unsigned: no active key for {domain}" if domain else "unsigned: no From domain"
         end = body.find(b"\r\n\r\n")
         cache = (hashlib.blake2b(body[:end], digest_size=16).digest(), tuple(k.id for k in keys))
-        fields = message.signatures.get(cache)
-        if fields is None:
-            signed = await self._signer.sign(body, keys, c=self.settings.dkim_canonicalization)
+        known = message.signatures.get(cache)
+        if isinstance(known, asyncio.Future):  # another transaction of the message is signing it
+            fields = await asyncio.shield(known)
+        elif known is not None:
+            fields = known
+        else:
+            making = message.signatures[cache] = asyncio.get_running_loop().create_future()
+            try:
+                signed = await self._signer.sign(body, keys, c=self.settings.dkim_canonicalization)
+            except BaseException as exc:
+                del message.signatures[cache]
+                if isinstance(exc, Exception):
+                    making.set_exception(exc)
+                    making.exception()  # those waiting get it; nobody need be
+                else:
+                    making.cancel()
+                raise
             fields = message.signatures[cache] = signed[: len(signed) - len(body)]
+            making.set_result(fields)
             self._spawn(self._remember((message.id, fields, cache[1], cache[0])))  # for its retries
         return fields + body, " ".join(f"d={k.domain} s={k.selector}" for k in keys)
 

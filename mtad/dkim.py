@@ -277,11 +277,13 @@ class Signer:
 
     keys: dict[str, list[Key]] = field(default_factory=dict)
     threads: int = 0
+    made: int = 0  # messages signed
     _pool: ThreadPoolExecutor | None = None
 
     async def sign(self, message: bytes, keys: Sequence[Key], c: str = "relaxed/relaxed") -> bytes:
         """dkim.sign, with the RSA operations on the signer's threads."""
         draft = Draft.of(message, keys, None, c)
+        self.made += 1
         if not self.threads or all(key.algorithm is not Algorithm.RSA2048 for key in keys):
             return draft.finish(private_operations(keys, draft.digests))
         if self._pool is None:

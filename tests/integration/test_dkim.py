@@ -81,6 +81,7 @@ async def test_mail_is_signed_at_transmission_once_per_key_and_verifies(database
         assert message.data.count(b"DKIM-Signature:") == 2  # RSA and Ed25519 side by side
     first, second = (m.data.split(b"\r\nFrom:")[0] for m in sink.received)
     assert first == second  # signed once, the signatures reused for the second transaction
+    assert signer.made == 1  # also when both went at once
     events = await query(database, "SELECT data FROM events WHERE kind = 'delivered'")
     assert {json.loads(e["data"])["dkim"] for e in events} == {
         f"d=example.org s={rsa_key.selector} d=example.org s={ed_key.selector}"
