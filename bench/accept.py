@@ -110,7 +110,8 @@ servers start once and are warmed up with one burst of 500 messages from 50 sess
 Runs go round all cells; within a cell the two servers take turns, and which goes
 first alternates between runs.
 
-- mtad: `mtad run` with the reference defaults (group commit without an extra window,
+- mtad: `mtad run` with the reference defaults (`[submission] processes = "auto"`: one
+  submission process on 2 cores; group commit without an extra window,
   batches of up to 200, JSON log at level info to a file), its embedded PostgreSQL with fsync and
   synchronous_commit on; it answers 250 after COMMIT. It only accepts (`[delivery] enabled = false`).
 - Postfix: a private instance (`postfix -c DIR`), smtpd on 127.0.0.1 only,

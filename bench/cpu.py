@@ -1,7 +1,7 @@
 """CPU time spent by each party of a run, from /proc: where a machine's two cores go.
 
 `Meter.start()` then `Meter.stop()` give the CPU seconds (user + system) each party
-used in between: mtad (the `mtad run` process), PostgreSQL (every `postgres`
+used in between: mtad (the `mtad run` process and its submission processes), PostgreSQL (every `postgres`
 process), Postfix (its daemons, by command name), the bare aiosmtpd reference
 server of the accept part, the sink (`smtp-sink`) and the
 client (`smtp-source`, a child of this process: counted once it has exited, through
@@ -26,7 +26,7 @@ POSTFIX = frozenset({"master", "smtpd", "cleanup", "qmgr", "smtp", "trivial-rewr
 PARTIES = ("mtad", "PostgreSQL", "Postfix", "bare aiosmtpd", "sink", "client")
 NOTE = """\
 The CPU time (user + system, from /proc) each party used during a run, divided by
-the messages: mtad is the `mtad run` process, PostgreSQL every `postgres` process,
+the messages: mtad is the `mtad run` process with its submission processes, PostgreSQL every `postgres` process,
 Postfix its daemons, client `smtp-source`. The machine has 2 cores: at 100 % it
 gives 2,000 ms of CPU a second, so a total of T ms per message bounds the rate at
 2,000 / T msgs/s, however the work is spread. Cores busy: all the parties' CPU time
@@ -49,7 +49,7 @@ def snapshot() -> dict[str, float]:
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
         seconds = sum(int(f) for f in fields[11:15]) / _TICK  # utime, stime, cutime, cstime
-        if b"mtad run" in command:
+        if b"mtad run" in command or b"mtad.workers" in command:
             party = "mtad"
         elif b"bench.bare" in command:
             party = "bare aiosmtpd"

@@ -251,7 +251,9 @@ with {WARMUP:,} messages first.
 
 Settings, the same concurrency for both:
 - mtad: `mtad run`, embedded PostgreSQL with fsync and synchronous_commit on,
-  `[delivery] enabled = true`, `[routes."{DOMAIN}"] relay = "127.0.0.1:<sink port>"`,
+  `[submission] processes = "auto"` (on 2 cores one submission process accepts and
+  the daemon's own process delivers), `[delivery] enabled = true`,
+  `[routes."{DOMAIN}"] relay = "127.0.0.1:<sink port>"`,
   a providers file whose `[default]` bucket has `rate = "unlimited"` and `sessions = {concurrency}`
   (attempts in flight to the sink), `max_sessions_per_host = {concurrency}`, other keys as in conf/mtad.toml
   (`max_messages_per_session = 100`, `idle_timeout = 30s`, `lease_batch = 500`,

@@ -141,6 +141,16 @@ _HOSTNAME = re.compile(
 )
 
 
+def _processes(value: Any) -> int:
+    """'auto' or 0-64. auto: half the CPU cores, at most 4 (PostgreSQL and delivery
+    want the rest); on one core, 0 (the daemon's own process serves the port)."""
+    if value == "auto":
+        return min(4, (os.cpu_count() or 1) // 2)
+    if isinstance(value, str):
+        raise ValueError(f'expected a whole number or "auto", got {value!r}')
+    return _integer(0, 64)(value)
+
+
 def _hostname(value: Any) -> str:
     text: str = _string(value) or socket.getfqdn()
     if not _HOSTNAME.match(text):
@@ -273,6 +283,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "auth_failure_window": (_positive_duration, "10m"),
         "shutdown_timeout": (duration, "30s"),
         "check_recipient_domains": (_boolean, True),
+        "processes": (_processes, "auto"),
     },
     "spool": {
         "commit_window": (duration, "0s"),
@@ -653,6 +664,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
             auth_failure_window=sub["auth_failure_window"],
             shutdown_timeout=sub["shutdown_timeout"],
             check_recipient_domains=sub["check_recipient_domains"],
+            processes=sub["processes"],
             tls_cert=values["tls"]["cert"],
             tls_key=values["tls"]["key"],
             pools=frozenset(extras["pools"]),

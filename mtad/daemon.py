@@ -2,8 +2,10 @@
 TaskGroup, and shuts it down in order on SIGTERM or SIGINT.
 
 Start: database (embedded or DSN) -> migrations -> pool -> node registration ->
-routing, delivery, group committer (with delivery as its fast path) ->
-submission and HTTP listeners -> READY=1.
+routing, delivery -> the submission port: bound here and served by the
+submission processes (mtad.workers), or with [submission] processes = 0 by a
+group committer (with delivery as its fast path) and server in this process ->
+HTTP listener -> READY=1 once the port is served.
 
 Shutdown, in order:
  1. STOPPING=1; close the listening sockets (no new sessions).
@@ -11,6 +13,7 @@ Shutdown, in order:
     refuse new DATA commands meanwhile.
  3. Tell the remaining sessions 421 and close them.
  4. Close the group committer: what it holds is committed, then it returns.
+    (Steps 2-4 happen in each submission process, which then exits.)
  5. Stop delivery: no more leasing, deliveries on the wire finish (bounded by
     [delivery] shutdown_timeout), leases of what did not start are handed back.
  6. Stop the background loops, deregister the node, close HTTP and the pool.
@@ -26,7 +29,7 @@ import os
 import signal
 import socket
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import structlog
@@ -47,8 +50,8 @@ from mtad import (
     sessions,
     spool,
     submission,
-    tenants,
     vault,
+    workers,
 )
 from mtad.db import embedded, migrate
 
@@ -172,27 +175,24 @@ class Daemon:
                 out.engine, queue, router, sessions.Pool(out.sessions), out.rules, pools=egress.Egress(out.pools),
                 mailboxes=mailboxes, signer=signer,
             )  # fmt: skip
-        committer = spool.GroupCommitter(
-            database,
-            window=settings.spool.commit_window,
-            max_batch=settings.spool.commit_max_batch,
-            timeout=settings.spool.commit_timeout,
-            fast_path=engine,
-        )
         sub = settings.submission
-        tls = submission.tls_context(sub.tls_cert, sub.tls_key) if sub.tls_cert and sub.tls_key else None
-        handler = submission.Handler(sub, committer, tenants.Authenticator(database), router=router)
-        smtp = submission.Server(sub, handler, tls)
+        port: workers.InProcess | workers.Processes
+        if sub.processes:
+            handed = replace(settings, database=replace(settings.database, dsn=database.dsn))
+            port = workers.Processes(handed, submission.bind(sub.listen), sub.processes, fast_path=engine)
+        else:
+            port = workers.InProcess(settings, database, router, fast_path=engine)
         web = None
         if settings.http.listen is not None:
             web = http.Server(
                 settings.http.listen,
                 depth=lambda: spool.depth(database),
                 healthy=lambda: _healthy(database),
+                others=port.counts,
             )
         try:
             async with asyncio.TaskGroup() as tasks:
-                committing = tasks.create_task(committer.run(), name="group-commit")
+                serving = tasks.create_task(port.run(), name="submission")
                 delivering = tasks.create_task(engine.run(), name="delivery") if engine else None
                 background = [
                     tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),
@@ -204,34 +204,32 @@ class Daemon:
                     rotating = rotation.Rotation(database, resolver, sealer, settings.dkim, now=_now)
                     reload = functools.partial(self._dkim_keys, database, signer, sealer)
                     background.append(tasks.create_task(rotating.run(reload), name="dkim-rotation"))
-                await smtp.start()
+                await port.start()
                 if web is not None:
                     await web.start()
+                addresses = ", ".join(str(a) for a in port.addresses)
                 logger.info(
                     "ready",
                     node=node_id,
-                    smtp=[str(a) for a in smtp.addresses],
+                    smtp=[str(a) for a in port.addresses],
+                    processes=sub.processes,
                     http=str(web.address) if web is not None else None,
                     pid=os.getpid(),
                 )
-                notify(f"READY=1\nSTATUS=accepting on {', '.join(str(a) for a in smtp.addresses)}")
+                notify(f"READY=1\nSTATUS=accepting on {addresses}")
                 await self._stop.wait()
 
-                logger.info("stopping", sessions=len(smtp.sessions()))
+                logger.info("stopping")
                 notify("STOPPING=1")
-                smtp.stop_accepting()
-                if not await smtp.wait_data_done(sub.shutdown_timeout):
-                    logger.warning("shutdown_timeout", in_data=sum(s.in_data for s in smtp.sessions()))
-                await smtp.close_sessions()
-                committer.close()
-                await committing
+                await port.stop()  # steps 1-4, here or in each submission process
+                await serving
                 if engine is not None and delivering is not None:
                     engine.stop()  # stop leasing; finish what is on the wire; hand back the rest
                     await delivering
                 for task in background:
                     task.cancel()
         finally:
-            committer.close()
+            port.close()
             if web is not None:
                 await web.close()
             for pool in self._closing:
@@ -239,7 +237,7 @@ class Daemon:
             with contextlib.suppress(errors.SpoolError):
                 await nodes.deregister(database, node_id)
             signer.close()
-        logger.info("stopped", committed=committer.statistics().messages)
+        logger.info("stopped")
 
     async def _heartbeat(self, database: db.Database, node_id: str) -> None:
         while True:

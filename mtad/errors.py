@@ -15,6 +15,7 @@ module catches a foreign exception.
      |    +-- Conflict             a row that must be unique already exists
      +-- RouteTempFail             DNS could not answer now (SERVFAIL, timeout): retry later
      +-- EmbeddedDatabaseError     the embedded PostgreSQL could not be started
+     +-- ProcessError              a submission process exited before it was ready
      +-- IllegalTransition         a delivery or account state change its table forbids
      +-- AddressError              an address that is not a valid mailbox
      +-- TokenError                an OAuth access token could not be had
@@ -65,6 +66,10 @@ class RouteTempFail(MtadError):
 
 class EmbeddedDatabaseError(MtadError):
     """The embedded PostgreSQL server could not be initialised or started."""
+
+
+class ProcessError(MtadError):
+    """A submission process exited, or did not say it was ready, at start-up."""
 
 
 class IllegalTransition(MtadError):

@@ -2,17 +2,18 @@
 
 A deliberately small HTTP/1.1 server on asyncio streams (one request per
 connection, no keep-alive): two read-only routes do not justify a web framework
-as a dependency. Spool depth is read from PostgreSQL at scrape time.
+as a dependency. Spool depth is read from PostgreSQL at scrape time, and so are
+the counts of the node's submission processes (`others`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from mtad import errors, metrics
 from mtad.endpoints import HostPort
@@ -24,7 +25,7 @@ MAX_HEADER_BYTES = 16 * 1024
 
 
 class Server:
-    """Serves /metrics and /healthz; `depth` and `healthy` are read per request."""
+    """Serves /metrics and /healthz; `depth`, `healthy` and `others` are read per request."""
 
     def __init__(
         self,
@@ -32,10 +33,12 @@ class Server:
         *,
         depth: Callable[[], Awaitable[dict[str, int]]],
         healthy: Callable[[], Awaitable[bool]],
+        others: Callable[[], Awaitable[Sequence[Sequence[metrics.Counted]]]] | None = None,
     ) -> None:
         self._listen = listen
         self._depth = depth
         self._healthy = healthy
+        self._others = others
         self._server: asyncio.Server | None = None
 
     @property
@@ -87,7 +90,8 @@ class Server:
                 metrics.set_spool_depth(await self._depth())
             except errors.SpoolError as exc:
                 log.warning("metrics_depth_unavailable", error=str(exc))
-            return "200 OK", CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
+            others = await self._others() if self._others is not None else ()
+            return "200 OK", CONTENT_TYPE_LATEST, metrics.exposition(others)
         if path == "/healthz":
             if await self._healthy():
                 return "200 OK", "text/plain", b"ok\n"

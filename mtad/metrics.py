@@ -2,11 +2,20 @@
 
 Metrics live in prometheus_client's default registry, next to its process and
 platform collectors. Updating one is sync and costs about a microsecond.
+
+A node's submission processes keep their own: `snapshot()` is what one of them
+has counted so far, and `exposition()` renders this process's metrics with such
+snapshots added in (counters, histograms and the open sessions add up).
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
 
 from mtad.lifecycle import State
 
@@ -148,3 +157,58 @@ def set_spool_depth(counts: dict[str, int]) -> None:
     """Set the depth gauge for every state, zero for states with no rows."""
     for state in State:
         SPOOL_DEPTH.labels(state=state.value).set(counts.get(state.value, 0))
+
+
+# --- several processes ------------------------------------------------------------
+
+# (family, its type, sample name, labels as sorted pairs, value): one sample of another process.
+Counted = tuple[str, str, str, tuple[tuple[str, str], ...], float]
+_OWN = "mtad_"
+CUMULATIVE = ("counter", "histogram")  # the types whose counts stay once their process is gone
+
+
+def snapshot() -> list[Counted]:
+    """This process's mtad samples (no `_created` ones), as another process adds
+    them to its own when it renders them. Sync, no I/O."""
+    taken: list[Counted] = []
+    for family in REGISTRY.collect():
+        if family.name.startswith(_OWN):
+            for sample in family.samples:
+                if not sample.name.endswith("_created"):
+                    labels = tuple(sorted(sample.labels.items()))
+                    taken.append((family.name, family.type, sample.name, labels, sample.value))
+    return taken
+
+
+def exposition(others: Iterable[Sequence[Counted]] = ()) -> bytes:
+    """The text format of this process's metrics, each sample plus the same sample
+    of the other processes; samples only they have are added to their family."""
+    extra: defaultdict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = defaultdict(dict)
+    for taken in others:
+        for family, _, name, labels, value in taken:
+            into = extra[family]
+            into[(name, labels)] = into.get((name, labels), 0.0) + value
+    if not extra:
+        return generate_latest(REGISTRY)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Summed(extra))
+    return generate_latest(registry)
+
+
+class _Summed:
+    """REGISTRY's families with other processes' samples added (a collector)."""
+
+    def __init__(self, extra: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]) -> None:
+        self._extra = extra
+
+    def collect(self) -> Iterator[Metric]:
+        for family in REGISTRY.collect():
+            extra = dict(self._extra.get(family.name, {}))
+            if extra:
+                summed = []
+                for sample in family.samples:
+                    key = (sample.name, tuple(sorted(sample.labels.items())))
+                    summed.append(sample._replace(value=sample.value + extra.pop(key, 0.0)))
+                summed += [Sample(name, dict(labels), value) for (name, labels), value in extra.items()]
+                family.samples = summed
+            yield family

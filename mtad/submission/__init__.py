@@ -10,7 +10,7 @@ server    the listening sockets and sessions, drained at shutdown
 from mtad.submission.assembly import MAX_PRIORITY, MIN_PRIORITY, TenantDefaults
 from mtad.submission.policy import AuthThrottle, Handler, Settings, tls_context
 from mtad.submission.protocol import MAX_LINE, has_long_line
-from mtad.submission.server import Server
+from mtad.submission.server import Server, bind
 
 __all__ = [
     "MAX_LINE",
@@ -21,6 +21,7 @@ __all__ = [
     "Server",
     "Settings",
     "TenantDefaults",
+    "bind",
     "has_long_line",
     "tls_context",
 ]

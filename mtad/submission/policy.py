@@ -49,6 +49,7 @@ class Settings:
     auth_failure_window: float = 600.0
     shutdown_timeout: float = 30.0
     check_recipient_domains: bool = True  # refuse recipients whose domain takes no mail (550 5.1.2)
+    processes: int = 0  # processes serving the port beside the daemon's (0: the daemon's own serves it)
     tls_cert: Path | None = None
     tls_key: Path | None = None
     pools: frozenset[str] = frozenset()  # the configured source IP pools, for X-Mtad-Pool

@@ -1,10 +1,15 @@
 """The listening sockets and open sessions of the submission port, and their
-orderly end at shutdown: stop listening, let DATA in flight finish, then 421."""
+orderly end at shutdown: stop listening, let DATA in flight finish, then 421.
+
+The sockets can be bound by one process and served by others (`bind`, then
+`Server.start(sockets)` in each): the daemon binds once and its submission
+processes accept on the same sockets."""
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
 import ssl
 from collections.abc import Sequence
 
@@ -12,6 +17,32 @@ from mtad import metrics, replies
 from mtad.endpoints import HostPort
 from mtad.submission.policy import Handler, Settings
 from mtad.submission.protocol import Protocol
+
+BACKLOG = 1024  # connections the kernel completes before a process accepts them
+
+
+def bind(addresses: Sequence[HostPort]) -> list[socket.socket]:
+    """Listening sockets for the addresses (each address a name resolves to), with
+    SO_REUSEADDR, non-blocking; raises OSError and leaves nothing open."""
+    sockets: list[socket.socket] = []
+    try:
+        for address in addresses:
+            found = socket.getaddrinfo(address.host or None, address.port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)  # fmt: skip
+            for family, kind, proto, _, where in dict.fromkeys(found):
+                sock = socket.socket(family, kind, proto)
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(where)
+                sock.listen(BACKLOG)
+                sock.setblocking(False)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 class Server:
@@ -45,12 +76,12 @@ class Server:
             address = address.ipv4_mapped
         return any(address in network for network in self.settings.trusted_networks)
 
-    async def start(self) -> None:
-        """Bind every listen address; raises OSError if one cannot be bound."""
+    async def start(self, sockets: Sequence[socket.socket] | None = None) -> None:
+        """Serve the given listening sockets, or bind every listen address; raises
+        OSError if one cannot be bound."""
         loop = asyncio.get_running_loop()
-        for address in self.settings.listen:
-            srv = await loop.create_server(self._make_protocol, address.host, address.port, reuse_address=True)
-            self._servers.append(srv)
+        for sock in bind(self.settings.listen) if sockets is None else sockets:
+            self._servers.append(await loop.create_server(self._make_protocol, sock=sock, backlog=BACKLOG))
 
     def _make_protocol(self) -> Protocol:
         return Protocol(
@@ -95,6 +126,14 @@ class Server:
         except TimeoutError:
             return False
         return True
+
+    async def shutdown(self, within: float) -> bool:
+        """Stop listening, let DATA in flight finish for at most `within` seconds,
+        then 421 and close every session; False if DATA was still in flight."""
+        self.stop_accepting()
+        finished = await self.wait_data_done(within)
+        await self.close_sessions()
+        return finished
 
     async def close_sessions(self) -> None:
         """Tell every open session 421 and close it."""

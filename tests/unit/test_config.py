@@ -1,4 +1,5 @@
 import ipaddress
+import os
 from pathlib import Path
 
 import pytest
@@ -408,3 +409,22 @@ account_pool = "cold"
     with pytest.raises(errors.ConfigError) as info:
         config.load(keyless, environ={})
     assert info.value.problems[0].startswith("[accounts] key_file or key_env: [account_pools] are configured")
+
+
+def test_submission_processes_are_a_number_or_auto(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def processes(value: str) -> int:
+        return config.load(write(tmp_path, f"[submission]\nprocesses = {value}\n"), environ={}).submission.processes
+
+    assert processes("0") == 0
+    assert processes("3") == 3
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert processes('"auto"') == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert processes('"auto"') == 0  # one core: the daemon's own process serves the port
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    assert processes('"auto"') == 4
+    assert config.load(REFERENCE, environ={"MTAD_SUBMISSION_PROCESSES": "2"}).submission.processes == 2
+    for bad, why in (("65", "between 0 and 64"), ('"many"', 'or "auto"'), ("-1", "between 0 and 64")):
+        with pytest.raises(errors.ConfigError) as info:
+            processes(bad)
+        assert any("[submission] processes" in p and why in p for p in info.value.problems), info.value.problems

@@ -75,3 +75,36 @@ def test_standard_library_records_share_the_format() -> None:
 def test_values_json_cannot_encode_are_written_as_their_repr() -> None:
     [record] = records(lambda: structlog.get_logger().info("odd", value={1, 2}))
     assert record["value"] == "{1, 2}"
+
+
+def test_a_batch_is_written_in_pieces_of_whole_lines_each_at_most_pipe_buf() -> None:
+    lines = [f"line {i} " + "x" * (i % 700) + "\n" for i in range(400)]
+    text = "".join(lines)
+    pieces = list(log._pieces(text, 1000))
+    assert "".join(pieces) == text
+    assert all(len(piece) <= 1000 and piece.endswith("\n") for piece in pieces)
+    assert len(pieces) < len(lines) / 2  # lines go together
+    long = "y" * 2500 + "\n"
+    assert list(log._pieces("a\n" + long + "b\n", 1000)) == ["a\n", long, "b\n"]  # a long line alone
+    assert list(log._pieces("no newline at the end", 5)) == ["no newline at the end"]
+
+
+async def test_lines_logged_in_one_loop_iteration_reach_the_stream_whole() -> None:
+    class Writes(io.StringIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.writes: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.writes.append(text)
+            return super().write(text)
+
+    stream = Writes()
+    log.configure("json", "info", stream=stream)
+    logger = structlog.get_logger("test")
+    for n in range(200):
+        logger.info("accepted", n=n, padding="p" * 100)
+    assert stream.writes == []  # held until the end of this loop iteration
+    log.flush()
+    assert all(len(w) <= log._ATOMIC and w.endswith("\n") for w in stream.writes)
+    assert [json.loads(line)["n"] for line in stream.getvalue().splitlines()] == list(range(200))
