@@ -115,6 +115,7 @@ class _Feedback:
     deferred: bool = False  # a transient reply
     connect_failed: bool = False  # no session through the source address
     maybe_sent: bool = False  # the connection dropped after the data: it may have gone out
+    returned: bool = False  # the bucket has had its permission back, with this feedback
 
     @property
     def outcome(self) -> egress.SendOutcome | None:
@@ -545,17 +546,25 @@ class Delivery:
         (None: it expired in the queue and only its bounce is recorded)."""
         started = time.perf_counter()
         feedback = _Feedback()
+
+        def answered() -> None:
+            """The permission back to the bucket with what the receiver said, as soon as
+            it has answered: recording the outcome takes no session of the receiver's."""
+            if out is None or feedback.returned:
+                return
+            feedback.returned = True
+            self._shaper.done(group.name, out.source, delivered=feedback.delivered, throttled=feedback.throttled)
+            if out.pool is not None and feedback.outcome is not None:
+                self._report_egress(out.pool, group.name, out.source, feedback)
+            group.freed.set()
+
         try:
-            await self._send(job, route, out, feedback)
+            await self._send(job, route, out, feedback, answered)
         except errors.SpoolError as exc:
             log.warning("attempt_not_recorded", message=str(job.message), error=str(exc))
             self._forget(job)  # the leases expire and the reaper requeues them
         finally:
-            if out is not None:
-                self._shaper.done(group.name, out.source, delivered=feedback.delivered, throttled=feedback.throttled)
-                if out.pool is not None and feedback.outcome is not None:
-                    self._report_egress(out.pool, group.name, out.source, feedback)
-                group.freed.set()
+            answered()  # when the attempt ended before the receiver answered
             self._started.difference_update(d.id for d in job.deliveries)
             metrics.ATTEMPT_LATENCY.labels(group=group.name).observe(time.perf_counter() - started)
             self._progress.set()
@@ -569,7 +578,9 @@ class Delivery:
     def _expired(self, job: _Job) -> bool:
         return self._now() - job.created_at >= timedelta(seconds=self.settings.max_age)
 
-    async def _send(self, job: _Job, route: routing.Route, out: _Egress | None, feedback: _Feedback) -> None:
+    async def _send(
+        self, job: _Job, route: routing.Route, out: _Egress | None, feedback: _Feedback, answered: Callable[[], None]
+    ) -> None:
         if out is None or self._expired(job):
             verdict = Verdict(outcomes.Class.PERMANENT, Reason.EXPIRED, False)
             await self._finish(job, route.group, {d.id: (verdict, None) for d in job.deliveries}, {"expired": True})
@@ -628,6 +639,7 @@ class Delivery:
             data["maybe_delivered"] = True
             feedback.maybe_sent = True
         metrics.SESSIONS_REUSED.labels(group=route.group).inc(result.reused)
+        answered()
         await self._finish(job, route.group, verdicts, data)
 
     async def _sign(self, message: _Message, body: bytes) -> tuple[bytes, str]:
