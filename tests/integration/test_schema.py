@@ -71,6 +71,9 @@ async def test_migrations_produce_the_expected_tables_and_indexes(database: db.D
     assert found == EXPECTED_COLUMNS
     assert {"deliveries_due", "deliveries_lease_expiry", "deliveries_message", "events_message", "events_account",
             "account_reservations_confirmed"} <= indexes  # fmt: skip
+    # Room on each page for the version the attempt id makes (a HOT update).
+    [options] = await query(database, "SELECT reloptions FROM pg_class WHERE relname = 'deliveries'")
+    assert options["reloptions"] == ["fillfactor=50"]
 
 
 async def test_migrations_apply_once_even_when_two_nodes_race(pg_admin_dsn: str) -> None:
