@@ -4,7 +4,8 @@ Callers `submit()` an item and wait for its result. The first caller to find no
 flush under way becomes the leader: it flushes everything pending in one call of
 `flush(items)`, then whatever arrived meanwhile, until nothing is pending. No
 timer and no background task: a lone item is written at once, and under load
-batches grow by themselves while the previous one is being written.
+batches grow by themselves while the previous one is being written, up to
+`max_batch` (counted in items, or in what `weight` says an item weighs: rows).
 """
 
 from __future__ import annotations
@@ -18,9 +19,16 @@ Result = TypeVar("Result")
 
 
 class Batcher(Generic[Item, Result]):
-    def __init__(self, flush: Callable[[list[Item]], Awaitable[Sequence[Result]]], *, max_batch: int = 500) -> None:
+    def __init__(
+        self,
+        flush: Callable[[list[Item]], Awaitable[Sequence[Result]]],
+        *,
+        max_batch: int = 500,
+        weight: Callable[[Item], int] | None = None,
+    ) -> None:
         self._flush = flush
         self._max = max_batch
+        self._weight = weight
         self._pending: list[tuple[Item, asyncio.Future[Result]]] = []
         self._flushing = False
         self.batches = 0
@@ -38,9 +46,22 @@ class Batcher(Generic[Item, Result]):
                 self._flushing = False
         return await future
 
+    def _take(self) -> list[tuple[Item, asyncio.Future[Result]]]:
+        """The next batch: as many pending items as fit in max_batch (at least one)."""
+        count = self._max
+        if self._weight is not None:
+            count, total = 0, 0
+            for item, _ in self._pending:
+                total += self._weight(item)
+                if count and total > self._max:
+                    break
+                count += 1
+        batch, self._pending = self._pending[:count], self._pending[count:]
+        return batch
+
     async def _drain(self) -> None:
         while self._pending:
-            batch, self._pending = self._pending[: self._max], self._pending[self._max :]
+            batch = self._take()
             try:
                 results = await self._flush([item for item, _ in batch])
             except BaseException as exc:

@@ -15,11 +15,12 @@ The rest are the queries behind `mtad queue`.
 from __future__ import annotations
 
 import asyncio
+import operator
 import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -64,6 +65,15 @@ class NewMessage:
     pool: str | None = None  # the source IP pool chosen at submission; None: not chosen
     account_pool: str | None = None  # the account pool to relay through; None: the route's, else MX
 
+    def __reduce__(self) -> tuple[type[NewMessage], tuple[Any, ...]]:
+        """Pickled as its constructor's arguments: dataclasses' own pickling of a
+        slotted class looks the fields up for every object, and a submission process
+        hands every message it accepts to the daemon's delivery."""
+        return NewMessage, _message_fields(self)
+
+
+_message_fields = operator.attrgetter(*(f.name for f in fields(NewMessage)))
+
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
@@ -79,6 +89,9 @@ class NewDelivery:
     message: NewMessage
     recipient: str
     domain: str
+
+    def __reduce__(self) -> tuple[type[NewDelivery], tuple[int, NewMessage, str, str]]:
+        return NewDelivery, (self.id, self.message, self.recipient, self.domain)  # see NewMessage's
 
 
 class FastPath(Protocol):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from mtad import config, errors, submission, workers
+from mtad import config, errors, spool, submission, workers
 from mtad.endpoints import HostPort
+from mtad.envelope import Address
 
 
 async def test_a_child_that_cannot_start_fails_the_start(tmp_path: Path) -> None:
@@ -27,3 +30,16 @@ async def test_a_child_that_cannot_start_fails_the_start(tmp_path: Path) -> None
         await running
     assert all(sock.fileno() == -1 for sock in listening)  # stop() closed them
     assert await processes.counts() == [[], []]
+
+
+def test_what_a_child_hands_over_arrives_whole() -> None:
+    message = spool.NewMessage(
+        id=spool.new_queue_id(), tenant="shop", sender="app@example.org",
+        recipients=(Address("a", "example.com"), Address("bé", "xn--bcher-kva.example")), message_id="<m@x>",
+        idempotency_key="msgid:<m@x>:d", body=b"Subject: x\r\n\r\nbody\r\n", client_address="127.0.0.1",
+        received_at=datetime.now(UTC), smtputf8=True, priority=20, pool="bulk", account_pool="outreach",
+    )  # fmt: skip
+    handed = [spool.NewDelivery(7, message, "a@example.com", "example.com"), spool.NewDelivery(8, message, "x", "y")]
+    back = pickle.loads(pickle.dumps(("accepted", handed), protocol=pickle.HIGHEST_PROTOCOL))
+    assert back == ("accepted", handed)
+    assert back[1][0].message is back[1][1].message  # the body travels once per message

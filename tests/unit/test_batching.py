@@ -51,3 +51,21 @@ async def test_nothing_waits_forever_after_a_cancelled_leader() -> None:
         await leader
     with pytest.raises(asyncio.CancelledError):
         await follower
+
+
+async def test_a_batch_holds_at_most_max_batch_by_weight_and_at_least_one_item() -> None:
+    calls: list[list[list[int]]] = []
+    gate = asyncio.Event()
+
+    async def flush(items: list[list[int]]) -> list[int]:
+        calls.append(items)
+        await gate.wait()
+        return [len(i) for i in items]
+
+    batcher: Batcher[list[int], int] = Batcher(flush, max_batch=10, weight=len)
+    items = [[0], [1] * 4, [2] * 5, [3] * 2, [4] * 30, [5], [6]]
+    submitted = [asyncio.ensure_future(batcher.submit(item)) for item in items]
+    await asyncio.sleep(0)  # the first is being written; the others wait
+    gate.set()
+    assert await asyncio.gather(*submitted) == [1, 4, 5, 2, 30, 1, 1]
+    assert [[len(i) for i in call] for call in calls] == [[1], [4, 5], [2], [30], [1, 1]]
