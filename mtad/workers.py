@@ -171,16 +171,21 @@ class Processes:
         self._children = [_Child(index) for index in range(1, count + 1)]
         self._fast_path = fast_path
         self._stopping = asyncio.Event()
+        self._killer: asyncio.TimerHandle | None = None
         self._gone: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], float] = {}
 
     async def run(self) -> None:
-        async with asyncio.TaskGroup() as tasks:
-            for child in self._children:
-                tasks.create_task(self._supervise(child), name=f"submission-process-{child.index}")
-            if self._fast_path is not None:
-                room = tasks.create_task(self._tell_room(self._fast_path), name="submission-room")
-                await self._stopping.wait()
-                room.cancel()
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                for child in self._children:
+                    tasks.create_task(self._supervise(child), name=f"submission-process-{child.index}")
+                if self._fast_path is not None:
+                    room = tasks.create_task(self._tell_room(self._fast_path), name="submission-room")
+                    await self._stopping.wait()
+                    room.cancel()
+        finally:
+            if self._killer is not None:
+                self._killer.cancel()
 
     @property
     def addresses(self) -> list[HostPort]:
@@ -206,9 +211,14 @@ class Processes:
         steps 1-4 of the daemon's shutdown); run() returns once they have exited."""
         self.close()
         self._stopping.set()
+        self._signal(signal.SIGTERM)
+        within = self._settings.submission.shutdown_timeout + KILL_AFTER
+        self._killer = asyncio.get_running_loop().call_later(within, self._signal, signal.SIGKILL)
+
+    def _signal(self, number: int) -> None:
         for child in self._children:
             if child.process is not None and child.process.returncode is None:
-                child.process.send_signal(signal.SIGTERM)
+                child.process.send_signal(number)
 
     def close(self) -> None:
         for sock in self._listening:
@@ -245,7 +255,7 @@ class Processes:
             if self._stopping.is_set():
                 return
             if not child.ready.is_set():
-                child.exited.set()  # at start-up: wait_ready() fails the start
+                child.exited.set()  # at start-up: start() fails
             if loop.time() - started > STEADY:
                 pause = RESTART_FIRST
             logger.error("submission_process_exited", process=child.index, code=code, restart_in=pause)
@@ -275,7 +285,6 @@ class Processes:
         if self._stopping.is_set():  # stop() came while it was being started
             process.send_signal(signal.SIGTERM)
         reader, writer = await asyncio.open_unix_connection(sock=ours)
-        killer: asyncio.TimerHandle | None = None
         try:
             assert process.stdin is not None
             process.stdin.write(pickle.dumps(start))
@@ -287,15 +296,10 @@ class Processes:
             while (message := await _heard(reader)) is not None:
                 self._take(child, message)
             child.writer = None
-            if self._stopping.is_set():
-                within = self._settings.submission.shutdown_timeout + KILL_AFTER
-                killer = asyncio.get_running_loop().call_later(within, process.kill)
             return await process.wait()
         finally:
             child.writer = None
             writer.close()
-            if killer is not None:
-                killer.cancel()
             if process.returncode is None:  # cancelled: nothing may outlive the daemon's TaskGroup
                 process.kill()
                 await asyncio.shield(process.wait())
