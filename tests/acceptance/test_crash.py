@@ -61,9 +61,11 @@ def submit(client: smtplib.SMTP, message_id: str) -> str:
     return reply.decode().split(" as ", 1)[1].split(" ", 1)[0]
 
 
-def test_kill_9_during_a_burst_loses_and_doubles_nothing(mtad_factory: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", [0, 2], ids=["in the daemon", "in submission processes"])
+def test_kill_9_during_a_burst_loses_and_doubles_nothing(mtad_factory: Any, tmp_path: Path, processes: int) -> None:
     data_dir = tmp_path / "pgdata"
-    daemon: Mtad = mtad_factory(f'dsn = ""\ndata_dir = "{data_dir}"').start()
+    submission = f"check_recipient_domains = false\nprocesses = {processes}"
+    daemon: Mtad = mtad_factory(f'dsn = ""\ndata_dir = "{data_dir}"', submission=submission).start()
     postmaster = (data_dir / "postmaster.pid").read_text().split("\n", 1)[0]
 
     burst = Burst(daemon.smtp_port)

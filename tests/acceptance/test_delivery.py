@@ -159,11 +159,18 @@ def test_two_nodes_share_the_queue_and_never_send_a_delivery_twice(
     assert sum(len(d.events("delivered")) for d in senders) == 200
 
 
-def test_kill_9_during_delivery_loses_nothing(mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink) -> None:
+@pytest.mark.parametrize("processes", [0, 2], ids=["accepting in the daemon", "in submission processes"])
+def test_kill_9_during_delivery_loses_nothing(
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink, processes: int
+) -> None:
     """Every accepted message reaches the sink at least once; a duplicate is a delivery that
-    was on the wire when mtad was killed, and carries the same Message-ID."""
+    was on the wire when mtad was killed, and carries the same Message-ID. Accepted mail
+    reaches the delivery by the fast path either way: in the daemon's process, or handed
+    over by a submission process."""
     total = 2000
-    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', **delivering(dns, sink, max_age='"10m"')).start()
+    options = delivering(dns, sink, max_age='"10m"')
+    options["submission"] += f"\nprocesses = {processes}"
+    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', **options).start()
     accepted: list[str] = []
     lock = threading.Lock()
 
