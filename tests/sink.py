@@ -300,6 +300,11 @@ class ThreadedSink:
     def wait_for(self, count: int, within: float = 60) -> list[Received]:
         return self.wait_until(lambda received: len(received) >= count, within)
 
+    def release(self) -> None:
+        """Let the replies held by slow-... recipients go."""
+        assert self.sink is not None
+        self._loop.call_soon_threadsafe(self.sink.release)
+
     def wait_until(self, holds: Callable[[list[Received]], bool], within: float = 60) -> list[Received]:
         assert self.sink is not None
         result: list[Received] = self._call(self.sink.wait_until(holds, within), within)

@@ -120,6 +120,27 @@ def test_two_processes_serve_the_port_and_hand_their_mail_to_delivery(
     assert len({r["id"] for r in rows(dsn, "SELECT id FROM messages")}) == 60
 
 
+def test_a_full_delivery_tells_the_children_to_spool_for_any_node(
+    mtad_factory: Any, dsn: str, sink: ThreadedSink
+) -> None:
+    route = f'[routes."example.com"]\nrelay = "127.0.0.2:{sink.port}"'
+    options = delivering(sink)
+    options["delivery"] += "\nmax_held = 3"
+    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', route, **options).start()
+    with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
+        for n in range(12):  # the sink holds its reply to each: the delivery fills up at 3
+            message = email(f"slow {n}", f"<slow{n}@example.org>").as_bytes(policy=SMTP)
+            client.sendmail("app@example.org", [f"slow-{n}@example.com"], message)
+    # Told that the delivery has no room, the children spooled the rest for any node to lease.
+    [waiting] = rows(dsn, "SELECT count(*) AS n FROM deliveries WHERE state = 'queued'")
+    assert waiting["n"] > 0
+    sink.release()
+    assert len(sink.wait_for(12)) == 12
+    daemon.wait_for_log(lambda records: sum(r.get("event") == "delivered" for r in records) == 12)
+    assert metric(daemon, "mtad_delivery_leased_total") >= waiting["n"]  # those came by the lease query
+    assert daemon.stop() == 0
+
+
 def test_a_killed_daemon_takes_its_submission_processes_along(mtad_factory: Any, dsn: str, tmp_path: Path) -> None:
     daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', submission=PROCESSES).start()
     with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
