@@ -207,16 +207,16 @@ class Daemon:
                 await port.start()
                 if web is not None:
                     await web.start()
-                addresses = ", ".join(str(a) for a in port.addresses)
+                addresses = [str(a) for a in port.addresses]
                 logger.info(
                     "ready",
                     node=node_id,
-                    smtp=[str(a) for a in port.addresses],
+                    smtp=addresses,
                     processes=sub.processes,
                     http=str(web.address) if web is not None else None,
                     pid=os.getpid(),
                 )
-                notify(f"READY=1\nSTATUS=accepting on {addresses}")
+                notify(f"READY=1\nSTATUS=accepting on {', '.join(addresses)}")
                 await self._stop.wait()
 
                 logger.info("stopping")

@@ -25,7 +25,6 @@ import asyncio
 import collections
 import contextlib
 import hashlib
-import json
 import random
 import time
 import uuid
@@ -42,6 +41,7 @@ from mtad import (
     dkim,
     egress,
     errors,
+    events,
     headers,
     leases,
     metrics,
@@ -934,7 +934,7 @@ class Delivery:
         lines: dict[Reply, str] = {}
         if group is not None:
             data = {**data, "group": group}
-        shared = _encoded(data)[1:]  # what every recipient's event says, encoded once: "...}"
+        shared = events.encode(data)[1:]  # what every recipient's event says, encoded once: "...}"
         for d in job.deliveries:
             verdict, reply = verdicts[d.id]
             state, reason, next_at = self._next_state(d, verdict, now)
@@ -943,7 +943,7 @@ class Delivery:
                 own["reply"] = lines.get(reply) or lines.setdefault(reply, reply.line())
             if d.maybe_sent:
                 own["maybe_duplicate"] = True
-            encoded = _encoded(own)[:-1] + ("," + shared if len(shared) > 1 else "}")
+            encoded = events.encode(own)[:-1] + ("," + shared if len(shared) > 1 else "}")
             recorded.append(
                 Outcome(d.id, tenant, state, reason, reply, next_at, group, reason is Reason.INTERNAL,
                         {**data, **own}, suppress=verdict.cls is outcomes.Class.RECIPIENT and reply is not None,
@@ -1058,14 +1058,6 @@ class Delivery:
             cache = (bytes(row["dkim_header"]), tuple(row["dkim_keys"]))
             message.signatures[cache] = bytes(row["dkim_fields"])
         return message
-
-
-def _encoded(value: Mapping[str, Any]) -> str:
-    """An event's data as JSON, as leases.record would encode it."""
-    return _ENCODER.encode(value)
-
-
-_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)  # one, not one per call as json.dumps makes
 
 
 def _failed(job: _Job, failure: Failure) -> dict[int, tuple[Verdict, Any]]:

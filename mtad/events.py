@@ -34,4 +34,9 @@ class Event:
     data: Mapping[str, Any] = field(default_factory=dict)
 
     def data_json(self) -> str:
-        return json.dumps(self.data, separators=(",", ":"), default=str)
+        return encode(self.data)
+
+
+# An event's data as stored: compact JSON, anything JSON cannot say as its str().
+# One encoder for every writer of events (json.dumps with options makes one per call).
+encode = json.JSONEncoder(separators=(",", ":"), default=str).encode

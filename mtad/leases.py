@@ -10,14 +10,13 @@ lease cannot record over whoever holds it now.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from mtad import db, errors, lifecycle
+from mtad import db, errors, events, lifecycle
 from mtad.lifecycle import Reason, State
 from mtad.replies import Reply
 
@@ -119,7 +118,7 @@ async def record(database: db.Database, node: str, outcomes: Sequence[Outcome], 
         [o.reply.text if o.reply else None for o in outcomes],
         [o.next_attempt_at for o in outcomes],
         [o.tenant for o in outcomes],
-        [o.data_json or json.dumps(o.data, separators=(",", ":"), default=str) for o in outcomes],
+        [o.data_json or events.encode(o.data) for o in outcomes],
         [o.route_group for o in outcomes],
         [o.internal for o in outcomes],
         [o.delivery for o in outcomes if o.suppress],
@@ -141,7 +140,7 @@ async def release(
     (not one that was started, or is no longer this node's)."""
     if not ids:
         return set()
-    data = json.dumps(why or {"reason": "released"}, separators=(",", ":"), default=str)
+    data = events.encode(why or {"reason": "released"})
     return set(await database.fetchval("leases/release", node, list(ids), now, due, data))
 
 

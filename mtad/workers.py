@@ -383,8 +383,7 @@ async def _serve(start: _Start) -> None:
     resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)  # recipient domains at RCPT
     router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
     database = await db.Database.connect(settings.database.dsn or "", max_size=settings.database.pool_size)
-    engine = settings.delivery.engine
-    handing = _Handing(engine.node, engine.lease_duration, writer) if start.fast_path else None
+    handing = _Handing(out.engine.node, out.engine.lease_duration, writer) if start.fast_path else None
     port = InProcess(settings, database, router, fast_path=handing)
     try:
         async with asyncio.TaskGroup() as tasks:
