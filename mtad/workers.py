@@ -21,9 +21,11 @@ The control socket carries pickled tuples, each after its length (4 octets):
                     (sent when that changes)
 Both ends are this program: unpickling what the other end sent is no more
 trust than running it.
-A child dies with its daemon (kill -9 included) as if the node had crashed: on
-Linux the kernel kills it (PR_SET_PDEATHSIG); elsewhere it stops the way it
-does on SIGTERM when the daemon's end of the control socket closes.
+A child dies with its daemon (kill -9 included) as if the node had crashed: it
+exits at once when the daemon's end of the control socket closes, and on Linux
+the kernel kills it too (PR_SET_PDEATHSIG), should it be stuck. Nothing is
+answered 250 that is not committed, so nothing accepted is lost; the sessions
+are cut, as they would be in a crash (no 421 to some and not to others).
 
 Supervision: a child that exits while the daemon runs is started again after a
 pause that doubles from 1 s up to 60 s (back to 1 s after a minute of running).
@@ -67,6 +69,7 @@ ANSWER_TIMEOUT = 2.0  # for a child's counts, at a scrape
 ROOM_INTERVAL = 0.5  # seconds between looks at whether the delivery has room
 KILL_AFTER = 10.0
 PR_SET_PDEATHSIG = 1  # prctl(2)
+EXIT_ORPHANED = 70  # a child's exit status when its daemon went away (EX_SOFTWARE)
 
 
 class InProcess:
@@ -363,7 +366,8 @@ def main() -> int:
 
 
 def _die_with_parent() -> None:
-    """Linux: the kernel sends SIGKILL to this process when the daemon dies."""
+    """Linux: the kernel sends SIGKILL to this process when the daemon dies (the
+    control socket's end says so too, unless the process is stuck)."""
     if not sys.platform.startswith("linux"):
         return
     libc = ctypes.CDLL(None, use_errno=True)
@@ -388,7 +392,7 @@ async def _serve(start: _Start) -> None:
     try:
         async with asyncio.TaskGroup() as tasks:
             committing = tasks.create_task(port.run(), name="group-commit")
-            control = tasks.create_task(_answer(reader, writer, stop, handing), name="control")
+            control = tasks.create_task(_answer(reader, writer, handing), name="control")
             await port.start(listening)
             _say(writer, ("ready",))
             logger.info("submission_process_ready", process=start.index, pid=os.getpid())
@@ -426,17 +430,18 @@ class _Handing:
         _say(self._writer, ("accepted", deliveries))
 
 
-async def _answer(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stop: asyncio.Event, handing: _Handing | None
-) -> None:
-    """Answer the daemon; stop when it is gone (where the kernel does not kill
-    this process with it, or it died before we asked the kernel to)."""
+async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handing: _Handing | None) -> None:
+    """Answer the daemon; when it is gone, exit at once, as if the node had crashed.
+    (Its files close before the kernel sends the parent-death signal: a child that
+    stopped gracefully meanwhile would tell some sessions 421.)"""
     while (message := await _heard(reader)) is not None:
         if message[0] == "metrics":
             _say(writer, ("metrics", metrics.snapshot()))
         elif message[0] == "room" and handing is not None:
             handing.room = message[1]
-    stop.set()
+    logger.error("daemon_gone", pid=os.getpid())
+    log.flush()
+    os._exit(EXIT_ORPHANED)
 
 
 # --- the control socket -----------------------------------------------------------
