@@ -108,7 +108,7 @@ def _json_line(logger: Any, method_name: str, event_dict: structlog.types.EventD
 
 
 def flush() -> None:
-    """Write out whatever is held (at shutdown, before the loop stops)."""
+    """Write out whatever is held now (at shutdown, or before telling another process what was logged)."""
     if _out is not None:
         _out.drain()
 

@@ -394,8 +394,9 @@ async def _serve(start: _Start) -> None:
             committing = tasks.create_task(port.run(), name="group-commit")
             control = tasks.create_task(_answer(reader, writer, handing), name="control")
             await port.start(listening)
-            _say(writer, ("ready",))
             logger.info("submission_process_ready", process=start.index, pid=os.getpid())
+            log.flush()  # on stdout before the daemon's own "ready" line, which this message lets it write
+            _say(writer, ("ready",))
             await stop.wait()
 
             await port.stop()
