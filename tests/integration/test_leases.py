@@ -70,6 +70,27 @@ async def test_renew_and_begin_only_touch_own_leases(database: db.Database) -> N
     assert (row["attempt_id"], row["route_group"]) == (attempt, "mx:x")
 
 
+@pytest.mark.parametrize("statement", ["begin", "record", "renew", "unbegin", "release", "act"])
+async def test_deliveries_found_by_id_are_found_by_primary_key_alone(database: db.Database, statement: str) -> None:
+    """After a drain, statistics say the table is empty: a partial index whose
+    predicate matches the statement's state condition (every lease, every due
+    delivery) must not be scanned whole to find a batch of deliveries by id."""
+    await query(database, "VACUUM ANALYZE deliveries")  # taken while empty, as after a drain
+    await spool_messages(database, *(f"r{i}@example.com" for i in range(50)), count=20)
+    now = datetime.now(UTC)
+    assert len(await leases.lease(database, "n1", 500, now, now + timedelta(minutes=5))) == 500
+    text = db.sql(f"leases/{statement}")
+    async with database.connection() as conn:
+        arguments = len((await conn._conn.prepare(text)).get_parameters())
+        await conn._conn.execute(f"PREPARE probe AS {text}; SET plan_cache_mode = force_generic_plan")
+        rows = await conn._conn.fetch(f"EXPLAIN EXECUTE probe({', '.join(['NULL'] * arguments)})")
+        await conn._conn.execute("DEALLOCATE probe; RESET plan_cache_mode")
+    plan = "\n".join(r[0] for r in rows)
+    assert "deliveries_pkey" in plan
+    assert "deliveries_lease_expiry" not in plan
+    assert "deliveries_due" not in plan
+
+
 def outcome(delivery: int, state: State, reason: Reason | None, reply: Reply | None, **kw: object) -> leases.Outcome:
     fields: dict[str, object] = {"tenant": "t1", "next_attempt_at": None, "route_group": "g", "internal": False}
     fields.update(kw)

@@ -2,7 +2,7 @@
 -- (due now), cancel or bounce. Returns the deliveries changed.
 WITH target AS (
     SELECT id FROM deliveries
-    WHERE id = ANY($1::bigint[]) AND state IN ('queued', 'deferred')
+    WHERE id = ANY($1::bigint[]) AND state::text IN ('queued', 'deferred')  -- as text: see leases/record.sql
     FOR UPDATE
 ),
 changed AS (

@@ -5,5 +5,5 @@ UPDATE deliveries d
 SET attempt_id = ($3::uuid[])[array_position($2::bigint[], d.id)],
     route_group = ($4::text[])[array_position($2::bigint[], d.id)],
     updated_at = $5
-WHERE d.id = ANY($2::bigint[]) AND d.state = 'leased' AND d.lease_owner = $1
+WHERE d.id = ANY($2::bigint[]) AND d.state::text = 'leased' AND d.lease_owner = $1  -- state as text: see record.sql
 RETURNING d.id
