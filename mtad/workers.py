@@ -146,9 +146,10 @@ class _Child:
     writer: asyncio.StreamWriter | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     exited: asyncio.Event = field(default_factory=asyncio.Event)  # before it was ever ready
-    answer: asyncio.Future[list[metrics.Counted]] | None = None
+    answer: asyncio.Future[tuple[list[metrics.Counted], int]] | None = None
     asking: asyncio.Lock = field(default_factory=asyncio.Lock)
     last: list[metrics.Counted] = field(default_factory=list)  # its last counts
+    retired: int = 0  # how many times `last` went into the counts of the children gone
     room: bool = True  # what it was last told
 
 
@@ -229,23 +230,27 @@ class Processes:
 
     async def counts(self) -> list[list[metrics.Counted]]:
         """Every child's counts now (its last ones when it does not answer in time),
-        and those of the children gone."""
+        and those of the children gone, each counted once: a child's answer is left
+        out when the child has exited since, for its counts are then among the gone."""
         answers = await asyncio.gather(*(self._ask(child) for child in self._children))
         gone = [(family, kind, name, labels, value) for (family, kind, name, labels), value in self._gone.items()]
-        return [*answers, gone]
+        current = [counts for (counts, retired), child in zip(answers, self._children, strict=True)
+                   if retired == child.retired]  # fmt: skip
+        return [*current, gone]
 
-    async def _ask(self, child: _Child) -> list[metrics.Counted]:
+    async def _ask(self, child: _Child) -> tuple[list[metrics.Counted], int]:
+        """The child's counts, and how often it had retired when they were taken."""
         async with child.asking:
             writer = child.writer
             if writer is None or not child.ready.is_set():
-                return child.last
+                return child.last, child.retired
             child.answer = asyncio.get_running_loop().create_future()
             try:
                 _say(writer, ("metrics",))
                 async with asyncio.timeout(ANSWER_TIMEOUT):
                     return await child.answer
             except (TimeoutError, ConnectionError):
-                return child.last
+                return child.last, child.retired
             finally:
                 child.answer = None
 
@@ -317,7 +322,7 @@ class Processes:
         elif kind == "metrics":
             child.last = message[1]
             if child.answer is not None and not child.answer.done():
-                child.answer.set_result(child.last)
+                child.answer.set_result((child.last, child.retired))
         elif kind == "ready":
             child.ready.set()
 
@@ -342,6 +347,7 @@ class Processes:
                 key = (family, kind, name, labels)
                 self._gone[key] = self._gone.get(key, 0.0) + value
         child.last = []
+        child.retired += 1
 
 
 # --- the child's side -------------------------------------------------------------

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from mtad import config, errors, spool, submission, workers
+from mtad import config, errors, metrics, spool, submission, workers
 from mtad.endpoints import HostPort
 from mtad.envelope import Address
 
@@ -30,6 +31,36 @@ async def test_a_child_that_cannot_start_fails_the_start(tmp_path: Path) -> None
         await running
     assert all(sock.fileno() == -1 for sock in listening)  # stop() closed them
     assert await processes.counts() == [[], []]
+
+
+async def test_a_child_that_exits_during_a_scrape_is_counted_once(tmp_path: Path) -> None:
+    """A scrape asks every child; one that has answered may exit before the others
+    have, and its counts then move to those of the children gone: they must not
+    be added twice (a counter that jumps, then falls back, reads as a reset)."""
+    path = tmp_path / "mtad.toml"
+    path.write_text('[database]\ndsn = "postgresql://mtad@127.0.0.1:1/mtad"\n[submission]\nprocesses = 2\n')
+    processes = workers.Processes(config.load(path, environ={}), submission.bind([HostPort("127.0.0.1", 0)]), 2)
+    first, second = processes._children
+
+    def accepted(value: float) -> list[metrics.Counted]:
+        name = "mtad_submission_accepted_messages"
+        return [(name, "counter", f"{name}_total", (), value)]
+
+    first.last = accepted(5)  # it has no control socket (yet): its last counts are its answer
+    ours, theirs = socket.socketpair()
+    with theirs:
+        _, second.writer = await asyncio.open_connection(sock=ours)
+        second.ready.set()
+        scrape = asyncio.create_task(processes.counts())
+        loop = asyncio.get_running_loop()
+        theirs.setblocking(False)
+        assert await loop.sock_recv(theirs, 64)  # the second child is being asked ...
+        processes._retire(first)  # ... when the first, which has answered, exits
+        processes._take(second, ("metrics", accepted(2)))
+        counted = await scrape
+        second.writer.close()
+    processes.close()
+    assert sum(value for counts in counted for *_, value in counts) == 5 + 2
 
 
 def test_what_a_child_hands_over_arrives_whole() -> None:
