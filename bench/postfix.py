@@ -23,17 +23,16 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import shutil
 import socket
 import stat
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 from bench.server import Managed
+from tests.pids import wait_exit
 
 TIMEOUT = 60.0
 _STATUS = re.compile(rb" status=(\w+)")
@@ -252,13 +251,13 @@ class PostfixServer(Managed):
             self._postfix("stop")
         except PostfixError as exc:
             print(f"note: {exc}", file=sys.stderr)
-        if not _wait_exit(processes, TIMEOUT):
+        if not wait_exit(processes, TIMEOUT):
             print("note: Postfix did not stop in time; postfix abort", file=sys.stderr)
             try:
                 self._postfix("abort")
             except PostfixError as exc:
                 print(f"note: {exc}", file=sys.stderr)
-            _wait_exit(processes, TIMEOUT)
+            wait_exit(processes, TIMEOUT)
 
     def _master_pid(self) -> int | None:
         try:
@@ -287,21 +286,3 @@ def _children(parent: int) -> list[int]:
         if int(line.rsplit(")", 1)[1].split()[1]) == parent:  # the field after the name is the parent id
             found.append(int(entry.name))
     return found
-
-
-def _wait_exit(pids: list[int], timeout: float) -> bool:
-    """Wait until every process in pids has exited (pidfd: woken by the exit itself)."""
-    deadline = time.monotonic() + timeout
-    for pid in pids:
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            continue
-        try:
-            # An exited process that nobody reaps (a zombie) also makes its pidfd readable.
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        finally:
-            os.close(fd)
-        if not ready:
-            return False
-    return True

@@ -2,8 +2,8 @@
 
 A deliberately small HTTP/1.1 server on asyncio streams (one request per
 connection, no keep-alive): two read-only routes do not justify a web framework
-as a dependency. Spool depth is read from PostgreSQL at scrape time, and so are
-the counts of the node's submission processes (`others`).
+as a dependency. At scrape time, spool depth is read from PostgreSQL and the
+node's submission processes are asked for their counts (`others`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import os
 import re
-import select
 import signal
 import smtplib
 import threading
@@ -21,6 +20,7 @@ import pytest
 
 from tests.acceptance.conftest import Mtad
 from tests.acceptance.test_run import email, http_get, rows
+from tests.pids import wait_exit
 from tests.sink import ThreadedSink
 
 pytestmark = pytest.mark.slow
@@ -69,20 +69,6 @@ def submit_in_parallel(port: int, first: int, count: int, connections: int = 4) 
         thread.join(60)
 
 
-def wait_gone(pids: list[int], within: float = 30) -> None:
-    """Until every process has exited (a pidfd becomes readable when its process ends)."""
-    for pid in pids:
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            continue
-        try:
-            readable, _, _ = select.select([fd], [], [], within)
-            assert readable, f"process {pid} is still running"
-        finally:
-            os.close(fd)
-
-
 def test_two_processes_serve_the_port_and_hand_their_mail_to_delivery(
     mtad_factory: Any, dsn: str, sink: ThreadedSink
 ) -> None:
@@ -115,7 +101,7 @@ def test_two_processes_serve_the_port_and_hand_their_mail_to_delivery(
 
     running = list(children(daemon).values())
     assert daemon.stop() == 0
-    wait_gone(running)
+    assert wait_exit(running, 30)
     assert {r["process"] for r in daemon.events("submission_process_stopped")} == {1, 2}
     assert len({r["id"] for r in rows(dsn, "SELECT id FROM messages")}) == 60
 
@@ -154,7 +140,7 @@ def test_a_killed_daemon_takes_its_submission_processes_along(mtad_factory: Any,
     pids = list(children(daemon).values())
     assert len(pids) == 2
     daemon.kill()
-    wait_gone(pids)  # as if the node had crashed: nothing of it serves the port any more
+    assert wait_exit(pids, 30)  # as if the node had crashed: nothing of it serves the port any more
     with pytest.raises(OSError):
         smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=5)
     daemon.start()  # the port is free again
