@@ -220,6 +220,17 @@ def _optional_path(value: Any) -> Path | None:
     return _path(value) if _string(value) else None
 
 
+def _ca_file(value: Any) -> Path | None:
+    """A PEM file of CA certificates ("": none), loaded now so that a bad one stops the load."""
+    path = _optional_path(value)
+    if path is not None:
+        try:
+            ssl.create_default_context(cafile=path)
+        except OSError as exc:  # ssl.SSLError included: no PEM certificate in it
+            raise ValueError(f"cannot load {path}: {exc.strerror or exc}") from None
+    return path
+
+
 def _tenant(value: Any) -> str:
     try:
         return tenants.check_name(_string(value))
@@ -294,6 +305,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "cert": (_optional_path, ""),
         "key": (_optional_path, ""),
         "outbound": (_choice("opportunistic", "required"), "opportunistic"),
+        "ca_file": (_ca_file, ""),
     },
     "http": {
         "listen": (_optional_host_port, "127.0.0.1:9108"),
@@ -533,12 +545,14 @@ _ACCOUNT_POOL_KEYS = {
     "per_minute": "a whole number",
     "per_hour": "a whole number",
     "time_zone": "an IANA time zone",
+    "ca_file": "a PEM file of CA certificates",
 }
 
 
 def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.PoolSettings]:
-    """The [account_pools.NAME] tables: whether the pool rewrites From, and the limits
-    `mtad accounts add` gives its accounts when it is not told (all optional)."""
+    """The [account_pools.NAME] tables: whether the pool rewrites From, the limits
+    `mtad accounts add` gives its accounts when it is not told, and the CA file its
+    smarthosts are verified against (all optional)."""
     if not isinstance(table, dict):
         problems.append("[account_pools]: expected tables such as [account_pools.outreach]")
         return {}
@@ -558,7 +572,8 @@ def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.Pool
                 problems.append(f"{where} {key}: unknown key{_did_you_mean(key, _ACCOUNT_POOL_KEYS)}")
         parsed: dict[str, Any] = {}
         for key, parse in (("rewrite_from", _boolean), ("daily_cap", cap), ("min_gap", duration),
-                           ("per_second", cap), ("per_minute", cap), ("per_hour", cap)):  # fmt: skip
+                           ("per_second", cap), ("per_minute", cap), ("per_hour", cap),
+                           ("ca_file", _ca_file)):  # fmt: skip
             if key in keys:
                 try:
                     parsed[key] = parse(keys[key])
@@ -580,7 +595,8 @@ def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.Pool
                                   time_zone=str(zone), limits=limits)  # fmt: skip
         problems.extend(f"{where}: {p.split(': ', 1)[1]}" for p in accounts.problems(sample))
         if len(problems) == before:
-            found[name] = relay.PoolSettings(parsed.get("rewrite_from", False), limits, str(zone))
+            found[name] = relay.PoolSettings(parsed.get("rewrite_from", False), limits, str(zone),
+                                             parsed.get("ca_file"))  # fmt: skip
     return found
 
 
@@ -734,6 +750,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
                     trips_per_day=a["trips_to_disconnect"],
                 ),
                 poll=d["poll_interval"],
+                ca_file=values["tls"]["ca_file"],
             ),
             dkim_threads=values["dkim"]["threads"],
         ),

@@ -7,7 +7,9 @@ reservation on the least-used account that may send now (reserve before send:
 the limits hold across every process and node), or how long to wait, and
 whether the pool is paused (no account can send: its mail waits, it is not
 failed). `login(account)` opens the account's sealed secret (and exchanges an
-XOAUTH2 refresh token for an access token) for the session pool. After the
+XOAUTH2 refresh token for an access token) for the session pool, with the TLS
+context of the account's pool (`Trust`: only its CA file's CAs, when it names
+one, for the smarthost and the token endpoint). After the
 send, `settle()` applies the response of the transaction's classes, in one
 table (RESPONSES):
 
@@ -30,12 +32,14 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import random
 import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import structlog
 
@@ -60,6 +64,7 @@ class PoolSettings:
     # What `mtad accounts add` gives an account of the pool that it is not told.
     defaults: accounts.Limits = field(default_factory=accounts.Limits)
     time_zone: str = "UTC"
+    ca_file: Path | None = None  # only its CAs are trusted for the smarthosts and token endpoints
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,12 @@ class Settings:
     breaker: accounts.Breaker = field(default_factory=accounts.Breaker)
     poll: float = 5.0  # the longest a paused pool waits before it looks again (an operator may act)
     hand_back_after: float = 60.0  # mail that would wait longer for a mailbox goes back to the spool
+    ca_file: Path | None = None  # [tls] ca_file: for a pool that names none (None: the system's trust store)
+
+    def ca_file_of(self, pool: str) -> Path | None:
+        """The CA file the pool's smarthosts are verified against (None: the system's store)."""
+        settings = self.pools.get(pool)
+        return settings.ca_file if settings is not None and settings.ca_file is not None else self.ca_file
 
 
 class Slot(enum.Enum):
@@ -117,6 +128,7 @@ _STRENGTH = (Effect.DISCONNECT, Effect.PARK, Effect.COOL, Effect.FAILURE, Effect
 AUTH_REFUSED = Verdict(Class.ACCOUNT_AUTH, Reason.MAILBOX_COOLDOWN, False)  # no usable secret, a refused token
 LOGIN_UNAVAILABLE = Verdict(Class.TRANSIENT, Reason.MX_TEMPFAIL, False)  # the token endpoint failed
 NO_KEY = Verdict(Class.TRANSIENT, Reason.INTERNAL, False)  # this node cannot open secrets: mtad's own failure
+NO_TRUST = Verdict(Class.TRANSIENT, Reason.INTERNAL, False)  # the pool's CA file does not load: mtad's own failure
 _OURS = Response(Slot.RELEASE, Effect.NONE, False)  # mtad's own failure: nothing against the account
 
 
@@ -153,6 +165,27 @@ class _Login:
     login: sessions.Login | None  # None for xoauth2: made from `tokens` at each use
     tokens: oauth.Tokens | None
     read_at: float
+    tls: ssl.SSLContext | None = None  # the pool's (None: the system's trust store)
+
+
+class Trust:
+    """The client TLS context of each account pool's CA file, made at its first use and
+    then shared by every connection (one per connection would cost 10x). A context
+    made from a CA file trusts that file's CAs only, not the system's."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._made: dict[Path, ssl.SSLContext] = {}
+
+    def context(self, pool: str) -> ssl.SSLContext | None:
+        """The pool's context; None: the system's trust store. Sync; reads the file at its
+        first use, OSError (ssl.SSLError included) when it cannot be loaded."""
+        path = self._settings.ca_file_of(pool)
+        if path is None:
+            return None
+        if path not in self._made:
+            self._made[path] = ssl.create_default_context(cafile=path)
+        return self._made[path]
 
 
 class Mailboxes:
@@ -253,7 +286,7 @@ class Mailboxes:
             raise LoginFailed(AUTH_REFUSED, f"token refused: {exc}") from None
         except errors.TokenError as exc:
             raise LoginFailed(LOGIN_UNAVAILABLE, f"token endpoint: {exc}") from None
-        return _login(account, token.reveal())
+        return _login(account, token.reveal(), cached.tls)
 
     async def _confirm_batch(self, confirmed: list[tuple[int, int | None, datetime]]) -> list[None]:
         await accounts.confirm_many(self._db, confirmed)
@@ -263,9 +296,17 @@ class Mailboxes:
         """Read the account's secret again at its next login (after a refusal)."""
         self._logins.pop(account.id, None)
 
+    @functools.cached_property
+    def _trust(self) -> Trust:
+        return Trust(self.settings)
+
     async def _read_login(self, account: Account) -> _Login:
         if self._vault is None:
             raise LoginFailed(NO_KEY, "this node has no [accounts] key to open account secrets")
+        try:
+            tls = self._trust.context(account.pool)
+        except OSError as exc:  # the file changed since the configuration was loaded (ssl.SSLError included)
+            raise LoginFailed(NO_TRUST, f"cannot load the CA file of account pool {account.pool!r}: {exc}") from None
         found = await accounts.credentials(self._db, account.id)
         if found.secret is None:
             raise LoginFailed(AUTH_REFUSED, "no secret is stored for the account")
@@ -275,15 +316,15 @@ class Mailboxes:
         except errors.ConfigError as exc:  # sealed with another key
             raise LoginFailed(NO_KEY, str(exc)) from None
         if account.mechanism is not accounts.Mechanism.XOAUTH2:
-            return _Login(_login(account, secret.reveal()), None, self._clock())
+            return _Login(_login(account, secret.reveal(), tls), None, self._clock(), tls)
         if found.token_url is None or found.client_id is None:
             raise LoginFailed(AUTH_REFUSED, "xoauth2 account without an OAuth client (token URL, client id)")
         try:
             client = oauth.Client(found.token_url, found.client_id, client_secret, found.scope)
-            tokens = oauth.Tokens(client, secret, tls=self._token_tls)
+            tokens = oauth.Tokens(client, secret, tls=self._token_tls or tls)
         except errors.ConfigError as exc:  # a token URL that is neither https nor loopback
             raise LoginFailed(AUTH_REFUSED, str(exc)) from None
-        return _Login(None, tokens, self._clock())
+        return _Login(None, tokens, self._clock(), tls)
 
     async def settle(
         self,
@@ -362,9 +403,9 @@ class Mailboxes:
                     reason=reason)  # fmt: skip
 
 
-def _login(account: Account, secret: str) -> sessions.Login:
+def _login(account: Account, secret: str, tls: ssl.SSLContext | None) -> sessions.Login:
     return sessions.Login(account.name, account.login, account.mechanism.value, secret,
-                          implicit_tls=account.tls is accounts.Tls.IMPLICIT)  # fmt: skip
+                          implicit_tls=account.tls is accounts.Tls.IMPLICIT, tls=tls)  # fmt: skip
 
 
 def _is_gmail(account: Account, reply: str) -> bool:

@@ -15,7 +15,8 @@ offer it is not sent to.
 
 Relay through a sending mailbox: with a `Login`, the session goes to the
 account's smarthost over TLS whose certificate is verified (STARTTLS, required,
-or implicit TLS on 465) and authenticates (PLAIN, LOGIN or XOAUTH2) before its
+or implicit TLS on 465; against the login's context, its pool's CA file, when it
+has one) and authenticates (PLAIN, LOGIN or XOAUTH2) before its
 first transaction. Sessions are pooled per account too, never shared between
 two accounts. A refused login is the transaction's reply for every recipient
 (535 classes as account_auth); the secret is never in a reply, a log or a repr.
@@ -109,6 +110,9 @@ class Login:
     mechanism: str  # "plain", "login" or "xoauth2"
     secret: str = field(repr=False)  # the password, or a current OAuth2 access token (the caller refreshes it)
     implicit_tls: bool = False  # TLS from the first byte (port 465); else STARTTLS, required
+    # The smarthost's certificate is verified against this (made once per CA file and
+    # shared); None: against the pool's relay context (the system's trust store).
+    tls: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
 
 
 MECHANISMS = ("plain", "login", "xoauth2")
@@ -334,7 +338,7 @@ class Pool:
     ) -> _Session:
         settings = self.settings
         implicit = login is not None and login.implicit_tls
-        context = self._relay_tls if login is not None else self._tls
+        context = (login.tls or self._relay_tls) if login is not None else self._tls
         client: aiosmtplib.SMTP | None = None
         sock: socket.socket | None = None
         try:

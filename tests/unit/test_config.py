@@ -6,6 +6,7 @@ import pytest
 
 from mtad import config, errors, submission
 from mtad.endpoints import HostPort
+from tests.certs import self_signed
 
 REFERENCE = Path(__file__).parents[2] / "conf" / "mtad.toml"
 
@@ -428,3 +429,52 @@ def test_submission_processes_are_a_number_or_auto(tmp_path: Path, monkeypatch: 
         with pytest.raises(errors.ConfigError) as info:
             processes(bad)
         assert any("[submission] processes" in p and why in p for p in info.value.problems), info.value.problems
+
+
+def test_a_pool_trusts_its_ca_file_and_a_pool_that_names_none_the_tls_one(tmp_path: Path) -> None:
+    (tmp_path / "own").mkdir()
+    (tmp_path / "global").mkdir()
+    own, _ = self_signed(tmp_path / "own")
+    default, _ = self_signed(tmp_path / "global")
+    path = write(tmp_path, f"""
+[tls]
+ca_file = "{default}"
+[accounts]
+key_env = "MTAD_KEY"
+[account_pools.outreach]
+ca_file = "{own}"
+[account_pools.plain]
+""")  # fmt: skip
+    relay = config.load(path, environ={}).delivery.relay
+    assert (relay.pools["outreach"].ca_file, relay.pools["plain"].ca_file, relay.ca_file) == (own, None, default)
+    assert relay.ca_file_of("outreach") == own
+    assert relay.ca_file_of("plain") == default
+    assert relay.ca_file_of("unconfigured") == default
+    assert config.load(REFERENCE, environ={}).delivery.relay.ca_file_of("outreach") is None  # the system's store
+
+
+def test_a_missing_or_non_pem_ca_file_is_a_problem_naming_the_key(tmp_path: Path) -> None:
+    text = tmp_path / "ca.txt"
+    text.write_text("not a certificate\n")
+    path = write(tmp_path, f"""
+[tls]
+ca_file = "{tmp_path / "missing.pem"}"
+[accounts]
+key_env = "MTAD_KEY"
+[account_pools.outreach]
+ca_file = "{text}"
+[account_pools.cold]
+ca_file = "{tmp_path}"
+""")  # fmt: skip
+    with pytest.raises(errors.ConfigError) as info:
+        config.load(path, environ={})
+    problems = "\n".join(info.value.problems)
+    for expected in [
+        f"[tls] ca_file: cannot load {tmp_path / 'missing.pem'}: No such file or directory",
+        f"[account_pools.outreach] ca_file: cannot load {text}: [X509: NO_CERTIFICATE_OR_CRL_FOUND]",
+        f"[account_pools.cold] ca_file: cannot load {tmp_path}: Is a directory",
+    ]:
+        assert expected in problems
+    with pytest.raises(errors.ConfigError) as info:
+        config.load(write(tmp_path, ""), environ={"MTAD_TLS_CA_FILE": str(text)})
+    assert info.value.problems[0].startswith(f"MTAD_TLS_CA_FILE: cannot load {text}:")
