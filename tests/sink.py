@@ -21,6 +21,14 @@ PLAIN, LOGIN and XOAUTH2 are offered (after STARTTLS, or from the first byte wit
 `mail_replies` ({user: reply line}) answers that user's MAIL with the line, as a
 provider answers a mailbox at its quota or rate limit.
 
+With `data_delay` the reply to every end of DATA waits that many seconds. With
+`stall_after = N` the sink stalls once its Nth 250 to a DATA has gone out: until
+`stall_for` seconds later no reply to a DATA goes out (those waiting included),
+and then every held reply goes out at once.
+
+`observer`, when given, is called with an `Event` at every MAIL, at every end of
+DATA (before any delay) and right before every reply to it (tests/smarthost.py writes them out as JSON).
+
 It listens on one port on several loopback addresses (so that source-address
 binding and per-host pools are real), optionally offers STARTTLS, and records
 everything it received.
@@ -32,6 +40,7 @@ import asyncio
 import base64
 import socket
 import ssl
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +62,19 @@ class Received:
     login: str | None = None  # the authenticated user (smarthost mode)
 
 
+@dataclass(frozen=True)
+class Event:
+    """A MAIL, or a reply to the end of DATA, as the observer sees it."""
+
+    kind: str  # "mail", "data" (the end of DATA arrived) or "answered"
+    login: str | None  # the authenticated user, None without AUTH
+    session: int  # the connection's number at this sink, from 1
+    mail: int  # the MAIL's number within its session, from 1: an answer carries its MAIL's
+    code: int  # the reply's code
+    at: float  # wall clock (time.time()), comparable across processes
+    recipients: int = 0  # data, answered: the recipients accepted in the transaction
+
+
 @dataclass
 class Sink:
     addresses: tuple[str, ...]
@@ -63,6 +85,10 @@ class Sink:
     logins: dict[str, str] | None = None  # smarthost: AUTH required, user -> password or access token
     implicit_tls: bool = False  # with tls: TLS from the first byte (port 465), no STARTTLS
     mail_replies: dict[str, str] = field(default_factory=dict)  # smarthost: user -> the reply to their MAIL
+    data_delay: float = 0  # seconds every reply to the end of DATA waits
+    stall_after: int | None = None  # stall once this many DATA have been answered 250
+    stall_for: float = 0  # seconds the stall holds every reply to the end of DATA
+    observer: Callable[[Event], None] | None = None  # called at every MAIL and every DATA reply
     transactions: list[tuple[float, bool]] = field(default_factory=list)  # (loop time, refused) of every MAIL
     received: list[Received] = field(default_factory=list)
     connections: int = 0
@@ -72,6 +98,8 @@ class Sink:
     holding: asyncio.Event = field(default_factory=asyncio.Event)  # a slow-... reply is being held
     _slow: asyncio.Event = field(default_factory=asyncio.Event)
     _arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _accepted: int = 0  # DATA answered 250
+    _stall: asyncio.Event | None = None  # from the stall's beginning; set at its end
 
     async def start(self) -> Sink:
         loop = asyncio.get_running_loop()
@@ -120,6 +148,30 @@ class Sink:
         """Let the replies held by slow-... recipients go."""
         self._slow.set()
 
+    def _observe(self, kind: str, server: SMTP, session: Session, code: int, recipients: int = 0) -> None:
+        if self.observer is None:
+            return
+        assert isinstance(server, _Counting)
+        login = session.auth_data.login.decode() if isinstance(session.auth_data, LoginPassword) else None
+        self.observer(Event(kind, login, server.number, server.mails, code, time.time(), recipients))
+
+    async def _answer(self, server: SMTP, session: Session, reply: str, recipients: int) -> str:
+        """The reply to the end of DATA, once data_delay and any stall have passed."""
+        loop = asyncio.get_running_loop()
+        self._observe("data", server, session, 0, recipients)
+        if self.data_delay:
+            await asyncio.sleep(self.data_delay)
+        if self._stall is not None:
+            await self._stall.wait()
+        code = int(reply[:3])
+        self._observe("answered", server, session, code, recipients)
+        if code == 250:
+            self._accepted += 1
+            if self._accepted == self.stall_after:  # begins after the observer saw this answer
+                self._stall = asyncio.Event()
+                loop.call_later(self.stall_for, self._stall.set)
+        return reply
+
     async def wait_for(self, count: int, within: float = 30) -> list[Received]:
         """Until `count` messages have arrived (bounded by `within` seconds)."""
         return await self.wait_until(lambda received: len(received) >= count, within)
@@ -149,10 +201,13 @@ class _Counting(SMTP):
     def __init__(self, sink: Sink, handler: Any, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._sink = sink
+        self.number = 0  # the connection's number at the sink
+        self.mails = 0  # MAIL commands handled on it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self.transport is None:
             self._sink.connections += 1
+            self.number = self._sink.connections
             self._sink._open.add(self)
         super().connection_made(transport)
 
@@ -198,6 +253,13 @@ class _Handler:
     async def handle_MAIL(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
+        reply = self._mail(server, session, envelope, address, options)
+        if isinstance(server, _Counting):
+            server.mails += 1
+        self.sink._observe("mail", server, session, int(reply[:3]))
+        return reply
+
+    def _mail(self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]) -> str:
         limit = self.sink.max_per_second
         now = asyncio.get_running_loop().time()
         accepted = 0
@@ -240,7 +302,9 @@ class _Handler:
             self.sink.holding.set()
             await self.sink._slow.wait()
         if "content" in kinds:
-            return "550 5.7.1 Message rejected as spam"
+            return await self.sink._answer(
+                server, session, "550 5.7.1 Message rejected as spam", len(envelope.rcpt_tos)
+            )
         transport = server.transport
         assert transport is not None
         await self.sink._record(
@@ -256,7 +320,7 @@ class _Handler:
                 login=session.auth_data.login.decode() if isinstance(session.auth_data, LoginPassword) else None,
             )
         )
-        return "250 2.0.0 Ok: queued"
+        return await self.sink._answer(server, session, "250 2.0.0 Ok: queued", len(envelope.rcpt_tos))
 
 
 class ThreadedSink:
