@@ -289,7 +289,7 @@ def engine(
         relay_tls=ssl.create_default_context(cafile=str(cert)),
     )
     router = routing.Router(NoDns(), PROVIDERS, routes={DOMAIN: HostPort("127.0.0.1", direct_port)})
-    mailboxes = relay.Mailboxes(database, relay.Settings(), sealer, now=lambda: datetime.now(UTC))
+    mailboxes = relay.Mailboxes(database, relay.Settings(), sealer)
     node = delivery.Delivery(delivery.Settings(node="bench"), database, router, pool, RULES, mailboxes=mailboxes)
     return node, pool
 

@@ -10,35 +10,38 @@ sealed (mtad.vault) by `set_secret` and read back sealed by `secret`; nothing
 here opens them, and no listing returns them.
 
 Reserve before send. Every send through an account is first reserved in
-PostgreSQL by one function, `mtad_reserve` (migration 0006), as a transaction of its
-own: it takes the account's transaction-scoped advisory lock without waiting,
-re-checks the account's state and limits on committed data, and inserts a
-reservation. The lock and the counts live in PostgreSQL, so the limits hold across
-every coroutine, process and node sharing the database; the lock is released when
-`reserve` returns, so none is held across the SMTP call.
+PostgreSQL by one function, `mtad_reserve` (migrations 0006, 0007, 0011), as a
+transaction of its own: it takes the account's transaction-scoped advisory lock
+without waiting, re-checks the account's state and limits on committed data, and
+inserts a reservation. The lock and the counts live in PostgreSQL, so the limits
+hold across every coroutine, process and node sharing the database; the lock is
+released when `reserve` returns, so none is held across the SMTP call.
 
-What counts as a send: every reservation, confirmed or not. After the receiver's
-250, `confirm` it. After a definite rejection that is not the mailbox's fault (a
-recipient or content refusal), `release` it: it is deleted and the slot is free
-again. When the outcome is unknown (a timeout, a disconnect after DATA), or when
-the provider says the mailbox hit its quota or a rate limit, `keep` it: it counts,
-since when we do not know whether a send went out we err towards under-sending.
+What counts as a send: every reservation, confirmed or not, with the recipients it
+carries. After the receiver's 250, `confirm` it. After a definite rejection that is
+not the mailbox's fault (a recipient or content refusal), `release` it: it is
+deleted and the slot is free again. When the outcome is unknown (a timeout, a
+disconnect after DATA), or when the provider says the mailbox hit its quota or a
+rate limit, `keep` it: it counts, since when we do not know whether a send went out
+we err towards under-sending.
 
-The rules, at the time `now` the caller gives. That is each node's own clock, so
-two nodes whose clocks differ by d can space two sends of one account by the gap
-minus d: keep the clocks in sync (NTP). A reservation stamped later than `now`
-counts against the gap and the rates, which errs towards sending less.
+The rules, at PostgreSQL's clock (`now` None), the one clock every node shares; a
+caller may give its own time instead (tests, tools).
 - state: an account sends only when active; a state with an end time (`state_until`)
   is over at that time, and one without lasts until it is changed (`set_state`).
-- day: the daily cap counts reservations in [00:00, next 00:00) of the account's
-  time zone (23 or 25 hours on the days clocks change).
+- day: the daily cap counts recipients reserved in [00:00, next 00:00) of the
+  account's time zone (23 or 25 hours on the days clocks change).
 - gap: a reservation stores `next_gap`, min_gap plus a jitter drawn from the
   account's [low, high] range by the caller's rng; the next send waits until the
-  latest reservation's time plus its next_gap, counted from when that send was
-  settled (confirmed or kept) if that is later, so that the receiver sees the gap. The jitter is kept on the mailbox,
-  so every campaign, process and node waits the same.
-- rates: at most per_second, per_minute, per_hour reservations in the window of
-  that width ending at `now` (sliding windows).
+  latest send was settled (confirmed, kept, or its lease gone) plus its next_gap, so
+  that the receiver sees the gap from its answer to the next MAIL. Until it is
+  settled, a send holds its mailbox: no other send of it starts (SKIPPED_SENDING).
+  The jitter is kept on the mailbox, so every campaign, process and node waits the same.
+- rates: at most per_second, per_minute, per_hour recipients in the window of that
+  width ending at `now` (sliding windows).
+- recipients: a send asks for the recipients of its transaction and is granted as
+  many as the daily cap and the rates still allow (at least one); the caller sends
+  that many and leaves the rest for a later send.
 
 Costs: `reserve` is one round trip and one short transaction (a lock, two to five
 index scans over the account's recent reservations, one insert). `choose` is one
@@ -121,6 +124,7 @@ class Answer(enum.StrEnum):
     SKIPPED_COOLDOWN = "skipped-cooldown"  # cooling, parked or tripped until retry_at
     SKIPPED_DAILY_LIMIT = "skipped-daily-limit"  # the daily cap is reached until retry_at (next 00:00 local)
     SKIPPED_GAP = "skipped-gap"  # the gap after the latest send ends at retry_at
+    SKIPPED_SENDING = "skipped-sending"  # the latest send is in flight; its gap ends at retry_at at the soonest
     SKIPPED_RATE = "skipped-rate"  # a per-second, per-minute or per-hour cap is reached until retry_at
 
 
@@ -135,12 +139,12 @@ class ReservationState(enum.StrEnum):
 class Limits:
     """An account's limits; None means no limit."""
 
-    daily_cap: int | None = None  # sends per day, in the account's time zone
-    min_gap: float | None = None  # seconds between two sends
+    daily_cap: int | None = None  # recipients per day, in the account's time zone
+    min_gap: float | None = None  # seconds from the answer to one send to the next send
     jitter: tuple[float, float] | None = None  # (low, high) seconds drawn per send and added to min_gap
-    per_second: int | None = None  # sends in any window of one second
-    per_minute: int | None = None  # sends in any window of one minute
-    per_hour: int | None = None  # sends in any window of one hour
+    per_second: int | None = None  # recipients in any window of one second
+    per_minute: int | None = None  # recipients in any window of one minute
+    per_hour: int | None = None  # recipients in any window of one hour
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +180,8 @@ class Decision:
     reservation: int | None = None
     retry_at: datetime | None = None
     lapsed: State | None = None  # RESERVED after this timed state (cooling, parked, tripped) ended: it is recorded
+    granted: int = 0  # RESERVED: the recipients the send may carry (1 to those asked for)
+    reserved_at: datetime | None = None  # RESERVED: when, by the clock the limits were checked at
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +192,7 @@ class Reservation:
     account: Account
     reserved_at: datetime
     lapsed: State | None = None  # the timed state of the account that this reservation ended
+    recipients: int = 1  # the recipients the send may carry (the first of those asked for)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,10 +207,11 @@ class Usage:
     """What an account has sent, as seen at some time (`usage`)."""
 
     account: Account
-    today: int  # reservations in the account's day
+    today: int  # recipients reserved in the account's day
     last_send: datetime | None  # the latest reservation
-    gap_until: datetime | None  # when the gap after it ends
+    gap_until: datetime | None  # when the gap after it ends (None: none, or it is still sending)
     health: int = 100  # 0-100: lowered by its failures and bounces of the last 24 hours
+    sending: bool = False  # the latest send is in flight and holds the mailbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,10 +398,10 @@ async def get(database: db.Database, name: str) -> Account:
 
 
 async def usage(database: db.Database, now: datetime, pool: str | None = None) -> list[Usage]:
-    """Every account (of `pool`, or all) with today's sends, its latest send and the
-    end of its gap at `now`, by pool then name (for `mtad accounts ls`). One query."""
+    """Every account (of `pool`, or all) with today's recipients, its latest send and
+    the end of its gap at `now`, by pool then name (for `mtad accounts ls`). One query."""
     return [
-        Usage(_account(row), row["today"], row["last_send"], row["gap_until"], row["health"])
+        Usage(_account(row), row["today"], row["last_send"], row["gap_until"], row["health"], row["sending"])
         for row in await database.fetch("accounts/usage", now, pool)
     ]
 
@@ -428,8 +436,14 @@ async def disable(database: db.Database, name: str, reason: str | None, now: dat
     return await set_state(database, name, State.DISABLED, None, reason, now)
 
 
-async def reserve(database: db.Database, account_id: int, now: datetime, rng: random.Random) -> Decision:
-    """Reserve one send through the account at `now`, or say why not (see Answer).
+async def reserve(
+    database: db.Database, account_id: int, now: datetime | None, rng: random.Random, *, want: int = 1,
+    delivery: int | None = None, node: str | None = None,
+) -> Decision:  # fmt: skip
+    """Reserve one send of `want` recipients through the account at `now` (None:
+    PostgreSQL's clock), or say why not (see Answer); `granted` says how many of them
+    it may carry. `delivery` and `node`: the delivery that sends it and its node, whose
+    lease bounds how long an unsettled send holds the mailbox (None: 15 minutes).
 
     One round trip and one transaction of its own; never waits for another caller
     (a locked account answers SKIPPED_LOCKED at once). `rng` draws this send's gap
@@ -437,23 +451,26 @@ async def reserve(database: db.Database, account_id: int, now: datetime, rng: ra
     broke during the call: a reservation may have been made, and if so it counts
     (under-sending, again); do not send.
     """
-    row = await database.call("accounts/reserve", account_id, now, rng.random())
+    row = await database.call("accounts/reserve", account_id, now, rng.random(), want, delivery, node)
     assert row is not None
     if row["answer"] == "missing":
         raise errors.NotFound(f"no account with id {account_id}")
     lapsed = State(row["lapsed"]) if row["lapsed"] is not None else None
-    return Decision(Answer(row["answer"]), row["reservation"], row["retry_at"], lapsed)
+    return Decision(Answer(row["answer"]), row["reservation"], row["retry_at"], lapsed, row["granted"] or 0,
+                    row["reserved_at"])  # fmt: skip
 
 
-async def confirm(database: db.Database, reservation_id: int, at: datetime, delivery: int | None = None) -> bool:
-    """The receiver answered 250 at `at` (to the send of `delivery`): mark the
-    reservation confirmed (it keeps counting; the gap to the next send runs from
-    `at` when that is later than the reservation). Returns False when there is no
-    such reservation (it was released)."""
+async def confirm(
+    database: db.Database, reservation_id: int, at: datetime | None = None, delivery: int | None = None
+) -> bool:
+    """The receiver answered 250 at `at` (None: now, by PostgreSQL's clock) to the send
+    of `delivery`: mark the reservation confirmed (it keeps counting; the gap to the
+    next send runs from `at`). Returns False when there is no such reservation (it
+    was released)."""
     return reservation_id in await confirm_many(database, [(reservation_id, delivery, at)])
 
 
-async def confirm_many(database: db.Database, confirmed: Sequence[tuple[int, int | None, datetime]]) -> set[int]:
+async def confirm_many(database: db.Database, confirmed: Sequence[tuple[int, int | None, datetime | None]]) -> set[int]:
     """`confirm` for several sends in one statement: (reservation, delivery, at) each;
     returns the reservations confirmed."""
     ids, deliveries, ats = (list(column) for column in zip(*confirmed, strict=True)) if confirmed else ([], [], [])
@@ -469,11 +486,12 @@ async def release(database: db.Database, reservation_id: int) -> bool:
     return await database.fetchrow("accounts/release", reservation_id) is not None
 
 
-async def keep(database: db.Database, reservation_id: int, at: datetime) -> bool:
+async def keep(database: db.Database, reservation_id: int, at: datetime | None = None) -> bool:
     """The outcome is unknown (a timeout, a disconnect after DATA), or the provider
-    said at `at` that the mailbox hit a quota or a rate limit: the reservation stays
-    and keeps counting, since we err towards under-sending, and the gap runs from
-    `at`. Returns False when there is no such unconfirmed reservation."""
+    said at `at` (None: now, by PostgreSQL's clock) that the mailbox hit a quota or a
+    rate limit: the reservation stays and keeps counting, since we err towards
+    under-sending, and the gap runs from `at`. Returns False when there is no such
+    unconfirmed reservation."""
     return await database.fetchrow("accounts/keep", reservation_id, at) is not None
 
 
@@ -506,8 +524,9 @@ async def bounce(database: db.Database, account: Account, now: datetime, data: M
     await database.execute("accounts/bounce", account.id, now, json.dumps(dict(data), default=str))
 
 
-async def pool_status(database: db.Database, pool: str, now: datetime) -> PoolStatus:
-    """How many accounts the pool has, how many are active, and when one may send next."""
+async def pool_status(database: db.Database, pool: str, now: datetime | None = None) -> PoolStatus:
+    """How many accounts the pool has, how many are active, and when one may send next
+    (at `now`; None: PostgreSQL's clock)."""
     row = await database.fetchrow("accounts/pool_status", pool, now)
     assert row is not None
     return PoolStatus(row["accounts"], row["active"], row["next_free"])
@@ -518,28 +537,41 @@ async def pool_event(database: db.Database, pool: str, now: datetime, data: Mapp
     await database.execute("accounts/pool_event", pool, now, json.dumps(dict(data), default=str))
 
 
-async def choose(database: db.Database, pool: str, now: datetime, rng: random.Random) -> Reservation | Busy:
-    """Reserve one send through an account of `pool`, least used first: fewest sends
-    today, then longest since the latest send. Accounts that are not active at `now`,
-    at their daily cap or inside their gap are not tried; the others are tried in
-    that order until one is reserved. Busy when none could be (contended: one was
-    skipped because another caller was reserving on it; trying again at once may
-    succeed)."""
-    chosen = await choose_many(database, pool, 1, now, rng)
+async def choose(database: db.Database, pool: str, now: datetime | None, rng: random.Random) -> Reservation | Busy:
+    """Reserve one send of one recipient through an account of `pool`, least used
+    first: fewest recipients today, then longest since the latest send. Accounts that
+    are not active at `now` (None: PostgreSQL's clock), at their daily cap, inside
+    their gap or still sending are not tried; the others are tried in that order until
+    one is reserved. Busy when none could be (contended: one was skipped because
+    another caller was reserving on it; trying again at once may succeed)."""
+    chosen = await choose_many(database, pool, [Want(1)], now, rng)
     return chosen[0] if isinstance(chosen, list) else chosen
 
 
+@dataclass(frozen=True, slots=True)
+class Want:
+    """One send `choose_many` seeks: its recipients, and the delivery that sends it."""
+
+    recipients: int
+    delivery: int | None = None  # its first recipient's delivery (its lease bounds the send)
+
+
 async def choose_many(
-    database: db.Database, pool: str, want: int, now: datetime, rng: random.Random
-) -> list[Reservation] | Busy:
-    """Reserve up to `want` sends through the accounts of `pool` at `now`, least used
-    first and in turns (one each, then again), every limit holding within the batch
-    as between batches: at least one reservation, or Busy.
+    database: db.Database, pool: str, wants: Sequence[Want], now: datetime | None, rng: random.Random,
+    node: str | None = None,
+) -> list[Reservation] | Busy:  # fmt: skip
+    """Reserve sends through the accounts of `pool` at `now` (None: PostgreSQL's
+    clock), the i-th for `wants[i]` (sent by `node`), least used first and in turns
+    (one each, then again), every limit holding within the batch as between batches:
+    at least one reservation (the first ones of `wants`, in order), or Busy.
 
     One round trip and one short transaction (mtad_choose), whatever the number of
     accounts tried or reservations made.
     """
-    rows = await database.fetch("accounts/choose", pool, now, want, [rng.random() for _ in range(want)])
+    rows = await database.fetch(
+        "accounts/choose", pool, now, [w.recipients for w in wants], [rng.random() for _ in wants],
+        [w.delivery for w in wants], node,
+    )  # fmt: skip
     if rows[0]["reservation"] is None:
         return Busy(rows[0]["contended"])
     made = []
@@ -548,7 +580,7 @@ async def choose_many(
         lapsed = State(row["lapsed"]) if row["lapsed"] is not None else None
         if lapsed is not None:
             account = dataclasses.replace(account, state=State.ACTIVE, state_until=None)
-        made.append(Reservation(row["reservation"], account, now, lapsed))
+        made.append(Reservation(row["reservation"], account, row["reserved_at"], lapsed, row["granted"]))
     return made
 
 

@@ -234,7 +234,7 @@ async def buckets_ls(args: argparse.Namespace, settings: config.Settings) -> int
 # --- accounts (sending mailboxes) -------------------------------------------------------
 
 _ACCOUNT_COLUMNS = [
-    "name", "pool", "address", "smarthost", "state", "until", "today", "daily_cap", "last_send", "health",
+    "name", "pool", "address", "smarthost", "state", "until", "today", "daily_cap", "last_send", "sending", "health",
 ]  # fmt: skip
 _T = TypeVar("_T")
 _TOKEN_URLS = {"google": oauth.GOOGLE, "microsoft": oauth.MICROSOFT}
@@ -342,7 +342,7 @@ async def accounts_test(args: argparse.Namespace, settings: config.Settings) -> 
     sealer = vault.Vault.from_config(settings.accounts.key_file, settings.accounts.key_env)
     async with daemon.open_spool(settings, pool_size=2) as opened:
         account = await accounts.get(opened.database, args.name)
-        mailboxes = relay.Mailboxes(opened.database, settings.delivery.relay, sealer, now=lambda: datetime.now(UTC))
+        mailboxes = relay.Mailboxes(opened.database, settings.delivery.relay, sealer)
         try:
             login = await mailboxes.login(account)
         except relay.LoginFailed as failed:
@@ -366,7 +366,7 @@ def _account_row(use: accounts.Usage, now: datetime) -> dict[str, Any]:
         "tls": a.tls.value, "login": a.login, "mechanism": a.mechanism.value,
         "state": "active" if ended else a.state.value, "until": None if ended else a.state_until,
         "reason": a.state_reason, "today": use.today, "daily_cap": a.limits.daily_cap,
-        "last_send": use.last_send, "gap_until": use.gap_until, "min_gap": a.limits.min_gap,
+        "last_send": use.last_send, "sending": use.sending, "gap_until": use.gap_until, "min_gap": a.limits.min_gap,
         "per_second": a.limits.per_second, "per_minute": a.limits.per_minute, "per_hour": a.limits.per_hour,
         "time_zone": a.time_zone, "health": use.health,
     }  # fmt: skip
@@ -618,16 +618,16 @@ def _parser() -> argparse.ArgumentParser:
                       "if it has one, is the second line of standard input)")  # fmt: skip
     aadd.add_argument("--scope", help="xoauth2: the scope to ask for (Microsoft wants one)")
     pool_note = "; the pool's [account_pools] table gives what is not given, else no limit"
-    aadd.add_argument("--daily-cap", type=int, help="sends per day (reset at 00:00 in --time-zone)" + pool_note)
-    aadd.add_argument("--min-gap", type=float, help="seconds between two sends")
+    aadd.add_argument("--daily-cap", type=int, help="recipients per day (reset at 00:00 in --time-zone)" + pool_note)
+    aadd.add_argument("--min-gap", type=float, help="seconds from the answer to one send to the next send")
     aadd.add_argument("--jitter", metavar="LOW:HIGH", help="seconds drawn per send and added to --min-gap")
-    aadd.add_argument("--per-second", type=int)
-    aadd.add_argument("--per-minute", type=int)
-    aadd.add_argument("--per-hour", type=int)
+    aadd.add_argument("--per-second", type=int, help="recipients in any second")
+    aadd.add_argument("--per-minute", type=int, help="recipients in any minute")
+    aadd.add_argument("--per-hour", type=int, help="recipients in any hour")
     aadd.add_argument("--time-zone", help="an IANA time zone (default: the pool's, else UTC)")
     aadd.set_defaults(command=accounts_add)
     als = account_commands.add_parser(
-        "ls", parents=[common], help="List the accounts with today's sends, last send and state."
+        "ls", parents=[common], help="List the accounts with today's recipients, last send and state."
     )
     als.add_argument("--pool", help="only this account pool")
     als.add_argument("--json", action="store_true", help="one JSON object per account and line")

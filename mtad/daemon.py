@@ -170,7 +170,7 @@ class Daemon:
         if out.enabled:
             queue = await db.Database.connect(database.dsn, max_size=settings.database.pool_size, replan=True)
             self._closing.append(queue)
-            mailboxes = relay.Mailboxes(queue, out.relay, _vault(settings), now=_now)
+            mailboxes = relay.Mailboxes(queue, out.relay, _vault(settings))  # PostgreSQL's clock
             engine = delivery.Delivery(
                 out.engine, queue, router, sessions.Pool(out.sessions), out.rules, pools=egress.Egress(out.pools),
                 mailboxes=mailboxes, signer=signer,

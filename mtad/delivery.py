@@ -753,7 +753,8 @@ class Delivery:
         assert self._mailboxes is not None
         assert group.account_pool is not None
         try:
-            taken = await self._mailboxes.take(group.account_pool, len(batch))
+            wants = [accounts.Want(len(job.deliveries), job.deliveries[0].id) for job in batch]
+            taken = await self._mailboxes.take(group.account_pool, wants, self.node)
         except errors.SpoolError as exc:
             log.warning("account_pool_unreadable", account_pool=group.account_pool, error=str(exc))
             taken = relay.Wait(self._now() + timedelta(seconds=self.settings.poll_interval), False)
@@ -767,9 +768,13 @@ class Delivery:
             for reservation in reservations:
                 await accounts.release(self._db, reservation.id)  # never used: the node is stopping
             reservations = []
-        for job, reservation in zip(batch, reservations, strict=False):
-            self._spawn(self._attempt_relay(job, group, reservation))
         waiting = batch[len(reservations) :]
+        for job, reservation in zip(batch, reservations, strict=False):
+            if reservation.recipients < len(job.deliveries):  # what the account's caps allow now: the rest waits
+                rest = job.deliveries[reservation.recipients :]
+                job.deliveries = job.deliveries[: reservation.recipients]
+                waiting.append(self._split(job, rest))
+            self._spawn(self._attempt_relay(job, group, reservation))
         due = self._hand_back_due(taken) if isinstance(taken, relay.Wait) and not self._stopping else None
         if due is not None:  # a long wait: this node's mail of the pool goes back to the spool
             waiting += [group.ready.pop()[0] for _ in range(len(group.ready))]
@@ -778,6 +783,13 @@ class Delivery:
             self._started.difference_update(d.id for d in job.deliveries)
             self._queue(job, None, group.name, group.account_pool)
         self._progress.set()  # a drain waits for what is in hand
+
+    def _split(self, job: _Job, deliveries: list[Leased]) -> _Job:
+        """A job of the same message for `deliveries`, taken off `job`."""
+        message = self._messages.get(job.message)
+        if message is not None:
+            message.jobs += 1
+        return _Job(job.message, job.tenant, job.domain, deliveries, job.priority, job.created_at)
 
     def _hand_back_due(self, wait: relay.Wait) -> datetime | None:
         """When the mail of a pool that has no account free is due again if it goes back
@@ -912,10 +924,7 @@ class Delivery:
     ) -> None:
         """Back to the pool's queue, for another account, without spending an attempt."""
         self._started.difference_update(d.id for d in deliveries)  # waiting again: renewed, released at a stop
-        again = _Job(job.message, job.tenant, job.domain, deliveries, job.priority, job.created_at)
-        message = self._messages.get(job.message)
-        if message is not None:
-            message.jobs += 1
+        again = self._split(job, deliveries)
         log.info("rerouted", queue_id=str(job.message), count=len(deliveries), account=account.name,
                  account_pool=account.pool, **{"class": verdict.cls.value})  # fmt: skip
         self._queue(again, None, group.name, group.account_pool)

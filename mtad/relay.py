@@ -36,9 +36,9 @@ import functools
 import random
 import ssl
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import structlog
@@ -197,7 +197,7 @@ class Mailboxes:
         settings: Settings,
         sealer: vault.Vault | None,
         *,
-        now: Callable[[], datetime],
+        now: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
         token_tls: ssl.SSLContext | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -205,30 +205,39 @@ class Mailboxes:
         self.settings = settings
         self._db = database
         self._vault = sealer
-        self._now = now
+        self._now = now  # None: PostgreSQL's clock for every limit, the one all nodes share
         self._rng = rng or random.Random()
         self._token_tls = token_tls
         self._clock = clock
         self._logins: dict[int, _Login] = {}
         self._paused: set[str] = set()
-        self._confirms: Batcher[tuple[int, int | None, datetime], None] = Batcher(self._confirm_batch)
+        self._confirms: Batcher[tuple[int, int | None, datetime | None], None] = Batcher(self._confirm_batch)
 
     def rewrites_from(self, pool: str) -> bool:
         settings = self.settings.pools.get(pool)
         return settings is not None and settings.rewrite_from
 
-    async def take(self, pool: str, want: int = 1) -> list[accounts.Reservation] | Wait:
-        """Up to `want` reservations on the pool's least-used accounts that may send now
-        (at least one), or how long to wait. One round trip, unless other callers hold
-        the accounts tried (then again at once, a few times) or none is free (then the
-        pool's status, for its pause). The pool's pause and resumption are logged,
+    def _at(self) -> datetime | None:
+        """The time the limits are checked at: None, PostgreSQL's clock, unless one was given."""
+        return self._now() if self._now is not None else None
+
+    def _wall(self) -> datetime:
+        return self._now() if self._now is not None else datetime.now(UTC)
+
+    async def take(
+        self, pool: str, wants: Sequence[accounts.Want] = (accounts.Want(1),), node: str | None = None
+    ) -> list[accounts.Reservation] | Wait:
+        """Reservations on the pool's least-used accounts that may send now, for the
+        first of `wants` (at least one; each may carry fewer recipients than it asked
+        for), sent by `node`; or how long to wait. One round trip, unless other callers
+        hold the accounts tried (then again at once, a few times) or none is free (then
+        the pool's status, for its pause). The pool's pause and resumption are logged,
         evented and counted."""
-        now = self._now()
         for _ in range(CONTENDED_RETRIES):  # callers at once skip each other's accounts: look again
-            chosen = await accounts.choose_many(self._db, pool, want, now, self._rng)
+            chosen = await accounts.choose_many(self._db, pool, wants, self._at(), self._rng, node)
             if not isinstance(chosen, accounts.Busy) or not chosen.contended:
                 break
-            now = self._now()
+        now = self._wall()
         if isinstance(chosen, list):
             for reservation in chosen:
                 if reservation.lapsed is not None:  # back from cooling, parked or tripped (the event is written)
@@ -236,7 +245,7 @@ class Mailboxes:
             if pool in self._paused:
                 await self._pause(pool, False, now, None)
             return chosen
-        status = await accounts.pool_status(self._db, pool, now)
+        status = await accounts.pool_status(self._db, pool, self._at())
         poll = timedelta(seconds=self.settings.poll)
         if status.paused:
             if pool not in self._paused:
@@ -288,7 +297,7 @@ class Mailboxes:
             raise LoginFailed(LOGIN_UNAVAILABLE, f"token endpoint: {exc}") from None
         return _login(account, token.reveal(), cached.tls)
 
-    async def _confirm_batch(self, confirmed: list[tuple[int, int | None, datetime]]) -> list[None]:
+    async def _confirm_batch(self, confirmed: list[tuple[int, int | None, datetime | None]]) -> list[None]:
         await accounts.confirm_many(self._db, confirmed)
         return [None] * len(confirmed)
 
@@ -349,7 +358,7 @@ class Mailboxes:
         effect = min((r.effect for r in responses), key=_STRENGTH.index, default=Effect.NONE)
         if maybe_sent and _STRENGTH.index(effect) > _STRENGTH.index(Effect.FAILURE):
             effect = Effect.FAILURE
-        settled_at = self._now()
+        settled_at = self._at()  # None: PostgreSQL's clock, when the settlement is written
         if slot is Slot.CONFIRM:  # the confirmations of sends ending together are written together
             await self._confirms.submit((reservation.id, delivery, settled_at))
         elif slot is Slot.RELEASE:
@@ -365,7 +374,7 @@ class Mailboxes:
     async def _affect(
         self, account: Account, effect: Effect, verdicts: list[Verdict], detail: Mapping[str, object]
     ) -> State | None:
-        now = self._now()
+        now = self._wall()
         reason = str(detail.get("reply") or detail.get("failure") or detail.get("login") or effect.value)
         if effect is Effect.COOL:
             rest = self.settings.gmail_cooldown if _is_gmail(account, reason) else self.settings.cooldown

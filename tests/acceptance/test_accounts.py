@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,8 +38,7 @@ def stored_secrets(dsn: str) -> list[bytes]:
 def test_accounts_are_added_listed_tested_and_switched_off_and_on(
     mtad_factory: Any, dsn: str, smarthost: ThreadedSink, tls_files: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    trusting = {**os.environ, "SSL_CERT_FILE": str(tls_files[0])}  # the smarthost's self-signed certificate
-    keyless: Mtad = mtad_factory(f'dsn = "{dsn}"', env=trusting)
+    keyless: Mtad = mtad_factory(f'dsn = "{dsn}"')
     key = keyless.cli("accounts", "key")
     assert key.returncode == 0, key.stderr
     (tmp_path / "accounts.key").write_text(key.stdout)
@@ -49,9 +47,11 @@ def test_accounts_are_added_listed_tested_and_switched_off_and_on(
     assert refused.returncode == 1
     assert "[accounts] key_file or key_env" in refused.stderr
 
-    pools = '[account_pools.outreach]\ndaily_cap = 40\nmin_gap = "3m"\n'
+    # The smarthost's self-signed certificate is trusted through the pool's ca_file alone.
+    pools = f'[account_pools.outreach]\ndaily_cap = 40\nmin_gap = "3m"\nca_file = "{tls_files[0]}"\n'
+    env = {"SSL_CERT_FILE": "/nonexistent"}  # not the system's store either
     cli: Mtad = mtad_factory(f'dsn = "{dsn}"', f'[accounts]\nkey_file = "{tmp_path / "accounts.key"}"\n{pools}',
-                             env=trusting)  # fmt: skip
+                             env=env)  # fmt: skip
     for name, secret in (("alice", "alice-secret"), ("bob", "wrong-secret")):
         added = cli.cli("accounts", "add", name, "--address", f"{name}@example.com", "--pool", "outreach",
                         "--host", "localhost", "--port", str(smarthost.port), "--login", f"{name}@example.com",

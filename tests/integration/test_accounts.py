@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from mtad import accounts, db, errors
+from mtad import accounts, db, errors, leases
 from mtad.accounts import Answer, State
 from tests.conftest import query
+from tests.integration.test_leases import spool_messages
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 LOCK_CLASS = 1835098979  # the first half of an account's advisory lock key (migration 0006)
@@ -33,8 +34,15 @@ async def make(database: db.Database, name: str, pool: str = "p", time_zone: str
     return (await accounts.add(database, account)).id
 
 
-async def answer(database: db.Database, account: int, at: datetime, rng: random.Random | None = None) -> Answer:
-    return (await accounts.reserve(database, account, at, rng or random.Random(0))).answer
+async def answer(
+    database: db.Database, account: int, at: datetime, rng: random.Random | None = None, *, settle: bool = True
+) -> Answer:
+    """Reserve a send at `at`; with `settle`, it is settled when it was reserved (a send
+    still in flight holds its mailbox: see test_a_send_in_flight_holds_its_mailbox...)."""
+    decision = await accounts.reserve(database, account, at, rng or random.Random(0))
+    if settle and decision.reservation is not None:
+        assert await accounts.keep(database, decision.reservation, at)
+    return decision.answer
 
 
 async def count(database: db.Database, account: int | None = None) -> int:
@@ -86,7 +94,7 @@ async def test_two_nodes_never_both_reserve_an_account_inside_its_gap(dsn: str) 
         )  # fmt: skip
         answers = collections.Counter(d.answer for d in decisions)
         assert answers[Answer.RESERVED] == 1
-        assert set(answers) <= {Answer.RESERVED, Answer.SKIPPED_LOCKED, Answer.SKIPPED_GAP}
+        assert set(answers) <= {Answer.RESERVED, Answer.SKIPPED_LOCKED, Answer.SKIPPED_SENDING}
         assert await count(first) == 1
     finally:
         await first.close()
@@ -142,8 +150,7 @@ async def test_draws_fall_within_the_jitter_range(database: db.Database) -> None
     rng = random.Random(3)
     at = NOW
     for _ in range(30):
-        decision = await accounts.reserve(database, account, at, rng)
-        assert decision.answer is Answer.RESERVED
+        assert await answer(database, account, at, rng) is Answer.RESERVED
         at += timedelta(seconds=45)
     gaps = [r["next_gap"] for r in await query(database, "SELECT next_gap FROM account_reservations")]
     assert all(25 <= g <= 45 for g in gaps)
@@ -319,8 +326,11 @@ async def test_choose_tries_the_next_account_when_one_is_taken(dsn: str) -> None
         rng = random.Random(5)
         chosen = await asyncio.gather(*(accounts.choose(database, "p", NOW, rng) for _ in range(20)))
         reserved = [r for r in chosen if isinstance(r, accounts.Reservation)]
-        assert sorted(r.account.id for r in reserved) == ids  # one each: the gap forbids a second
+        assert sorted(r.account.id for r in reserved) == ids  # one each: the send in flight forbids a second
         assert await count(database) == 5
+        assert isinstance(await accounts.choose(database, "p", NOW + timedelta(seconds=60), rng), accounts.Busy)
+        for r in reserved:
+            assert await accounts.keep(database, r.id, NOW)
         assert isinstance(await accounts.choose(database, "p", NOW + timedelta(seconds=59), rng), accounts.Busy)
         assert isinstance(await accounts.choose(database, "p", NOW + timedelta(seconds=60), rng), accounts.Reservation)
     finally:
@@ -415,3 +425,141 @@ async def test_the_gap_runs_from_when_a_send_was_settled_if_that_is_later(databa
     refused = await accounts.reserve(database, account, NOW + timedelta(seconds=2.5), random.Random(0))
     assert (refused.answer, refused.retry_at) == (Answer.SKIPPED_GAP, NOW + timedelta(seconds=3.5))
     assert await answer(database, account, NOW + timedelta(seconds=3.5)) is Answer.RESERVED
+
+
+async def leased_delivery(database: db.Database, node: str, until: datetime) -> int:
+    """One delivery of a spooled message, leased to `node` until `until`."""
+    await spool_messages(database, "r@example.net")
+    [leased] = await leases.lease(database, node, 1, datetime.now(UTC), until)
+    return leased.id
+
+
+async def test_a_send_in_flight_holds_its_mailbox_until_it_is_settled(database: db.Database) -> None:
+    account = await make(database, "a", min_gap=3, jitter=(0.5, 1.5))
+    delivery = await leased_delivery(database, "n1", NOW + timedelta(minutes=5))
+    first = await accounts.reserve(database, account, NOW, Fixed(0.0), delivery=delivery, node="n1")
+    assert first.reservation is not None
+    # The provider has not answered 60 s later: the mailbox is still sending, whatever the gap.
+    held = await accounts.reserve(database, account, NOW + timedelta(seconds=60), Fixed(0.0))
+    assert (held.answer, held.retry_at) == (Answer.SKIPPED_SENDING, NOW + timedelta(seconds=63.5))
+    assert isinstance(await accounts.choose(database, "p", NOW + timedelta(seconds=60), Fixed(0.0)), accounts.Busy)
+    status = await accounts.pool_status(database, "p", NOW + timedelta(seconds=60))
+    assert (status.paused, status.next_free) == (False, NOW + timedelta(seconds=63.5))
+    [use] = await accounts.usage(database, NOW + timedelta(seconds=60))
+    assert (use.sending, use.gap_until, use.today) == (True, None, 1)
+    # It answered at +61: the gap (3 s + 0.5 s of jitter) runs from the answer.
+    assert await accounts.confirm(database, first.reservation, NOW + timedelta(seconds=61), delivery)
+    gap = await accounts.reserve(database, account, NOW + timedelta(seconds=62), Fixed(0.0))
+    assert (gap.answer, gap.retry_at) == (Answer.SKIPPED_GAP, NOW + timedelta(seconds=64.5))
+    assert await answer(database, account, NOW + timedelta(seconds=64.5)) is Answer.RESERVED
+
+
+async def test_a_send_whose_lease_ends_unsettled_counts_and_its_gap_runs_from_the_lease_end(
+    database: db.Database,
+) -> None:
+    account = await make(database, "a", min_gap=3, daily_cap=5)
+    lease_end = NOW + timedelta(minutes=5)
+    delivery = await leased_delivery(database, "n1", lease_end)
+    decision = await accounts.reserve(database, account, NOW, Fixed(0.0), delivery=delivery, node="n1")
+    assert decision.reservation is not None
+    # Its node died in the middle of DATA: nothing settles it, and the lease says when it is gone.
+    later = lease_end - timedelta(milliseconds=1)
+    assert await answer(database, account, later, settle=False) is Answer.SKIPPED_SENDING
+    refused = await accounts.reserve(database, account, lease_end + timedelta(seconds=1), Fixed(0.0))
+    assert (refused.answer, refused.retry_at) == (Answer.SKIPPED_GAP, lease_end + timedelta(seconds=3))
+    # The reaper requeues the delivery (maybe sent) and settles the send at the lease's end.
+    assert await leases.reap(database, lease_end + timedelta(seconds=2)) == 1
+    [row] = await query(database, "SELECT settled_at, state::text AS state FROM account_reservations")
+    assert (row["settled_at"], row["state"]) == (lease_end, "reserved")
+    assert await answer(database, account, lease_end + timedelta(seconds=2.9)) is Answer.SKIPPED_GAP
+    assert await answer(database, account, lease_end + timedelta(seconds=3)) is Answer.RESERVED
+    [use] = await accounts.usage(database, lease_end + timedelta(seconds=4))
+    assert use.today == 2  # the maybe-sent send kept its slot
+
+
+async def test_a_delivery_that_left_its_node_no_longer_holds_the_mailbox(database: db.Database) -> None:
+    account = await make(database, "a", min_gap=3)
+    delivery = await leased_delivery(database, "n1", NOW + timedelta(minutes=5))
+    await accounts.reserve(database, account, NOW, Fixed(0.0), delivery=delivery, node="n1")
+    # Another node holds the delivery now (its lease was taken over): the send is gone
+    # since the delivery last changed.
+    changed = NOW + timedelta(seconds=10)
+    await query(database, "UPDATE deliveries SET lease_owner = 'n2', updated_at = $1", changed)
+    assert await answer(database, account, changed + timedelta(seconds=2.9), settle=False) is Answer.SKIPPED_GAP
+    assert await answer(database, account, changed + timedelta(seconds=3)) is Answer.RESERVED
+
+
+async def test_a_send_reserved_outside_delivery_holds_its_mailbox_for_fifteen_minutes_at_most(
+    database: db.Database,
+) -> None:
+    account = await make(database, "a", min_gap=60)
+    assert await answer(database, account, NOW, settle=False) is Answer.RESERVED
+    gone = NOW + timedelta(minutes=15)
+    assert await answer(database, account, gone - timedelta(seconds=1), settle=False) is Answer.SKIPPED_SENDING
+    assert await answer(database, account, gone + timedelta(seconds=59), settle=False) is Answer.SKIPPED_GAP
+    assert await answer(database, account, gone + timedelta(seconds=60)) is Answer.RESERVED
+
+
+async def test_sends_overlap_on_an_account_without_a_gap(database: db.Database) -> None:
+    account = await make(database, "a", daily_cap=3)
+    for _ in range(3):
+        assert await answer(database, account, NOW, settle=False) is Answer.RESERVED
+    assert await answer(database, account, NOW, settle=False) is Answer.SKIPPED_DAILY_LIMIT
+
+
+async def test_the_limits_are_checked_at_postgresqls_clock_unless_a_time_is_given(database: db.Database) -> None:
+    account = await make(database, "a", min_gap=3600)
+    [before] = await query(database, "SELECT clock_timestamp() AS at")
+    decision = await accounts.reserve(database, account, None, Fixed(0.0))
+    [after] = await query(database, "SELECT clock_timestamp() AS at")
+    assert decision.answer is Answer.RESERVED
+    assert decision.reservation is not None
+    assert decision.reserved_at is not None
+    assert before["at"] <= decision.reserved_at <= after["at"]
+    assert await accounts.confirm(database, decision.reservation)  # settled at PostgreSQL's clock too
+    [row] = await query(database, "SELECT settled_at FROM account_reservations")
+    assert decision.reserved_at <= row["settled_at"]
+    refused = await accounts.reserve(database, account, None, Fixed(0.0))
+    assert (refused.answer, refused.retry_at) == (Answer.SKIPPED_GAP, row["settled_at"] + timedelta(hours=1))
+
+
+async def test_recipients_count_against_the_daily_cap_and_a_send_gets_what_is_left(database: db.Database) -> None:
+    account = await make(database, "a", daily_cap=30)
+    first = await accounts.reserve(database, account, NOW, Fixed(0.0), want=20)
+    assert (first.answer, first.granted) == (Answer.RESERVED, 20)
+    second = await accounts.reserve(database, account, NOW, Fixed(0.0), want=20)
+    assert (second.answer, second.granted) == (Answer.RESERVED, 10)  # the day's last ten
+    refused = await accounts.reserve(database, account, NOW, Fixed(0.0), want=1)
+    assert refused.answer is Answer.SKIPPED_DAILY_LIMIT
+    [use] = await accounts.usage(database, NOW)
+    assert use.today == 30
+    assert second.reservation is not None
+    assert await accounts.release(database, second.reservation)  # its ten recipients are free again
+    [use] = await accounts.usage(database, NOW)
+    assert use.today == 20
+    assert (await accounts.reserve(database, account, NOW, Fixed(0.0), want=50)).granted == 10
+
+
+@pytest.mark.parametrize(
+    ("field", "width"),
+    [("per_second", timedelta(seconds=1)), ("per_minute", timedelta(minutes=1)), ("per_hour", timedelta(hours=1))],
+)
+async def test_recipients_count_against_the_rate_caps(database: db.Database, field: str, width: timedelta) -> None:
+    account = await make(database, "a", **{field: 5})
+    assert (await accounts.reserve(database, account, NOW, Fixed(0.0), want=3)).granted == 3
+    assert (await accounts.reserve(database, account, NOW + width / 4, Fixed(0.0), want=3)).granted == 2
+    refused = await accounts.reserve(database, account, NOW + width / 2, Fixed(0.0), want=1)
+    # One recipient fits again once the first send's three have left the window.
+    assert (refused.answer, refused.retry_at) == (Answer.SKIPPED_RATE, NOW + width)
+    again = await accounts.reserve(database, account, NOW + width, Fixed(0.0), want=9)
+    assert (again.answer, again.granted) == (Answer.RESERVED, 3)
+
+
+async def test_choose_many_gives_each_send_the_recipients_its_account_allows(database: db.Database) -> None:
+    await make(database, "a0", daily_cap=3)
+    await make(database, "a1", daily_cap=3)
+    wants = [accounts.Want(20), accounts.Want(20), accounts.Want(20)]
+    chosen = await accounts.choose_many(database, "p", wants, NOW, Fixed(0.0))
+    assert isinstance(chosen, list)
+    assert [(r.account.name, r.recipients) for r in chosen] == [("a0", 3), ("a1", 3)]
+    assert isinstance(await accounts.choose_many(database, "p", wants, NOW, Fixed(0.0)), accounts.Busy)

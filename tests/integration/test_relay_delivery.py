@@ -56,7 +56,7 @@ def relaying(
 ) -> delivery.Delivery:  # fmt: skip
     clock = now or (lambda: datetime.now(UTC))
     pool = sessions.Pool(sessions.Settings(ehlo_hostname="mtad.test"), relay_tls=trusting(tls_files[0]))
-    mailboxes = relay.Mailboxes(database, settings or relay.Settings(poll=0.2), SEALER, now=clock,
+    mailboxes = relay.Mailboxes(database, settings or relay.Settings(poll=0.2), SEALER, now=now,
                                 rng=random.Random(0), token_tls=token_tls)  # fmt: skip
     router = routing.Router(ZoneResolver(""), PROVIDERS)  # relayed mail asks no DNS
     engine = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0),

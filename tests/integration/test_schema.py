@@ -50,7 +50,8 @@ EXPECTED_COLUMNS = {
         "per_minute", "per_hour", "time_zone", "created_at", "updated_at", "oauth_token_url", "oauth_client_id",
         "oauth_client_secret", "oauth_scope",
     },
-    "account_reservations": {"id", "account", "reserved_at", "next_gap", "state", "delivery", "settled_at"},
+    "account_reservations": {"id", "account", "reserved_at", "next_gap", "state", "delivery", "settled_at", "node",
+                             "recipients"},
     "suppressions": {"tenant", "address", "reason", "delivery", "created_at"},
     "account_days": {"account", "day", "sends"},
     "dkim_keys": {
