@@ -178,3 +178,24 @@ def test_recipients_count_against_the_daily_cap(rig: Rig) -> None:
     assert sum(1 for r in rows if r["state"] == "delivered") == 6
     tomorrow = datetime.combine(datetime.now(UTC).date() + timedelta(days=1), datetime.min.time(), UTC)
     assert {r["next_attempt_at"] for r in rows if r["state"] != "delivered"} == {tomorrow}
+
+
+def test_recipients_count_against_the_rate_caps(rig: Rig) -> None:
+    smarthost = rig.smarthost(["box0"])
+    try:
+        add_accounts(rig.dsn, rig.key, smarthost.port, ["box0"], per_second=4)
+        node = rig.node(0).start()
+        submit(node, range(1), recipients=10)  # one transaction of ten: three sends fit the cap
+        smarthost.wait_for_answers(3, within=60)
+        assert node.stop() == 0
+    finally:
+        smarthost.stop()
+    answered = [r for r in smarthost.records if r.get("event") == "answered"]
+    assert sorted(r["recipients"] for r in answered) == [2, 4, 4]
+    sends = fetch(rig.dsn, "SELECT reserved_at, recipients FROM account_reservations ORDER BY reserved_at")
+    for send in sends:  # in any second, four recipients at most
+        window = [s["recipients"] for s in sends if send["reserved_at"] - timedelta(seconds=1) < s["reserved_at"]
+                  <= send["reserved_at"]]  # fmt: skip
+        assert sum(window) <= 4
+    rows = fetch(rig.dsn, "SELECT state::text AS state, attempts FROM deliveries")
+    assert {(r["state"], r["attempts"]) for r in rows} == {("delivered", 1)}  # split without spending an attempt
