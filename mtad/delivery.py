@@ -402,7 +402,9 @@ class Delivery:
         return len(got) == room
 
     async def _renew(self) -> None:
-        asked = [i for i in self._held if i not in self._started]
+        """Extend the lease of every delivery held, those on the wire included: a send
+        slower than the lease must not be reaped and sent again, nor free its mailbox."""
+        asked = list(self._held)
         if not asked:
             return
         now = self._now()

@@ -236,3 +236,32 @@ async def test_bodies_beyond_the_body_cache_are_read_when_sent(database: db.Data
         assert sent[f"fast{i}@sink.test"].endswith(body(i))
         assert sent[f"leased{i}@sink.test"].endswith(body(4 + i))
     assert mtad.statistics().body_bytes == 0  # nothing held once everything is sent
+
+
+async def test_a_send_slower_than_the_lease_keeps_its_lease_and_goes_once(database: db.Database, sink: Sink) -> None:
+    mtad = engine(database, sink, lease_duration=0.6, shutdown_timeout=10)  # renewed every 0.2 s, reaped at 0.3
+    runner = asyncio.create_task(mtad.run())
+    try:
+        async with running(spool.GroupCommitter(database, fast_path=mtad)) as committer:
+            await committer.commit(new_message("slow-1@sink.test"))
+            await sink.holding.wait()  # on the wire; the receiver holds its answer
+            [first] = await query(database, "SELECT lease_expires_at FROM deliveries")
+
+            async def outlived() -> bool:  # its first lease is long over, and it is still leased
+                [row] = await query(database, "SELECT lease_expires_at FROM deliveries")
+                return row["lease_expires_at"] is not None and row["lease_expires_at"] > first["lease_expires_at"] + (
+                    timedelta(seconds=1.2)
+                )
+
+            async with asyncio.timeout(20):
+                while not await outlived():  # noqa: ASYNC110 (a database row: nothing to wait on)
+                    await asyncio.sleep(0.05)
+            sink.release()
+            await mtad.wait_idle()
+    finally:
+        mtad.stop()
+        sink.release()
+        await runner
+    assert len(sink.received) == 1
+    assert (await deliveries(database))["slow-1@sink.test"]["state"] == "delivered"
+    assert await query(database, "SELECT 1 FROM events WHERE kind = 'requeued'") == []
