@@ -19,8 +19,8 @@ released when `reserve` returns, so none is held across the SMTP call.
 
 What counts as a send: every reservation, confirmed or not, with the recipients it
 carries. After the receiver's 250, `confirm` it. After a definite rejection that is
-not the mailbox's fault (a recipient or content refusal), `release` it: it is
-deleted and the slot is free again. When the outcome is unknown (a timeout, a
+not the mailbox's fault (a recipient or content refusal), `release` it: the slot
+is free again (the gap still runs from it). When the outcome is unknown (a timeout, a
 disconnect after DATA), or when the provider says the mailbox hit its quota or a
 rate limit, `keep` it: it counts, since when we do not know whether a send went out
 we err towards under-sending.
@@ -133,6 +133,7 @@ class ReservationState(enum.StrEnum):
 
     RESERVED = "reserved"  # taken before the send; the outcome is not known (yet)
     CONFIRMED = "confirmed"  # the receiver answered 250
+    RELEASED = "released"  # refused for its recipient or content, or never began: it counts against no cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,13 +478,15 @@ async def confirm_many(database: db.Database, confirmed: Sequence[tuple[int, int
     return {row["id"] for row in await database.fetch("accounts/confirm_many", ids, deliveries, ats)}
 
 
-async def release(database: db.Database, reservation_id: int) -> bool:
+async def release(database: db.Database, reservation_id: int, at: datetime | None = None) -> bool:
     """Free the slot after a definite rejection that is not the mailbox's fault (a
-    recipient or content refusal, a send that never began): the reservation is
-    deleted and no longer counts. Never after a quota or rate-limit reply from the
-    provider, nor when the outcome is unknown: `keep` it then. Returns False when
+    recipient or content refusal, a send that never began): the reservation counts
+    against no cap any more, but the gap still runs from it, settled at `at` (None:
+    now, by PostgreSQL's clock; the receiver may have seen the transaction). Never
+    after a quota or rate-limit reply from the provider, nor when the outcome is
+    unknown: `keep` it then. Returns False when
     nothing was released (no such reservation, or it is confirmed: it went out)."""
-    return await database.fetchrow("accounts/release", reservation_id) is not None
+    return await database.fetchrow("accounts/release", reservation_id, at) is not None
 
 
 async def keep(database: db.Database, reservation_id: int, at: datetime | None = None) -> bool:

@@ -362,7 +362,7 @@ class Mailboxes:
         if slot is Slot.CONFIRM:  # the confirmations of sends ending together are written together
             await self._confirms.submit((reservation.id, delivery, settled_at))
         elif slot is Slot.RELEASE:
-            await accounts.release(self._db, reservation.id)
+            await accounts.release(self._db, reservation.id, settled_at)
         else:
             await accounts.keep(self._db, reservation.id, settled_at)
         account = reservation.account

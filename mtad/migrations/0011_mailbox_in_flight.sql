@@ -11,6 +11,11 @@ COMMENT ON COLUMN account_reservations.delivery IS
 COMMENT ON COLUMN account_reservations.settled_at IS
     'when the send was settled (250, a quota or rate reply, an outcome left unknown, its lease gone); NULL: in flight';
 
+-- A send refused for its recipient or content, or that never began: it counts
+-- against no cap (accounts/release), but the mailbox's gap still runs from it, since
+-- the receiver may have seen it. Mirrors mtad.accounts.ReservationState.
+ALTER TYPE reservation_state ADD VALUE 'released';
+
 -- Sends reserved by earlier versions were never held while in flight: they count as
 -- settled when they were reserved.
 UPDATE account_reservations SET settled_at = reserved_at WHERE settled_at IS NULL;
@@ -131,14 +136,15 @@ BEGIN
             WHERE cap IS NOT NULL
         LOOP
             SELECT coalesce(sum(r.recipients), 0) INTO used FROM account_reservations r
-            WHERE r.account = p_account AND r.reserved_at > at - rate.width;
+            WHERE r.account = p_account AND r.reserved_at > at - rate.width AND r.state::text <> 'released';
             IF used >= rate.cap THEN
                 -- The window admits one more recipient once the oldest sends carrying
                 -- used - cap + 1 recipients have left it.
                 SELECT w.reserved_at + rate.width INTO retry_at
                 FROM (SELECT r.reserved_at, sum(r.recipients) OVER (ORDER BY r.reserved_at, r.id) AS carried
                       FROM account_reservations r
-                      WHERE r.account = p_account AND r.reserved_at > at - rate.width) w
+                      WHERE r.account = p_account AND r.reserved_at > at - rate.width
+                        AND r.state::text <> 'released') w
                 WHERE w.carried >= used - rate.cap + 1
                 ORDER BY w.reserved_at LIMIT 1;
                 answer := 'skipped-rate';

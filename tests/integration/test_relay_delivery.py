@@ -182,7 +182,7 @@ async def test_a_refused_login_disconnects_the_account_frees_its_slot_and_rerout
     a = await accounts.get(database, "a")
     assert (a.state, a.state_until) == (State.DISCONNECTED, None)  # until an operator enables it
     assert "535" in (a.state_reason or "")
-    assert await reservations(database, "a") == []  # nothing was sent: the slot is free
+    assert await reservations(database, "a") == ["released"]  # nothing was sent: the slot is free
     row = (await deliveries(database))["r1@example.net"]
     assert (row["state"], row["attempts"]) == ("delivered", 1)
     await accept(database, relayed("r2@example.net"))
@@ -200,7 +200,7 @@ async def test_a_recipient_refusal_bounces_suppresses_and_frees_the_slot(
     row = (await deliveries(database))["reject-1@example.net"]
     assert (row["state"], row["reason"]) == ("bounced", "recipient_rejected")
     assert (await accounts.get(database, "a")).state is State.ACTIVE
-    assert await reservations(database, "a") == []
+    assert await reservations(database, "a") == ["released"]
     [suppressed] = await query(database, "SELECT tenant, address, reason FROM suppressions")
     assert (suppressed["tenant"], suppressed["address"]) == ("t1", "reject-1@example.net")
     assert suppressed["reason"].startswith("550 5.1.1")
@@ -223,7 +223,7 @@ async def test_a_content_refusal_fails_the_message_not_the_account(
     row = (await deliveries(database))["content-1@example.net"]
     assert (row["state"], row["reason"]) == ("bounced", "content_rejected")
     assert (await accounts.get(database, "a")).state is State.ACTIVE
-    assert await reservations(database, "a") == []
+    assert await reservations(database, "a") == ["released"]
     assert await query(database, "SELECT 1 FROM suppressions") == []
 
 
@@ -237,7 +237,7 @@ async def test_a_transient_refusal_defers_with_back_off_and_counts_against_the_a
     row = (await deliveries(database))["tempfail-1@example.net"]
     assert (row["state"], row["reason"]) == ("deferred", "mx_tempfail")
     assert row["next_attempt_at"] == now + timedelta(seconds=60)
-    assert await reservations(database, "a") == []  # refused at RCPT: it did not go out
+    assert await reservations(database, "a") == ["released"]  # refused at RCPT: it did not go out
     [failure] = await account_events(database, "account_failure")
     assert (failure["name"], failure["classes"], failure["reply"]) == (
         "a",

@@ -10,5 +10,5 @@ WITH quick AS (SELECT set_config('synchronous_commit', 'off', true))
 UPDATE account_reservations r
 SET state = 'confirmed', delivery = coalesce(c.delivery, r.delivery), settled_at = coalesce(c.at, clock_timestamp())
 FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS c (id, delivery, at), quick
-WHERE r.id = c.id
+WHERE r.id = c.id AND r.state <> 'released'
 RETURNING r.id

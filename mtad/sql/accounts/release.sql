@@ -1,9 +1,12 @@
 -- Give back the slot of reservation $1 (a definite rejection that was not the
--- account's fault): the send no longer counts, nor do its recipients in its day's.
--- A confirmed reservation went out and is never released. Returns its id, or no
--- row if nothing was released.
+-- account's fault, or a send that never began): it counts against no cap any more,
+-- nor do its recipients in its day's, but it stays, settled at $2 (NULL: now, by
+-- PostgreSQL's clock), for the gap: the receiver may have seen it. A confirmed
+-- reservation went out and is never released. Returns its id, or no row if
+-- nothing was released.
 WITH gone AS (
-    DELETE FROM account_reservations WHERE id = $1 AND state = 'reserved'
+    UPDATE account_reservations SET state = 'released', settled_at = coalesce(settled_at, $2, clock_timestamp())
+    WHERE id = $1 AND state = 'reserved'
     RETURNING id, account, reserved_at, recipients
 ), uncounted AS (
     UPDATE account_days d SET sends = d.sends - gone.recipients
