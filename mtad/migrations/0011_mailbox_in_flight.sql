@@ -28,7 +28,9 @@ CREATE INDEX account_reservations_in_flight ON account_reservations (delivery) W
 -- delivery is leased to its node and the lease has not ended. Then it counts as
 -- settled when the lease ended (a maybe-sent send keeps its slot); a send whose
 -- delivery left its node otherwise, at the delivery's last change; one reserved
--- outside delivery is held for 15 minutes at most.
+-- outside delivery is held for 15 minutes at most. (A lease's end is its node's
+-- clock plus lease_duration, renewed every third of it: only a clock minutes behind
+-- could end it while the send goes on.)
 CREATE FUNCTION mtad_unsettled_free_at(
     p_reserved_at timestamptz, p_next_gap double precision, p_delivery bigint, p_node text, p_now timestamptz
 ) RETURNS timestamptz LANGUAGE sql STABLE AS $$
