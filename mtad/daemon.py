@@ -1,8 +1,9 @@
 """The composition root: builds everything from the settings, runs it in one
 TaskGroup, and shuts it down in order on SIGTERM or SIGINT.
 
-Start: database (embedded or DSN) -> migrations -> pool -> node registration ->
-routing, delivery -> the submission port: bound here and served by the
+Start: database (embedded or DSN) -> migrations -> pool -> node registration (and
+what the node's previous life still held back to the queue, when that process is
+gone) -> routing, delivery -> the submission port: bound here and served by the
 submission processes (mtad.workers), or with [submission] processes = 0 by a
 group committer (with delivery as its fast path) and server in this process ->
 HTTP listener -> READY=1 once the port is served.
@@ -42,6 +43,7 @@ from mtad import (
     egress,
     errors,
     http,
+    leases,
     log,
     nodes,
     relay,
@@ -158,7 +160,9 @@ class Daemon:
     async def _serve(self, database: db.Database) -> None:
         settings = self.settings
         node_id = settings.node.id
+        gone = await nodes.previous_life_gone(database, node_id, _now(), 3 * settings.node.heartbeat_interval)
         await nodes.register(database, node_id, _now(), delivers=settings.delivery.enabled)
+        await self._reclaim(database, node_id, gone)
         out = settings.delivery
         resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)
         router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
@@ -238,6 +242,18 @@ class Daemon:
                 await nodes.deregister(database, node_id)
             signer.close()
         logger.info("stopped")
+
+    async def _reclaim(self, database: db.Database, node_id: str, gone: bool) -> None:
+        """What the node held when its previous life died goes back to the queue now,
+        not when its leases expire; with another live process on the same node id,
+        its leases are left alone."""
+        if not gone:
+            logger.warning("node_id_in_use", node=node_id, why="another live process registered it last")
+            return
+        reclaimed = await leases.reclaim(database, node_id, _now())
+        if reclaimed:
+            logger.info("leases_reclaimed", node=node_id, count=reclaimed)
+            await database.execute("leases/notify_due")
 
     async def _heartbeat(self, database: db.Database, node_id: str) -> None:
         while True:

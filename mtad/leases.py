@@ -126,9 +126,22 @@ async def record(database: db.Database, node: str, outcomes: Sequence[Outcome], 
     return set(row["ids"] or ()) if row is not None else set()
 
 
-async def reap(database: db.Database, now: datetime, limit: int = 1000) -> int:
-    """Return expired leases (of any node) to the queue; returns how many."""
-    return int(await database.fetchval("leases/reap", now, limit))
+async def reap(database: db.Database, now: datetime, batch: int = 1000) -> int:
+    """Return every expired lease (of any node) to the queue, `batch` per statement
+    until none is left; returns how many."""
+    total = 0
+    while True:
+        reaped = int(await database.fetchval("leases/reap", now, batch))
+        total += reaped
+        if reaped < batch:
+            return total
+
+
+async def reclaim(database: db.Database, node: str, now: datetime) -> int:
+    """Take back what `node` held in its previous life, whose process is gone: queued
+    again, due now (a set attempt id says it may have gone out). One statement;
+    returns how many."""
+    return int(await database.fetchval("leases/reclaim", node, now))
 
 
 async def release(

@@ -44,6 +44,7 @@ class Reason(enum.StrEnum):
     SUPPRESSED = "suppressed"  # the recipient is on the suppression list
     ADMIN = "admin"  # an operator acted on it
     INTERNAL = "internal"  # mtad itself failed (never counts as throttling)
+    RECLAIMED = "reclaimed"  # its node started again after its previous life died holding it
 
 
 TRANSITIONS: Mapping[State, frozenset[State]] = {

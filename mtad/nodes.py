@@ -21,6 +21,26 @@ async def register(database: db.Database, node_id: str, now: datetime, *, delive
     await database.execute("nodes/register", node_id, socket.gethostname(), os.getpid(), now, delivers)
 
 
+async def previous_life_gone(database: db.Database, node_id: str, now: datetime, silent_for: float) -> bool:
+    """Whether the process that last registered `node_id` is gone (call it before
+    `register`): it never registered, its heartbeat is older than `silent_for` seconds,
+    or it ran on this host and its pid is no longer alive (or is this process)."""
+    row = await database.fetchrow("nodes/get", node_id)
+    if row is None or (now - row["heartbeat_at"]).total_seconds() > silent_for:
+        return True
+    if row["hostname"] != socket.gethostname():
+        return False  # alive elsewhere, as far as its heartbeat says
+    if row["pid"] == os.getpid():
+        return True
+    try:
+        os.kill(row["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # a process of another user holds that pid
+    return False
+
+
 async def heartbeat(database: db.Database, node_id: str, now: datetime) -> None:
     await database.execute("nodes/heartbeat", node_id, now)
 

@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 
 from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email, http_get
+from tests.acceptance.test_run import email, http_get, rows
 from tests.conftest import run_sync
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
 from tests.sink import Received, ThreadedSink
@@ -338,3 +338,28 @@ def test_a_message_leaves_from_the_pool_it_names_with_that_addresses_ehlo(
     daemon.wait_for_log(lambda records: any(r.get("recipient") == "news@sink.test" for r in records))
     [delivered] = logged(daemon, "delivered", "news@sink.test")
     assert (delivered["source"], delivered["pool"]) == ("127.0.0.10", "bulk")  # the log says where it left from
+
+
+def test_a_restarted_node_takes_back_at_once_what_it_held_when_killed(
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink
+) -> None:
+    """kill -9 while the node holds every delivery (the receiver sits on its answers),
+    then a restart with the same node id: the work comes back at once, not when the
+    five-minute leases expire."""
+    total = 300
+    options = delivering(dns, sink, lease_duration='"5m"', max_age='"10m"')
+    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', **options).start()
+    with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
+        for i in range(total):
+            client.sendmail("app@example.org", [f"slow-{i}@sink.test"], email(f"s{i}").as_bytes(policy=SMTP))
+    held = rows(dsn, "SELECT count(*) AS n FROM deliveries WHERE state = 'leased' AND lease_owner = 'test-node'")
+    assert held[0]["n"] == total  # every one leased to the node by the accept path
+    daemon.kill()
+    sink.release()  # the receiver answers again (what was on the wire is answered to nobody)
+
+    daemon.start()
+    [reclaimed] = daemon.events("leases_reclaimed")
+    assert reclaimed["count"] == total
+    received = sink.wait_until(lambda got: len({r for m in got for r in m.recipients}) >= total, within=60)
+    assert {r for m in received for r in m.recipients} == {f"slow-{i}@sink.test" for i in range(total)}
+    assert daemon.stop() == 0

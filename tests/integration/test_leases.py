@@ -220,3 +220,37 @@ async def test_accepted_deliveries_take_the_fast_path(database: db.Database) -> 
 
 def _fields(msg: spool.NewMessage) -> dict[str, object]:
     return {name: getattr(msg, name) for name in msg.__dataclass_fields__}
+
+
+async def test_the_reaper_takes_back_every_expired_lease_not_a_slice(database: db.Database) -> None:
+    await spool_messages(database, *(f"r{i}@example.com" for i in range(25)))
+    now = datetime.now(UTC)
+    assert len(await leases.lease(database, "dead-node", 25, now, now + timedelta(seconds=30))) == 25
+    assert await leases.reap(database, now + timedelta(minutes=1), batch=10) == 25  # three statements, one call
+    assert set((await states(database)).values()) == {"queued"}
+
+
+async def test_a_restarted_node_takes_back_what_its_previous_life_held(database: db.Database) -> None:
+    await spool_messages(database, "a@example.com", "b@example.com", "c@example.com")
+    now = datetime.now(UTC)
+    later = now + timedelta(hours=1)
+    a, b = await leases.lease(database, "n1", 2, now, now + timedelta(minutes=5))
+    [c] = await leases.lease(database, "n2", 1, now, now + timedelta(minutes=5))
+    await query(database, "UPDATE deliveries SET next_attempt_at = $1 WHERE id = $2", later, b.id)
+    await leases.begin(database, "n1", [leases.Attempt(uuid.uuid4(), (a.id,), "g")], now)  # a was on the wire
+    assert await leases.reclaim(database, "n1", now + timedelta(seconds=1)) == 2
+    rows = {r["id"]: r for r in await query(database, "SELECT id, state::text, reason::text, lease_owner, "
+                                                      "next_attempt_at FROM deliveries")}  # fmt: skip
+    assert {i: (rows[i]["state"], rows[i]["reason"]) for i in (a.id, b.id)} == {
+        a.id: ("queued", "reclaimed"), b.id: ("queued", "reclaimed")
+    }  # fmt: skip
+    assert rows[b.id]["next_attempt_at"] == now + timedelta(seconds=1)  # due at once, not in an hour
+    assert (rows[c.id]["state"], rows[c.id]["lease_owner"]) == ("leased", "n2")  # another node's: untouched
+    events = {
+        r["delivery"]: r["data"]
+        for r in await query(database, "SELECT delivery, data::text FROM events WHERE kind = 'requeued'")
+    }
+    assert '"maybe_sent": true' in events[a.id]
+    assert '"reclaimed"' in events[b.id]
+    again = await leases.lease(database, "n1", 5, now + timedelta(seconds=2), now + timedelta(minutes=6))
+    assert {d.id: d.maybe_sent for d in again} == {a.id: True, b.id: False}

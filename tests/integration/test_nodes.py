@@ -1,10 +1,16 @@
-"""Nodes in the `nodes` table: only live nodes that deliver share the buckets."""
+"""Nodes in the `nodes` table: only live nodes that deliver share the buckets; a node
+that starts knows whether its previous life is gone."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import socket
+import sys
 from datetime import UTC, datetime, timedelta
 
 from mtad import db, nodes
+from tests.conftest import query
 
 
 async def test_only_live_delivering_nodes_share_the_buckets(database: db.Database) -> None:
@@ -22,3 +28,22 @@ async def test_only_live_delivering_nodes_share_the_buckets(database: db.Databas
     assert listed == {"a": True, "accepts-only": True, "gone": True}
     await nodes.deregister(database, "a")
     assert await nodes.live(database, since) == 2
+
+
+async def test_a_previous_life_is_gone_when_its_process_is_or_its_heartbeat_stopped(database: db.Database) -> None:
+    now = datetime.now(UTC)
+    assert await nodes.previous_life_gone(database, "n1", now, 30)  # never registered
+    child = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(60)")
+    try:
+        await query(database, "INSERT INTO nodes (id, hostname, pid, started_at, heartbeat_at, delivers) "
+                              "VALUES ('n1', $1, $2, $3, $3, true)", socket.gethostname(), child.pid, now)  # fmt: skip
+        assert not await nodes.previous_life_gone(database, "n1", now, 30)  # alive, on this host
+        assert await nodes.previous_life_gone(database, "n1", now + timedelta(seconds=31), 30)  # silent too long
+    finally:
+        child.kill()
+        await child.wait()
+    assert await nodes.previous_life_gone(database, "n1", now, 30)  # its process is gone
+    await query(database, "UPDATE nodes SET hostname = 'elsewhere', pid = $1", os.getpid())
+    assert not await nodes.previous_life_gone(database, "n1", now, 30)  # another host's, heartbeating
+    await query(database, "UPDATE nodes SET hostname = $1", socket.gethostname())
+    assert await nodes.previous_life_gone(database, "n1", now, 30)  # this very process
