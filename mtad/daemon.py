@@ -60,6 +60,8 @@ from mtad.db import embedded, migrate
 logger = structlog.get_logger("mtad.daemon")
 
 HOUSEKEEPING_INTERVAL = 600.0
+WATCH_INTERVAL = 1.0  # seconds between looks at whether the embedded PostgreSQL still runs
+RESTART_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 30.0, 30.0)  # waits after each failed restart, then give up
 DKIM_RELOAD_INTERVAL = 60.0  # seconds between reads of the active DKIM keys (a key made active anywhere signs soon)
 
 
@@ -140,6 +142,7 @@ class Daemon:
         self.settings = settings
         self._stop = asyncio.Event()
         self._closing: list[db.Database] = []
+        self._failure: errors.MtadError | None = None  # what stopped the node: raised once it has stopped
 
     def stop(self) -> None:
         self._stop.set()
@@ -151,13 +154,15 @@ class Daemon:
             loop.add_signal_handler(sig, self.stop)
         try:
             async with open_spool(self.settings, stop_embedded=True) as opened:
-                await self._serve(opened.database)
+                await self._serve(opened.database, opened.server)
+            if self._failure is not None:
+                raise self._failure
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
             log.flush()
 
-    async def _serve(self, database: db.Database) -> None:
+    async def _serve(self, database: db.Database, server: embedded.EmbeddedPostgres | None) -> None:
         settings = self.settings
         node_id = settings.node.id
         gone = await nodes.previous_life_gone(database, node_id, _now(), 3 * settings.node.heartbeat_interval)
@@ -204,6 +209,8 @@ class Daemon:
                 ]
                 if out.enabled and sealer is not None:
                     background.append(tasks.create_task(self._dkim_reload(database, signer, sealer), name="dkim"))
+                if server is not None:  # it is mtad's: started again when it dies
+                    background.append(tasks.create_task(self._watch(server), name="embedded-postgres"))
                 if sealer is not None:  # pending keys become active as DNS publishes them, old ones retire
                     rotating = rotation.Rotation(database, resolver, sealer, settings.dkim, now=_now)
                     reload = functools.partial(self._dkim_keys, database, signer, sealer)
@@ -254,6 +261,34 @@ class Daemon:
         if reclaimed:
             logger.info("leases_reclaimed", node=node_id, count=reclaimed)
             await database.execute("leases/notify_due")
+
+    async def _watch(self, server: embedded.EmbeddedPostgres) -> None:
+        """Start the embedded PostgreSQL again when it dies (its crash recovery is its
+        own); the pools reconnect by themselves. When it cannot be started after
+        RESTART_BACKOFF, the node stops and mtad exits non-zero, for systemd to act."""
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL)
+            if await asyncio.to_thread(server.is_running):
+                continue
+            logger.error("embedded_postgres_died", data_dir=str(server.data_dir))
+            for attempt, backoff in enumerate(RESTART_BACKOFF, start=1):
+                try:
+                    await asyncio.to_thread(server.start)
+                except errors.EmbeddedDatabaseError as exc:
+                    logger.warning(
+                        "embedded_postgres_restart_failed", attempt=attempt, retry_in=backoff, error=str(exc)
+                    )
+                    await asyncio.sleep(backoff)
+                else:
+                    logger.warning("embedded_postgres_restarted", attempt=attempt, data_dir=str(server.data_dir))
+                    break
+            else:
+                self._failure = errors.EmbeddedDatabaseError(
+                    f"the embedded PostgreSQL in {server.data_dir} died and could not be started again"
+                )
+                logger.error("embedded_postgres_lost", data_dir=str(server.data_dir), attempts=len(RESTART_BACKOFF))
+                self.stop()
+                return
 
     async def _heartbeat(self, database: db.Database, node_id: str) -> None:
         while True:

@@ -225,6 +225,7 @@ class Delivery:
         self._progress = asyncio.Event()  # an attempt ended
         self._stop = asyncio.Event()
         self._stopping = False
+        self._listener: db.Listener | None = None  # NOTIFY on CHANNEL wakes the lease loop
         self._early: list[Leased] = []
         # Attempt ids and outcomes of concurrent attempts are written together.
         # Rows per statement are capped: the statements look each row's values up in
@@ -277,11 +278,7 @@ class Delivery:
     async def run(self) -> None:
         """Lease, route and send until stop(); then finish what is in flight (bounded
         by shutdown_timeout) and hand back the leases of what was not started."""
-        listener = None
-        try:
-            listener = await db.Listener.open(self._db.dsn, CHANNEL, self._wake.set)
-        except errors.DatabaseUnavailable as exc:
-            log.warning("listen_failed", error=str(exc))  # the periodic poll still finds the work
+        await self._listen()
         try:
             await egress.load(self._db, self._egress)  # warm-up days go on where they were
             await self._checkpoint()  # and the buckets start where the cluster's are
@@ -306,8 +303,8 @@ class Delivery:
                 await self._drain()
         finally:
             self._tasks = None
-            if listener is not None:
-                await listener.close()
+            if self._listener is not None:
+                await self._listener.close()
             await self._pool.close()
 
     def stop(self) -> None:
@@ -372,9 +369,20 @@ class Delivery:
             except errors.SpoolError as exc:
                 log.warning("periodic_task_failed", task=getattr(action, "__name__", "?"), error=str(exc))
 
+    async def _listen(self) -> None:
+        """LISTEN for due mail, again after the connection was lost (the database
+        restarted); meanwhile the periodic poll still finds the work."""
+        if self._listener is not None and self._listener.alive:
+            return
+        try:
+            self._listener = await db.Listener.open(self._db.dsn, CHANNEL, self._wake.set)
+        except errors.DatabaseUnavailable as exc:
+            log.warning("listen_failed", error=str(exc))
+
     async def _lease_loop(self) -> None:
         """Lease whenever woken (NOTIFY, room freed) or every poll_interval."""
         while not self._stopping:
+            await self._listen()
             try:
                 full = await self._lease_once()
             except errors.SpoolError as exc:

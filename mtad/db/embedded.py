@@ -23,6 +23,8 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
+import psutil  # type: ignore[import-untyped]
+
 from mtad import errors
 
 DATABASE = "mtad"
@@ -48,9 +50,15 @@ class EmbeddedPostgres:
         self._system_user: str | None = "embedded_postgres" if os.geteuid() == 0 else None
 
     def is_running(self) -> bool:
-        """True when a live postmaster owns the data directory."""
+        """True when a live postmaster owns the data directory (a killed one that is
+        not reaped yet, a zombie, is not)."""
         info = _package().utils.PostmasterInfo.read_from_pgdata(self.data_dir)
-        return info is not None and info.is_running()
+        if info is None or not info.is_running():
+            return False
+        try:
+            return bool(info.process.status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
 
     def start(self) -> str:
         """Attach to the running server or initialise and start one; return the admin DSN."""
@@ -61,10 +69,15 @@ class EmbeddedPostgres:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 server = pkg.get_server(self.data_dir, cleanup_mode=None)
+                if not self.is_running():  # the package's handle of a server that has died since
+                    with server._lock:
+                        server.ensure_postgres_running()
+            if not self.is_running():
+                raise RuntimeError("the server is not running (a killed postmaster may not be reaped yet)")
             self._system_user = server.system_user
             self.started_here = not running_before
             return str(server.get_uri())
-        except (OSError, subprocess.SubprocessError, AssertionError, RuntimeError) as exc:
+        except (OSError, subprocess.SubprocessError, AssertionError, RuntimeError, psutil.Error) as exc:
             raise errors.EmbeddedDatabaseError(
                 f"cannot start the embedded PostgreSQL in {self.data_dir}: {exc}{self._log_tail()}"
             ) from exc
@@ -83,6 +96,8 @@ class EmbeddedPostgres:
             # The package makes one function per binary at import, pg_ctl among them.
             _package().pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.data_dir, user=self._system_user)
         except subprocess.SubprocessError as exc:
+            if not self.is_running():  # it died meanwhile: stopped all the same
+                return
             raise errors.EmbeddedDatabaseError(f"cannot stop the embedded PostgreSQL: {exc}") from exc
 
     def _log_tail(self) -> str:

@@ -3,6 +3,8 @@ or doubled, and the embedded PostgreSQL left running is reattached, not duplicat
 
 from __future__ import annotations
 
+import os
+import signal
 import smtplib
 import threading
 from email.policy import SMTP
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email, rows
+from tests.acceptance.test_run import email, http_get, rows
 
 pytestmark = pytest.mark.slow
 
@@ -125,3 +127,57 @@ def test_the_command_line_shares_the_embedded_database(mtad_factory: Any, tmp_pa
     assert alone.returncode == 0, alone.stderr
     assert len(alone.stdout.splitlines()) == 1
     assert not (data_dir / "postmaster.pid").exists()
+
+
+def test_a_killed_embedded_postgresql_is_started_again_and_mtad_goes_on(mtad_factory: Any, tmp_path: Path) -> None:
+    """kill -9 of the postmaster, idle and then under load: mtad starts its server again
+    (PostgreSQL's own crash recovery runs), the pools reconnect, and it accepts again
+    without a restart; what got a 250 is there."""
+    data_dir = tmp_path / "pgdata"
+    daemon: Mtad = mtad_factory(f'dsn = ""\ndata_dir = "{data_dir}"').start()
+    accepted: list[str] = []
+    codes: list[int] = []  # of the refusals meanwhile: all 4xx
+
+    def kill_postmaster(times: int) -> None:
+        os.kill(int((data_dir / "postmaster.pid").read_text().split("\n", 1)[0]), signal.SIGKILL)
+        daemon.wait_for_log(lambda records: len([r for r in records if r.get("event") == "embedded_postgres_restarted"])
+                            >= times, within=120)  # fmt: skip
+
+    def submit_until_accepted(message_id: str) -> None:
+        with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
+            for _ in range(50):  # a pooled connection to the dead server fails once: 451, then reconnected
+                try:
+                    submit(client, message_id)
+                except smtplib.SMTPDataError as exc:
+                    codes.append(exc.smtp_code)
+                    continue
+                accepted.append(message_id)
+                return
+        raise AssertionError(f"{message_id} was never accepted:\n" + "\n".join(daemon.output[-10:]))
+
+    submit_until_accepted("<before@example.org>")
+    kill_postmaster(1)  # idle
+    submit_until_accepted("<after-idle@example.org>")
+    assert http_get(daemon.http_port, "/healthz")[0] == 200
+
+    burst = Burst(daemon.smtp_port)  # under load
+    for thread in burst.threads:
+        thread.start()
+    with burst.enough:
+        burst.enough.wait_for(lambda: len(burst.accepted) >= 100 or not any(t.is_alive() for t in burst.threads),
+                              timeout=120)  # fmt: skip
+    kill_postmaster(2)
+    for thread in burst.threads:
+        thread.join(120)
+    assert daemon.process is not None
+    assert daemon.process.poll() is None  # still up
+    submit_until_accepted("<after-load@example.org>")
+    assert http_get(daemon.http_port, "/healthz")[0] == 200
+    assert daemon.stop() == 0
+
+    dsn = f"postgresql://postgres@/mtad?host={data_dir}"
+    daemon.start()  # a tool of its own to read the spool: the daemon runs the server again
+    stored = {r["message_id"] for r in rows(dsn, "SELECT message_id FROM messages")}
+    assert set(accepted) | set(burst.accepted) <= stored  # every 250 is there
+    assert all(400 <= code < 500 for code in codes), codes
+    assert daemon.stop() == 0
