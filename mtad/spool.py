@@ -7,7 +7,8 @@ transaction, per batch: claim idempotency keys, insert messages, deliveries and
 batch is being written, new messages queue up and form the next one, so batches
 grow with the load without holding a lone message back; an optional window
 waits for more, and a batch closes at a maximum size. Durability costs one
-fsync per batch, not per message.
+fsync per batch, not per message. Each message waits at most the commit timeout
+from its submission, however many batches are queued ahead of it.
 
 The rest are the queries behind `mtad queue`.
 """
@@ -15,6 +16,7 @@ The rest are the queries behind `mtad queue`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import operator
 import random
 import time
@@ -115,6 +117,8 @@ class FastPath(Protocol):
 class _Pending:
     message: NewMessage
     future: asyncio.Future[Accepted]
+    deadline: float  # loop time after which its submitter no longer waits
+    sent: bool = False  # in a batch that was written (or is being written)
     followers: list[_Pending] = field(default_factory=list)
 
 
@@ -124,6 +128,7 @@ class CommitterStats:
     messages: int = 0
     duplicates: int = 0
     failures: int = 0
+    expired: int = 0  # messages left out of their batch: their submitter no longer waited
     queued: int = 0
 
 
@@ -132,7 +137,12 @@ class GroupCommitter:
 
     `commit()` returns after COMMIT, or raises DatabaseUnavailable (nothing was
     written) or OutcomeUnknown (the connection broke during COMMIT: the message
-    may be spooled; a resubmission is recognised by its idempotency key).
+    may be spooled; a resubmission is recognised by its idempotency key), within
+    `timeout` seconds of the call: at its deadline a message in a batch being
+    written gets OutcomeUnknown, one still queued DatabaseUnavailable, and is then
+    left out of its batch. A batch being written is given up (OutcomeUnknown) when
+    the last of its messages' deadlines passes. One timer serves every deadline:
+    messages wait in submission order, so the oldest waiting one is due first.
     """
 
     def __init__(
@@ -152,6 +162,8 @@ class GroupCommitter:
         self._timeout = timeout
         self._now = now
         self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue()
+        self._waiting: collections.deque[_Pending] = collections.deque()  # submission order; done ones leave lazily
+        self._expiry: asyncio.TimerHandle | None = None  # armed while a message waits
         self._closed = False
         self._stats = CommitterStats()
 
@@ -162,9 +174,35 @@ class GroupCommitter:
     async def commit(self, message: NewMessage) -> Accepted:
         if self._closed:
             raise errors.DatabaseUnavailable("the spool is shutting down")
-        pending = _Pending(message, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        pending = _Pending(message, loop.create_future(), loop.time() + self._timeout)
         self._queue.put_nowait(pending)
+        self._waiting.append(pending)
+        if self._expiry is None:
+            self._expiry = loop.call_at(pending.deadline, self._expire, pending.deadline)
         return await pending.future
+
+    def _expire(self, due: float) -> None:
+        """The timer: fail every message due by now (or by `due`, should the timer
+        fire a little early), then wait for the next."""
+        due = max(due, asyncio.get_running_loop().time())
+        waiting = self._waiting
+        while waiting and (waiting[0].future.done() or waiting[0].deadline <= due):
+            self._give_up(waiting.popleft())
+        self._expiry = None
+        if waiting:
+            deadline = waiting[0].deadline
+            self._expiry = asyncio.get_running_loop().call_at(deadline, self._expire, deadline)
+
+    def _give_up(self, pending: _Pending) -> None:
+        """Answer a message whose deadline has passed, unless it already is."""
+        if pending.future.done():
+            return
+        if pending.sent:  # its batch may still commit: a resubmission is recognised
+            exc: errors.SpoolError = errors.OutcomeUnknown(f"no commit within {self._timeout:g}s")
+        else:
+            exc = errors.DatabaseUnavailable(f"not written within {self._timeout:g}s")
+        pending.future.set_exception(exc)
 
     def close(self) -> None:
         """Refuse new messages; `run()` returns once what is queued is written."""
@@ -204,11 +242,29 @@ class GroupCommitter:
         for start in range(0, len(batch), self._max_batch):
             await self._write(batch[start : start + self._max_batch])
 
-    async def _write(self, batch: list[_Pending]) -> None:
+    async def _write(self, queued: list[_Pending]) -> None:
+        now = asyncio.get_running_loop().time()
+        batch = []
+        for pending in queued:
+            if pending.future.done() or pending.deadline <= now:
+                self._give_up(pending)  # never written: 451, or its session went away
+            else:
+                pending.sent = True
+                batch.append(pending)
+        if len(batch) < len(queued):
+            self._stats.expired += len(queued) - len(batch)
+        if batch:
+            await self._write_live(batch)
+        waiting = self._waiting
+        while waiting and waiting[0].future.done():  # answered: drop them (and their bodies) now
+            waiting.popleft()
+
+    async def _write_live(self, batch: list[_Pending]) -> None:
         primaries = _fold_duplicates(batch)
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(self._timeout):
+            # No one waits past the latest deadline: a write still hanging then is given up.
+            async with asyncio.timeout_at(max(pending.deadline for pending in batch)):
                 results = await db.retrying(lambda: self._write_batch([p.message for p in primaries]))
         except TimeoutError:
             self._fail(batch, errors.OutcomeUnknown("the group commit timed out"), "unknown_outcome")

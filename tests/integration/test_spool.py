@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import psutil  # type: ignore[import-untyped]
 import pytest
 
 from mtad import db, envelope, errors, spool
@@ -164,3 +166,111 @@ async def test_run_until_idle_writes_what_is_queued(database: db.Database) -> No
     results = await asyncio.gather(*waiting)
     assert len({r.queue_id for r in results}) == 7
     assert committer.statistics().batches == 3  # 3 + 3 + 1
+
+
+async def timed(
+    committer: spool.GroupCommitter, msg: spool.NewMessage
+) -> tuple[float, spool.Accepted | errors.SpoolError]:
+    """How long commit() took, and what it returned or raised."""
+    loop = asyncio.get_running_loop()
+    submitted = loop.time()
+    try:
+        outcome: spool.Accepted | errors.SpoolError = await committer.commit(msg)
+    except errors.SpoolError as exc:
+        outcome = exc
+    return loop.time() - submitted, outcome
+
+
+async def test_a_hung_commit_answers_each_message_within_the_timeout_of_its_own_submission(
+    dsn: str, database: db.Database
+) -> None:
+    """Another transaction holds a lock the accept statement waits for: the first
+    message's batch hangs in PostgreSQL, three batches queue up behind it. Every
+    message is answered 451 within the commit timeout of its own submission (not
+    after the batches ahead of it have timed out one by one); the queued batches
+    whose messages all expired are never sent; a resubmission is accepted once."""
+    timeout = 1.0
+    committer = spool.GroupCommitter(database, max_batch=2, timeout=timeout)
+
+    keys = [f"key:{i}" for i in range(7)]
+    locker = await db.connect_once(dsn)
+    try:
+        await locker.execute_text("BEGIN")
+        await locker.execute_text("LOCK TABLE messages IN SHARE MODE")  # inserts wait for it
+        async with running(committer):
+            first = asyncio.create_task(timed(committer, message(key=keys[0])))
+            await asyncio.sleep(0.3 * timeout)
+            [waiting] = await query(
+                database,
+                "SELECT count(*) AS n FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()",
+            )
+            assert waiting["n"] == 1  # the first batch's statement, in PostgreSQL
+            queued = [asyncio.create_task(timed(committer, message(key=key))) for key in keys[1:]]
+            answers = await asyncio.gather(first, *queued)
+            await locker.execute_text("ROLLBACK")
+    finally:
+        await db.close(locker)
+
+    for elapsed, outcome in answers:
+        assert isinstance(outcome, errors.DatabaseUnavailable), outcome  # 451: not accepted, try again
+        assert 0.9 * timeout <= elapsed < 1.5 * timeout, answers
+    assert isinstance(answers[0][1], errors.OutcomeUnknown)  # its batch was in flight: it may yet commit
+    stats = committer.statistics()
+    assert (stats.batches, stats.failures) == (0, 2), stats  # the first batch and the next one
+    assert stats.expired == 4, stats  # the last two batches: their deadlines had passed when their turn came
+
+    async with running(spool.GroupCommitter(database)) as again:
+        resubmitted = [await again.commit(message(key=key)) for key in keys]
+    [count] = await query(database, "SELECT count(*) AS n FROM messages")
+    assert count["n"] == 7  # each message once, whether its first submission committed or not
+    assert len({r.queue_id for r in resubmitted}) == 7
+
+
+@contextlib.asynccontextmanager
+async def frozen(database: db.Database) -> AsyncIterator[None]:
+    """PostgreSQL stopped dead until exit: SIGSTOP of the postmaster and every backend."""
+    [row] = await query(database, "SELECT pg_backend_pid() AS pid, current_setting('data_directory') AS data")
+    processes: list[psutil.Process] = []
+    with contextlib.suppress(psutil.Error):
+        postmaster = psutil.Process(row["pid"]).parent()
+        if postmaster is not None and postmaster.cwd() == row["data"]:
+            processes = [postmaster, *postmaster.children()]
+    if not processes:
+        pytest.skip("the PostgreSQL server is not a process this test can signal")
+    try:
+        for process in processes:
+            process.send_signal(signal.SIGSTOP)
+        yield
+    finally:
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signal.SIGCONT)
+
+
+async def test_a_frozen_server_answers_each_message_within_the_timeout_of_its_own_submission(
+    database: db.Database,
+) -> None:
+    """The server stops answering altogether (even the cancel request of the batch
+    that timed out hangs, so the writer is held past its own timeout): every message
+    is still answered 451 within the commit timeout of its submission, and once the
+    server is back the committer writes again at once."""
+    timeout = 1.0
+    committer = spool.GroupCommitter(database, max_batch=2, timeout=timeout)
+
+    async with running(committer):
+        await committer.commit(message())  # a pooled connection is open before the freeze
+        async with frozen(database):
+            first = asyncio.create_task(timed(committer, message()))
+            await asyncio.sleep(0.3 * timeout)
+            queued = [asyncio.create_task(timed(committer, message())) for _ in range(4)]
+            await asyncio.sleep(timeout)  # the first batch has timed out, its cancel request hangs
+            late = [asyncio.create_task(timed(committer, message())) for _ in range(2)]
+            answers = await asyncio.gather(first, *queued, *late)
+        after = await committer.commit(message())  # within the timeout, or it raises
+
+    for elapsed, outcome in answers:
+        assert isinstance(outcome, errors.DatabaseUnavailable), outcome  # 451: not accepted, try again
+        assert 0.9 * timeout <= elapsed < 1.5 * timeout, answers
+    assert isinstance(answers[0][1], errors.OutcomeUnknown)  # its batch was in flight: it may yet commit
+    assert not after.duplicate
