@@ -97,7 +97,16 @@ def _closing(text: str, start: int, char: str) -> int:
 
 
 def parse_mailbox(address: str, *, smtputf8: bool = False) -> Address:
-    """Validate `local@domain` and normalise its domain; raise AddressError."""
+    """Validate `local@domain` and normalise its domain; raise AddressError.
+
+    An octet that is not UTF-8 arrives as a lone surrogate (aiosmtpd decodes with
+    surrogateescape): reason "not_utf8", with the octets shown as \\xNN escapes."""
+    if not address.isascii():
+        try:
+            address.encode()
+        except UnicodeEncodeError:
+            shown = address.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+            raise AddressError("not_utf8", f"<{shown}> is not UTF-8 (RFC 6531)") from None
     local, at, domain = address.rpartition("@")
     if not at or not local:
         raise AddressError("syntax", f"<{address}> is not of the form local-part@domain")

@@ -107,14 +107,27 @@ def _unfold(value: bytes) -> bytes:
     return value.replace(CRLF, b"").strip()
 
 
-def field(name: str, value: str) -> bytes:
-    """A header line ready to insert: `Name: value` + CRLF, UTF-8."""
-    return f"{name}: {value}".encode() + CRLF
+def printable(text: str, *, utf8: bool = False) -> str:
+    """The text with every character that may not stand in a header field mtad writes
+    replaced by "?": anything but printable ASCII, or with utf8 (an SMTPUTF8 message,
+    RFC 6532) anything not printable (CR, LF, NUL, ESC, C1 controls, U+2028, lone
+    surrogates). Printable ASCII comes back as it is, after two C-level checks."""
+    if text.isascii() and text.isprintable():
+        return text
+    if utf8:
+        return "".join(c if c.isprintable() else "?" for c in text)
+    return "".join(c if " " <= c <= "~" else "?" for c in text)
 
 
-def fold(name: str, parts: list[str]) -> bytes:
-    """A header line of several parts, folded before each part after the first."""
-    return f"{name}: ".encode() + "\r\n\t".join(parts).encode() + CRLF
+def field(name: str, value: str, *, utf8: bool = False) -> bytes:
+    """A header line ready to insert: `Name: value` + CRLF, the value made printable."""
+    return f"{name}: {printable(value, utf8=utf8)}".encode() + CRLF
+
+
+def fold(name: str, parts: list[str], *, utf8: bool = False) -> bytes:
+    """A header line of several parts, folded before each part after the first, each
+    part made printable."""
+    return f"{name}: ".encode() + "\r\n\t".join(printable(p, utf8=utf8) for p in parts).encode() + CRLF
 
 
 def rewrite_from(message: bytes, address: str) -> bytes:
@@ -132,4 +145,4 @@ def rewrite_from(message: bytes, address: str) -> bytes:
         name = value[:angle].strip() if angle > 0 else b""
         new = b"From: " + (name + b" " if name else b"") + b"<" + address.encode() + b">"
         return block[:at] + new + block[stop:] + message[end:]
-    return block + field("From", f"<{address}>") + message[end:]
+    return block + field("From", f"<{address}>", utf8=True) + message[end:]

@@ -1,10 +1,12 @@
 """The submission port: aiosmtpd on the daemon's own event loop.
 
-policy    Settings, the handler hooks (who may send, AUTH, the durable accept)
+policy    Settings, the handler hooks (who may send, AUTH, the durable accept),
+          which EHLO names pass
 assembly  how an accepted message is stored (Received, Message-ID, Date, key,
           priority and pool from the X-Mtad-* instructions, which it removes)
 protocol  aiosmtpd's SMTP protocol adapted at the edge
-server    the listening sockets and sessions, drained at shutdown
+server    the listening sockets and sessions, capped per client address and in
+          all, drained at shutdown
 """
 
 from mtad.submission.assembly import MAX_PRIORITY, MIN_PRIORITY, TenantDefaults

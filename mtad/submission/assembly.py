@@ -160,7 +160,8 @@ def _shown(value: bytes) -> str:
 def received(
     origin: Origin, recipients: Sequence[Address], *, smtputf8: bool, hostname: str, queue_id: str, now: float
 ) -> bytes:
-    """The Received trace header (RFC 5321 4.4, with the RFC 3848 protocol names)."""
+    """The Received trace header (RFC 5321 4.4, with the RFC 3848 protocol names). What
+    the client gave (its EHLO name, a recipient) is made printable (headers.fold)."""
     protocol = (
         ("UTF8SMTP" if smtputf8 else "ESMTP") + ("S" if origin.tls else "") + ("A" if origin.authenticated else "")
     )
@@ -173,7 +174,7 @@ def received(
     else:
         parts[-1] += ";"
     parts.append(rfc5322_date(now))
-    return headers.fold("Received", parts)
+    return headers.fold("Received", parts, utf8=smtputf8)
 
 
 def idempotency_key(header: bytes | None, message_id: str, sender: str, recipients: Sequence[Address]) -> str | None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import ipaddress
+import re
 import socket
 import ssl
 import time
@@ -47,6 +47,8 @@ class Settings:
     idle_timeout: float = 300.0
     auth_max_failures: int = 5
     auth_failure_window: float = 600.0
+    max_connections_per_client: int = 100  # open sessions from one IP address; 421 4.7.0 beyond
+    max_connections: int = 10_000  # open sessions in all; both divided among `processes` (Server)
     shutdown_timeout: float = 30.0
     check_recipient_domains: bool = True  # refuse recipients whose domain takes no mail (550 5.1.2)
     processes: int = 0  # processes serving the port beside the daemon's (0: the daemon's own serves it)
@@ -115,11 +117,40 @@ def refuse(reply: Reply, reason: str) -> str:
 
 
 _ADDRESS_REPLIES = {
+    "not_utf8": (501, "5.5.2"),
     "syntax": (553, "5.1.3"),
     "domain": (553, "5.1.2"),
     "address_literal": (553, "5.1.2"),
     "needs_smtputf8": (553, "5.6.7"),
 }
+
+
+# An EHLO/HELO name: a domain (letters, digits, hyphens, dots; underscores are common
+# in the wild) or an address literal; it goes into the Received field.
+_HELO_DOMAIN = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?")
+MAX_HELO = 255
+
+
+def check_helo(name: str) -> Reply | None:
+    """None when the EHLO/HELO argument is a domain or an address literal ([192.0.2.1],
+    [IPv6:2001:db8::1]); else the refusal. Sync, no I/O."""
+    if len(name) <= MAX_HELO and (_HELO_DOMAIN.fullmatch(name) or _address_literal(name)):
+        return None
+    return replies.BAD_HELO
+
+
+def _address_literal(name: str) -> bool:
+    if not (name.startswith("[") and name.endswith("]")) or "%" in name:  # no IPv6 scope: free text
+        return False
+    inner = name[1:-1]
+    try:
+        if inner[:5].lower() == "ipv6:":
+            ipaddress.IPv6Address(inner[5:])
+        else:
+            ipaddress.IPv4Address(inner)
+    except ValueError:
+        return False
+    return True
 
 
 class Handler:
@@ -162,7 +193,7 @@ class Handler:
         else:
             try:
                 blob = base64.b64decode(args[1], validate=True)
-            except binascii.Error:
+            except ValueError:  # binascii.Error, or a non-ASCII argument
                 return AuthResult(success=False, handled=False, message=replies.AUTH_MALFORMED.line())
         assert isinstance(blob, bytes)
         parts = blob.split(b"\0")
@@ -180,7 +211,7 @@ class Handler:
         if len(args) == 2:
             try:
                 login: Any = base64.b64decode(args[1], validate=True)
-            except binascii.Error:
+            except ValueError:  # binascii.Error, or a non-ASCII argument
                 return AuthResult(success=False, handled=False, message=replies.AUTH_MALFORMED.line())
         else:
             login = await server.challenge_auth("Username:")
@@ -222,11 +253,14 @@ class Handler:
     ) -> str:
         if not session.authenticated and (self.settings.require_auth or not session.trusted):
             return refuse(replies.AUTH_REQUIRED, "auth_required")
-        try:
-            sender = envelope.parse_mailbox(address, smtputf8=env.smtp_utf8)
-        except errors.AddressError as exc:
-            return refuse(_address_reply(exc), "bad_sender")
-        env.mail_from = str(sender)
+        if not address:  # the null reverse-path <> (RFC 5321 4.5.5): DSNs, auto-replies
+            env.mail_from = ""
+        else:
+            try:
+                sender = envelope.parse_mailbox(address, smtputf8=env.smtp_utf8)
+            except errors.AddressError as exc:
+                return refuse(_address_reply(exc), "bad_sender")
+            env.mail_from = str(sender)
         env.mail_options.extend(options)
         return replies.SENDER_OK.line()
 

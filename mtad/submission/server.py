@@ -1,5 +1,6 @@
-"""The listening sockets and open sessions of the submission port, and their
-orderly end at shutdown: stop listening, let DATA in flight finish, then 421.
+"""The listening sockets and open sessions of the submission port, their caps
+(per client IP address and in all), and their orderly end at shutdown: stop
+listening, let DATA in flight finish, then 421.
 
 The sockets can be bound by one process and served by others (`bind`, then
 `Server.start(sockets)` in each): the daemon binds once and its submission
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import math
 import socket
 import ssl
 from collections.abc import Sequence
 
 from mtad import metrics, replies
 from mtad.endpoints import HostPort
+from mtad.replies import Reply
 from mtad.submission.policy import Handler, Settings
 from mtad.submission.protocol import Protocol
 
@@ -54,6 +57,12 @@ class Server:
         self._tls = tls
         self._servers: list[asyncio.Server] = []
         self._sessions: set[Protocol] = set()
+        self._per_client: dict[str, int] = {}  # open sessions by client IP address
+        # Each process serving the port counts its own sessions and allows its share of
+        # the caps, rounded up (as workers.py divides auth_max_failures).
+        share = max(settings.processes, 1)
+        self._max_per_client = math.ceil(settings.max_connections_per_client / share)
+        self._max_sessions = math.ceil(settings.max_connections / share)
         self._data_done = asyncio.Event()
         self.draining = False
 
@@ -98,13 +107,29 @@ class Server:
             loop=asyncio.get_running_loop(),
         )
 
-    def opened(self, session: Protocol) -> None:
+    def opened(self, session: Protocol) -> Reply | None:
+        """Count a new session from session.client, or the refusal (421) when it would
+        be one too many for its address (trusted networks are exempt, as the apps
+        that submit live there) or in all; a refused one is not counted."""
+        held = self._per_client.get(session.client, 0)
+        if held >= self._max_per_client and not self.is_trusted(session.client):
+            return replies.TOO_MANY_CONNECTIONS_FROM_CLIENT
+        if len(self._sessions) >= self._max_sessions:
+            return replies.TOO_MANY_CONNECTIONS
+        self._per_client[session.client] = held + 1
         self._sessions.add(session)
         metrics.SESSIONS.set(len(self._sessions))
+        return None
 
     def closed(self, session: Protocol) -> None:
-        self._sessions.discard(session)
-        metrics.SESSIONS.set(len(self._sessions))
+        if session in self._sessions:
+            self._sessions.remove(session)
+            left = self._per_client[session.client] - 1
+            if left:
+                self._per_client[session.client] = left
+            else:
+                del self._per_client[session.client]
+            metrics.SESSIONS.set(len(self._sessions))
         self.data_finished()
 
     def data_finished(self) -> None:

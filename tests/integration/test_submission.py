@@ -9,11 +9,14 @@ import ssl
 import aiosmtplib
 import pytest
 
-from mtad import db, leases, submission, tenants
+from mtad import db, delivery, leases, outcomes, routing, sessions, submission, tenants
 from tests.conftest import query
 from tests.integration.conftest import Factory
+from tests.integration.test_delivery import PROVIDERS, RULES
+from tests.integration.test_delivery import ZONE as DELIVERY_ZONE
 from tests.proxy import PgProxy
 from tests.smtpclient import RawClient
+from tests.zones import ZoneResolver
 
 MESSAGE = b"From: app@example.org\r\nTo: rcpt@example.com\r\nSubject: hi\r\n\r\nHello.\r\n"
 ONLY_LOCALHOST = (ipaddress.ip_network("127.0.0.1/32"),)
@@ -117,7 +120,9 @@ async def test_failed_auth_is_rate_limited_per_client(make_submission: Factory) 
     [
         (["MAIL FROM:<a..b@example.org>"], "553 5.1.3"),
         (["MAIL FROM:<app@example.org"], "553 5.1.3"),
-        (["MAIL FROM:<>"], "501 5.5.4"),
+        (["MAIL FROM:"], "501 5.5.4"),
+        (["MAIL FROM:<>", "MAIL FROM:<>"], "503 5.5.1"),  # nested, after a null reverse-path
+        (["MAIL FROM:<>", "RCPT TO:<>"], "501 5.5.4"),
         (["MAIL FROM:<jösé@example.org>"], "553 5.6.7"),  # needs SMTPUTF8
         (["MAIL FROM:<app@example.org> SIZE=2000"], "552 5.3.4"),
         (["MAIL FROM:<app@example.org>", "RCPT TO:<rcpt@localhost>"], "553 5.1.2"),
@@ -412,3 +417,247 @@ async def test_priority_and_pool_are_stored_and_the_instructions_never_are(make_
     assert refusals[0] == "550 5.6.0 X-Mtad-Priority: expected a whole number from -100 to 100, got 'high'"
     assert refusals[1] == "550 5.6.0 X-Mtad-Priority: expected a whole number from -100 to 100, got '101'"
     assert refusals[2] == "550 5.7.0 X-Mtad-Pool: no source IP pool named 'warm' (configured: bulk, transactional)"
+
+
+# --- EHLO/HELO names, the null reverse-path, 8-bit addresses, connection caps ----------
+
+
+HOSTILE_NAMES = [
+    b"x\r.\rMAIL FROM:<s@evil.test>",  # CR.CR smuggling into the header
+    b"x\rX-Injected: yes",
+    b"client\x00.example",
+    b"client\r.example",
+    b"\x1b[31mred.example",
+    b"caf\xe9.example",  # Latin-1
+    b"caf\xc3\xa9.example",  # UTF-8
+    b"two words",
+    b"client.example;",
+    b"[192.0.2.300]",
+    b"[IPv6:1:2:3]",
+    b"[IPv6:fe80::1%eth0]",
+    b"[not an address]",
+    b"a" * 300,
+]
+
+
+@pytest.mark.parametrize("verb", ["EHLO", "HELO"])
+async def test_a_helo_name_that_is_not_a_domain_or_address_literal_is_refused(
+    make_submission: Factory, verb: str
+) -> None:
+    async with make_submission() as srv:
+        for name in HOSTILE_NAMES:
+            raw = await RawClient.connect("127.0.0.1", srv.port)
+            await raw.send(verb.encode() + b" " + name + b"\r\n")
+            reply = await raw.reply()
+            assert reply.startswith("501 5.5.2 "), (name, reply)
+            assert (await raw.command("MAIL FROM:<app@example.org>")).startswith("503 5.5.1"), name  # still no EHLO
+            # The session goes on: a good name, and the message carries it, not the refused one.
+            assert (await raw.command(f"{verb} client.example")).startswith("250"), name
+            await raw.envelope()
+            assert (await raw.data(MESSAGE + b".\r\n")).startswith("250 2.0.0"), name
+            await raw.close()
+        rows = await stored(srv.database)
+    assert len(rows) == len(HOSTILE_NAMES)
+    for row in rows:
+        body = bytes(row["body"])  # type: ignore[arg-type]
+        assert body.startswith(b"Received: from client.example ([127.0.0.1])\r\n\tby mtad.test (mtad) with ESMTP id ")
+        assert b"evil" not in body
+        assert b"Injected" not in body
+
+
+async def test_domains_and_address_literals_are_taken_as_helo_names(make_submission: Factory) -> None:
+    names = ["client.example", "client.example.", "localhost", "DESKTOP-1AB2C3", "mail_relay.example",
+             "[192.0.2.1]", "[IPv6:2001:db8::1]", "[ipv6:::ffff:192.0.2.1]", "xn--bcher-kva.example"]  # fmt: skip
+    async with make_submission() as srv:
+        for name in names:
+            raw = await RawClient.connect("127.0.0.1", srv.port)
+            assert (await raw.ehlo(name)).startswith("250-mtad.test"), name
+            await raw.envelope()
+            assert (await raw.data(MESSAGE + b".\r\n")).startswith("250 2.0.0")
+            await raw.close()
+        rows = await stored(srv.database)
+    heads = [bytes(row["body"]).split(b"\r\n\tby ")[0] for row in rows]  # type: ignore[arg-type]
+    assert heads == [f"Received: from {name} ([127.0.0.1])".encode() for name in names]
+
+
+@pytest.mark.parametrize(
+    "mail", ["MAIL FROM:<>", "MAIL FROM: <>", "MAIL FROM:<> BODY=8BITMIME", "mail from:<> SMTPUTF8"]
+)
+async def test_the_null_reverse_path_is_accepted_and_spooled_as_an_empty_sender(
+    make_submission: Factory, mail: str
+) -> None:
+    async with make_submission() as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        assert (await raw.command(mail)).startswith("250 2.1.0")
+        assert (await raw.command("RCPT TO:<rcpt@example.com>")).startswith("250 2.1.5")
+        assert (await raw.data(b"Subject: auto-reply\r\n\r\naway\r\n.\r\n")).startswith("250 2.0.0 Ok: queued as ")
+        await raw.envelope()  # the session goes on, with a sender again
+        assert (await raw.data(MESSAGE + b".\r\n")).startswith("250 2.0.0 Ok: queued as ")
+        await raw.close()
+        rows = await stored(srv.database)
+        events = await query(srv.database, "SELECT data FROM events WHERE kind = 'received' ORDER BY id")
+    assert [row["sender"] for row in rows] == ["", "app@example.org"]
+    assert '"sender": ""' in events[0]["data"]
+
+
+class Recorder:
+    """A bare SMTP receiver on 127.0.0.2 that records each command line as it arrived,
+    byte for byte (tests/sink.py is aiosmtpd, which refuses MAIL FROM:<>)."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.messages: list[bytes] = []
+        self._writers: list[asyncio.StreamWriter] = []
+        self._server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> Recorder:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.2", 0)
+        return self
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.append(writer)
+        writer.write(b"220 recorder.test ESMTP\r\n")
+        while line := await reader.readline():
+            self.lines.append(line)
+            verb = line[:4].upper()
+            if verb == b"EHLO":
+                writer.write(b"250-recorder.test\r\n250 8BITMIME\r\n")
+            elif verb == b"DATA":
+                writer.write(b"354 go ahead\r\n")
+                self.messages.append(await reader.readuntil(b"\r\n.\r\n"))
+                writer.write(b"250 2.0.0 Ok: queued\r\n")
+            elif verb == b"QUIT":
+                writer.write(b"221 2.0.0 Bye\r\n")
+                break
+            else:
+                writer.write(b"250 2.0.0 Ok\r\n")
+        writer.close()
+
+
+async def test_a_null_sender_message_is_delivered_with_an_empty_mail_from(make_submission: Factory) -> None:
+    recorder = await Recorder().start()
+    try:
+        async with make_submission(check_recipient_domains=False) as srv:
+            raw = await RawClient.connect("127.0.0.1", srv.port)
+            await raw.ehlo()
+            assert (await raw.command("MAIL FROM:<>")).startswith("250 2.1.0")
+            assert (await raw.command("RCPT TO:<bounce-to@sink.test>")).startswith("250 2.1.5")
+            assert (await raw.data(b"Subject: delivery report\r\n\r\nnot delivered\r\n.\r\n")).startswith("250 2.0.0")
+            await raw.close()
+            router = routing.Router(ZoneResolver(DELIVERY_ZONE), PROVIDERS, port=recorder.port)
+            pool = sessions.Pool(sessions.Settings(port=recorder.port, ehlo_hostname="mtad.test"))
+            settings = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0))
+            await delivery.Delivery(settings, srv.database, router, pool, RULES).run_until_idle()
+            [row] = await query(srv.database, "SELECT state FROM deliveries")
+    finally:
+        await recorder.stop()
+    assert row["state"] == "delivered"
+    assert recorder.lines[1:3] == [b"MAIL FROM:<>\r\n", b"RCPT TO:<bounce-to@sink.test>\r\n"]
+    [message] = recorder.messages
+    assert message.startswith(b"Received: from client.example ([127.0.0.1])\r\n")
+    assert b"\r\nSubject: delivery report\r\n" in message
+
+
+@pytest.mark.parametrize(
+    ("commands", "expected"),
+    [
+        ([b"MAIL FROM:<caf\xe9@one.test>"], "501 5.5.2"),  # Latin-1: not UTF-8
+        ([b"MAIL FROM:<app@caf\xe9.test>"], "501 5.5.2"),
+        ([b"MAIL FROM:<caf\xe9@one.test> SMTPUTF8"], "501 5.5.2"),
+        ([b"MAIL FROM:<app@example.org>", b"RCPT TO:<caf\xe9@one.test>"], "501 5.5.2"),
+        ([b"MAIL FROM:<app@example.org> SMTPUTF8", b"RCPT TO:<caf\xe9@one.test>"], "501 5.5.2"),
+        ([b"MAIL FROM:<app@example.org>", b'RCPT TO:<"caf\xe9"@one.test>'], "501 5.5.2"),
+        ([b"MAIL FROM:<app@example.org>", b"RCPT TO:<caf\xc3\xa9@one.test>"], "553 5.6.7"),  # UTF-8, no SMTPUTF8
+        ([b"MAIL FROM:<caf\xc3\xa9@one.test>"], "553 5.6.7"),
+        ([b"MAIL FROM:<app@example.org> SIZE=\xe9"], "501 5.5.4"),
+        ([b"AUTH PLAIN \xe9\xe9\xe9\xe9"], "501 5.5.2"),
+        ([b"AUTH LOGIN \xe9\xe9\xe9\xe9"], "501 5.5.2"),
+        ([b"VRFY <caf\xe9"], "502 5.5.1"),
+    ],
+)
+async def test_octets_that_are_not_utf8_get_a_permanent_refusal(
+    make_submission: Factory, commands: list[bytes], expected: str
+) -> None:
+    async with make_submission() as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        for command in commands[:-1]:
+            assert (await raw.command(command.decode())).startswith("250")
+        await raw.send(commands[-1] + b"\r\n")
+        reply = await raw.reply()
+        assert reply.startswith(expected + " "), reply
+        # The session goes on.
+        assert (await raw.command("RSET")).startswith("250")
+        await raw.envelope()
+        assert (await raw.data(MESSAGE + b".\r\n")).startswith("250 2.0.0")
+        await raw.close()
+        assert len(await stored(srv.database)) == 1
+
+
+async def connect_refused(port: int, source: str = "127.0.0.1") -> bytes:
+    """What a connection that should be refused gets: everything up to the close."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    try:
+        return await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+
+
+async def until_admitted(port: int, source: str = "127.0.0.1") -> RawClient:
+    """A session, once the server has seen a closed one go (its count falls after the close)."""
+    for _ in range(100):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+        client = RawClient(reader, writer)
+        if (await client.reply()).startswith("220 "):
+            return client
+        await client.close()
+        await asyncio.sleep(0.02)
+    raise AssertionError("never admitted")
+
+
+async def test_connections_from_one_client_address_are_capped(make_submission: Factory) -> None:
+    async with make_submission(max_connections_per_client=3, trusted_networks=ONLY_LOCALHOST) as srv:
+        clients = [await RawClient.connect("127.0.0.1", srv.port, source=UNTRUSTED) for _ in range(3)]  # silent
+        refused = b"421 4.7.0 Too many connections from your address\r\n"
+        assert await connect_refused(srv.port, UNTRUSTED) == refused
+        other = await RawClient.connect("127.0.0.1", srv.port, source="127.0.0.3")  # another address: its own count
+        assert (await clients[0].ehlo()).startswith("250")  # those let in are served
+        await clients.pop().close()
+        clients.append(await until_admitted(srv.port, UNTRUSTED))
+        assert await connect_refused(srv.port, UNTRUSTED) == refused
+        # The apps on trusted networks are not capped per address.
+        trusted = [await RawClient.connect("127.0.0.1", srv.port) for _ in range(5)]
+        assert (await trusted[-1].ehlo()).startswith("250")
+        for client in [*clients, other, *trusted]:
+            await client.close()
+
+
+async def test_connections_in_total_are_capped(make_submission: Factory) -> None:
+    async with make_submission(max_connections=3) as srv:
+        clients = [await RawClient.connect("127.0.0.1", srv.port, source=f"127.0.0.{i}") for i in (1, 2, 3)]
+        assert await connect_refused(srv.port, "127.0.0.4") == b"421 4.7.0 Too many connections\r\n"
+        await clients.pop().close()
+        clients.append(await until_admitted(srv.port, "127.0.0.4"))
+        for client in clients:
+            await client.close()
+
+
+async def test_each_submission_process_allows_its_share_of_the_caps(make_submission: Factory) -> None:
+    async with make_submission(processes=2, max_connections_per_client=3, trusted_networks=ONLY_LOCALHOST) as srv:
+        clients = [await RawClient.connect("127.0.0.1", srv.port, source=UNTRUSTED) for _ in range(2)]  # ceil(3 / 2)
+        assert (await connect_refused(srv.port, UNTRUSTED)).startswith(b"421 4.7.0 ")
+        for client in clients:
+            await client.close()

@@ -75,6 +75,25 @@ def test_received_names_the_client_the_protocol_and_the_single_recipient() -> No
     assert b"for <" not in two.body.split(b"Message-ID")[0]
 
 
+def test_received_writes_nothing_unsafe_whatever_it_is_given() -> None:
+    hostile = assembly.Origin(tenant="shop", client="192.0.2.7\r\n", helo="x\r.\rMAIL FROM:<s@evil.test>\x00\x1b[0m",
+                              tls=False, authenticated=False)  # fmt: skip
+    recipient = envelope.Address("\u2028caf\u00e9\x85\udce9", "example.com")
+    trace = assembly.received(hostile, [recipient], smtputf8=True, hostname="mx.example.net", queue_id="q", now=NOW)
+    assert (
+        trace
+        == (
+            "Received: from x?.?MAIL FROM:<s@evil.test>??[0m ([192.0.2.7??])\r\n"
+            "\tby mx.example.net (mtad) with UTF8SMTP id q\r\n"
+            "\tfor <?caf\u00e9??@example.com>;\r\n"
+            "\tFri, 15 Jan 2027 08:00:00 +0000\r\n"
+        ).encode()
+    )
+    ascii_only = assembly.received(ORIGIN, [envelope.Address("caf\u00e9", "example.com")], smtputf8=False,
+                                   hostname="mx.example.net", queue_id="q", now=NOW)  # fmt: skip
+    assert b"\tfor <caf?@example.com>;\r\n" in ascii_only
+
+
 def test_idempotency_keys() -> None:
     keyed = spool(b"Idempotency-Key: order-7\r\nMessage-ID: <m@x>\r\n\r\n")
     assert keyed.idempotency_key == "key:order-7"

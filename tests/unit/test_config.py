@@ -75,6 +75,24 @@ x = 1
     assert len(info.value.problems) == 8
 
 
+def test_connection_caps_are_whole_numbers_of_at_least_one(tmp_path: Path) -> None:
+    defaults = config.load(write(tmp_path, ""), environ={}).submission
+    assert (defaults.max_connections_per_client, defaults.max_connections) == (100, 10_000)
+    given = config.load(write(tmp_path, "[submission]\nmax_connections_per_client = 5\nmax_connections = 50\n"),
+                        environ={}).submission  # fmt: skip
+    assert (given.max_connections_per_client, given.max_connections) == (5, 50)
+    for value in ("0", "-1", "1.5", '"many"', "true"):
+        text = f"[submission]\nmax_connections_per_client = {value}\nmax_connections = {value}\n"
+        with pytest.raises(errors.ConfigError) as info:
+            config.load(write(tmp_path, text), environ={})
+        assert [p.split(":")[0] for p in info.value.problems] == [
+            "[submission] max_connections_per_client",
+            "[submission] max_connections",
+        ], value
+    with pytest.raises(errors.ConfigError, match="MTAD_SUBMISSION_MAX_CONNECTIONS: "):
+        config.load(write(tmp_path, ""), environ={"MTAD_SUBMISSION_MAX_CONNECTIONS": "0"})
+
+
 def test_environment_overrides_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, '[database]\ndsn = "postgresql://file/db"\n[submission]\nmax_recipients = 5\n')
     settings = config.load(

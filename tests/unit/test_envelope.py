@@ -54,6 +54,9 @@ def test_utf8_local_part_needs_smtputf8() -> None:
 @pytest.mark.parametrize(
     ("address", "reason"),
     [
+        ("caf\udce9@example.com", "not_utf8"),  # a Latin-1 octet, as aiosmtpd hands it over
+        ("a@caf\udce9.example", "not_utf8"),
+        ('"caf\udce9"@example.com', "not_utf8"),
         ("no-at-sign", "syntax"),
         ("@example.com", "syntax"),
         ("a..b@example.com", "syntax"),
@@ -73,7 +76,9 @@ def test_utf8_local_part_needs_smtputf8() -> None:
     ],
 )
 def test_invalid_mailboxes(address: str, reason: str) -> None:
-    with pytest.raises(errors.AddressError) as info:
-        envelope.parse_mailbox(address)
-    assert info.value.reason == reason
-    assert info.value.text
+    for smtputf8 in (False, True):
+        with pytest.raises(errors.AddressError) as info:
+            envelope.parse_mailbox(address, smtputf8=smtputf8)
+        assert info.value.reason == reason
+        assert info.value.text
+        info.value.text.encode()  # a reply may quote it: no lone surrogate
