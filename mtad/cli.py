@@ -456,7 +456,7 @@ def _delivery_text(row: dict[str, Any]) -> dict[str, Any]:
         "state": row["state"],
         "attempts": row["attempts"],
         "next_attempt": row["next_attempt_at"].strftime("%Y-%m-%d %H:%M:%S"),
-        "sender": row["sender"],
+        "sender": row["sender"] or "<>",  # the null reverse-path
         "recipient": row["recipient"],
         "last_reply": reply[:60],
     }

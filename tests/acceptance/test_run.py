@@ -10,6 +10,7 @@ import subprocess
 import urllib.error
 import urllib.request
 from email.message import EmailMessage
+from email.policy import SMTP
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +209,14 @@ def test_help_is_complete() -> None:
         assert "--config" in run(*args, "--help")
     assert "--state" in run("queue", "ls", "--help")
     assert "standard input" in run("tenants", "add", "--help")
+
+
+def test_a_null_sender_is_accepted_and_listed_as_such(mtad_factory: Any, dsn: str) -> None:
+    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"').start()
+    with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
+        client.sendmail("", ["someone@example.com"], email("an auto-reply").as_bytes(policy=SMTP))  # MAIL FROM:<>
+    [listed] = [json.loads(line) for line in daemon.cli("queue", "ls", "--json").stdout.splitlines()]
+    assert listed["sender"] == ""
+    table = daemon.cli("queue", "ls").stdout.splitlines()
+    assert "<>" in table[-1]
+    assert daemon.stop() == 0
