@@ -51,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is None:
         parser.print_help()
         return EXIT_USAGE
+    if command is accounts_key:  # needs no configuration, nor a database
+        return accounts_key(args)
     try:
         settings = _load(args.config)
     except errors.ConfigError as exc:
@@ -58,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_USAGE
-    if command in (check_config, run, accounts_key):
+    if command in (check_config, run):
         return int(command(args, settings))
     log.configure("console", "warning", stream=sys.stderr)
     try:
@@ -240,7 +242,7 @@ _T = TypeVar("_T")
 _TOKEN_URLS = {"google": oauth.GOOGLE, "microsoft": oauth.MICROSOFT}
 
 
-def accounts_key(args: argparse.Namespace, settings: config.Settings) -> int:
+def accounts_key(args: argparse.Namespace) -> int:
     """A new key for [accounts] key_file (printed; put it in a file only mtad reads)."""
     print(vault.Vault.new_key().decode())
     return EXIT_OK

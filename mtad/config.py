@@ -4,7 +4,8 @@ Values parse into typed settings at load ("25MiB" becomes an int, "2ms" a float
 of seconds, "10.0.0.0/8" a network). Every problem is collected and raised at
 once as ConfigError; a bad value never falls back to a default. A key absent
 from both the file and the environment takes the default documented in
-conf/mtad.toml.
+conf/mtad.toml. A relative path in the file (or a relative default) is relative
+to the file's directory, never the working directory.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import ssl
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +233,10 @@ def _ca_file(value: Any) -> Path | None:
     return path
 
 
+# The parsers whose values are paths: relative ones in the file are relative to it.
+PATHS: frozenset[Callable[[Any], Any]] = frozenset({_path, _optional_path, _ca_file})
+
+
 def _tenant(value: Any) -> str:
     try:
         return tenants.check_name(_string(value))
@@ -348,8 +354,8 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "port": (_integer(1, 65535), 25),
         "source_address": (_optional_ip, ""),
         "ehlo_hostname": (_string, ""),
-        "providers": (_path, "conf/providers.toml"),
-        "replies": (_path, "conf/replies.toml"),
+        "providers": (_optional_path, ""),  # "": the table shipped with mtad (shipped_table())
+        "replies": (_optional_path, ""),
         "max_messages_per_session": (_integer(1, 100_000), 100),
         "max_sessions_per_host": (_integer(1, 10_000), 20),
         "max_recipients_per_transaction": (_integer(1, 1000), 50),
@@ -374,6 +380,12 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
 DYNAMIC_SECTIONS = ("routes", "pools", "tenants", "account_pools")
 
 
+def shipped_table(name: str) -> Path:
+    """The reference table `name` ("providers", "replies") shipped with mtad, the
+    default when the configuration names none."""
+    return Path(str(resources.files("mtad").joinpath("tables", f"{name}.toml")))
+
+
 def default_path() -> Path | None:
     """conf/mtad.toml when present, else /etc/mtad/mtad.toml when present."""
     for candidate in DEFAULT_PATHS:
@@ -387,14 +399,19 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
     env = os.environ if environ is None else environ
     problems: list[str] = []
     document: dict[str, Any] = {}
+    home = None  # what a relative path in the file (or a default) is relative to
     if path is not None:
         document = datafiles.read_toml(path)
+        home = path.expanduser().resolve().parent
+        _anchor_account_pools(document.get("account_pools"), home)
     raw, origin = _merge(document, env, problems)
     values: dict[str, dict[str, Any]] = {}
     for section, fields in SCHEMA.items():
         values[section] = {}
         for key, (parse, default) in fields.items():
             value = raw.get(section, {}).get(key, default)
+            if parse in PATHS and (section, key) not in origin:  # from the file, or the default
+                value = _anchored(value, home)
             try:
                 values[section][key] = parse(value)
             except ValueError as exc:
@@ -421,6 +438,22 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
     if problems:
         raise errors.ConfigError(problems)
     return settings
+
+
+def _anchored(value: Any, home: Path | None) -> Any:
+    """A relative path (a non-empty string) made relative to `home`; anything else as it is."""
+    if home is None or not isinstance(value, str) or not value:
+        return value
+    path = Path(value).expanduser()
+    return value if path.is_absolute() else os.path.normpath(home / path)
+
+
+def _anchor_account_pools(table: Any, home: Path) -> None:
+    """[account_pools.NAME] ca_file, relative to the file too."""
+    if isinstance(table, dict):
+        for keys in table.values():
+            if isinstance(keys, dict) and "ca_file" in keys:
+                keys["ca_file"] = _anchored(keys["ca_file"], home)
 
 
 def _merge(
@@ -487,9 +520,9 @@ def _load_delivery_data(
     if default_pool and default_pool not in extras["pools"]:
         problems.append(f"[delivery] default_pool: no pool named {default_pool!r}{_pools_known(extras['pools'])}")
     for key, load_file in (("providers", routing.load_providers), ("replies", outcomes.load_rules)):
-        path = values["delivery"].get(key)
-        if path is None:
-            continue
+        if key not in values["delivery"]:
+            continue  # a bad value, already reported
+        path = values["delivery"][key] or shipped_table(key)
         try:
             extras[key] = load_file(path)
         except errors.ConfigError as exc:

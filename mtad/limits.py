@@ -1,4 +1,4 @@
-"""The shaping limits of a receiving provider, as configured in conf/providers.toml.
+"""The shaping limits of a receiving provider, as configured in mtad/tables/providers.toml.
 
 Pure data, parsed once at load. Routing attaches a provider's limits to every
 route; shaping runs one AIMD token bucket per (provider group, source address)

@@ -4,7 +4,7 @@ A delivery attempt ends with either the receiver's `Reply` or a local `Failure`
 (refused connection, timeout, TLS failure, disconnect in DATA, ...). `classify()`
 maps it to a `Verdict`: a class with exactly one response (deliver, defer, bounce)
 and the reason stored with the delivery. The reply rules are data
-(conf/replies.toml: provider wording first, generic rules after), read once;
+(mtad/tables/replies.toml: provider wording first, generic rules after), read once;
 local failures are classified here, since they do not depend on any provider.
 Sync, no I/O (but load_rules reads its file).
 """
@@ -139,7 +139,7 @@ def classify_failure(failure: Failure) -> Verdict:
 
 
 def load_rules(path: Path) -> Rules:
-    """Read conf/replies.toml; ConfigError lists every problem."""
+    """Read mtad/tables/replies.toml; ConfigError lists every problem."""
     document = datafiles.read_toml(path)
     return parse_rules(document, str(path))
 

@@ -127,7 +127,7 @@ def _under(host: str, suffixes: tuple[str, ...]) -> bool:
 
 
 def load_providers(path: Path) -> Providers:
-    """Read conf/providers.toml; ConfigError lists every problem."""
+    """Read mtad/tables/providers.toml; ConfigError lists every problem."""
     document = datafiles.read_toml(path)
     return parse_providers(document, str(path))
 

@@ -23,8 +23,12 @@ STARTUP_TIMEOUT = 60.0
 
 
 class Mtad:
-    def __init__(self, config: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, config: Path, env: dict[str, str] | None = None, *, python: str = sys.executable, cwd: Path | None = None
+    ) -> None:
         self.config = config
+        self.python = python  # another installation's interpreter, for the packaged install
+        self.cwd = cwd
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("MTAD_")}
         self.env = {**inherited, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
@@ -38,10 +42,11 @@ class Mtad:
         self.records.clear()
         self._ready.clear()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mtad", "run", "--config", str(self.config)],
+            [self.python, "-m", "mtad", "run", "--config", str(self.config)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=self.env,
+            cwd=self.cwd,
         )
         self._reader = threading.Thread(target=self._read, args=(self.process,), daemon=True)
         self._reader.start()
@@ -110,11 +115,12 @@ class Mtad:
 
     def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "mtad", *args, "--config", str(self.config)],
+            [self.python, "-m", "mtad", *args, "--config", str(self.config)],
             input=stdin,
             capture_output=True,
             text=True,
             env=self.env,
+            cwd=self.cwd,
             timeout=120,
         )
 
@@ -163,7 +169,6 @@ heartbeat_interval = "{heartbeat}"
 
 [delivery]
 providers = "{providers}"
-replies = "{CONF / "replies.toml"}"
 {delivery}
 {extra}
 """

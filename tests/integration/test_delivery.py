@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mtad import db, delivery, dkim, envelope, leases, outcomes, routing, sessions, spool
+from mtad import config, db, delivery, dkim, envelope, leases, outcomes, routing, sessions, spool
 from tests.conftest import query
 from tests.integration.test_spool import running
 from tests.sink import Sink
@@ -18,7 +18,7 @@ from tests.zones import ZoneResolver
 
 CONF = Path(__file__).parents[2] / "conf"
 PROVIDERS = routing.load_providers(Path(__file__).parents[1] / "providers.toml")
-RULES = outcomes.load_rules(CONF / "replies.toml")
+RULES = outcomes.load_rules(config.shipped_table("replies"))
 ZONE = """
 sink.test.        MX 10 mx1.sink.test.
 sink.test.        MX 20 mx2.sink.test.

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from mtad import errors, routing
+from mtad import config, errors, routing
 from mtad.endpoints import HostPort
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq, ServfailServer
 
 pytestmark = NEEDS_DNSMASQ
 
-PROVIDERS = routing.load_providers(Path(__file__).parents[2] / "conf" / "providers.toml")
+PROVIDERS = routing.load_providers(config.shipped_table("providers"))
 
 
 @pytest.fixture(scope="module")

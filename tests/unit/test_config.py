@@ -20,7 +20,7 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_the_reference_file_loads_with_its_documented_values() -> None:
     settings = config.load(REFERENCE, environ={})
     assert settings.database.dsn is None
-    assert settings.database.data_dir == Path("var/pgdata")
+    assert settings.database.data_dir == REFERENCE.resolve().parents[1] / "var" / "pgdata"  # beside conf/
     assert settings.submission.listen == (HostPort("127.0.0.1", 2525),)
     assert settings.submission.max_message_size == 25 * 1024 * 1024
     assert settings.submission.max_recipients == 100
@@ -174,13 +174,12 @@ def test_bad_host_port(text: str) -> None:
 
 
 def test_delivery_settings_routes_and_files(tmp_path: Path) -> None:
-    conf = REFERENCE.parent
     path = write(
         tmp_path,
         f"""
 [delivery]
-providers = "{conf / "providers.toml"}"
-replies = "{conf / "replies.toml"}"
+providers = "{config.shipped_table("providers")}"
+replies = "{config.shipped_table("replies")}"
 retry = "1m, 5m*2, 1h"
 source_address = "127.0.0.7"
 [tls]
@@ -496,3 +495,42 @@ ca_file = "{tmp_path}"
     with pytest.raises(errors.ConfigError) as info:
         config.load(write(tmp_path, ""), environ={"MTAD_TLS_CA_FILE": str(text)})
     assert info.value.problems[0].startswith(f"MTAD_TLS_CA_FILE: cannot load {text}:")
+
+
+def test_relative_paths_are_relative_to_the_file_and_the_tables_ship_with_mtad(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tls_files: tuple[Path, Path]
+) -> None:
+    home = tmp_path / "etc" / "mtad"
+    (home / "tables").mkdir(parents=True)
+    (home / "tables" / "providers.toml").write_text(config.shipped_table("providers").read_text())
+    (home / "ca.pem").write_text(tls_files[0].read_text())
+    path = home / "mtad.toml"
+    path.write_text(
+        '[database]\ndata_dir = "state/pgdata"\n[delivery]\nproviders = "tables/providers.toml"\n'
+        '[accounts]\nkey_env = "K"\n[account_pools.p]\nca_file = "ca.pem"\n'
+    )
+    monkeypatch.chdir("/")  # as systemd starts it
+    settings = config.load(path, environ={})
+    assert settings.database.data_dir == home / "state" / "pgdata"
+    assert settings.delivery.relay.pools["p"].ca_file == home / "ca.pem"
+    assert any(p.name == "google" for p in settings.delivery.providers.known)  # the copy beside the file
+    # An empty table name is the table shipped with mtad; a relative path from the
+    # environment is relative to the working directory.
+    path.write_text('[delivery]\nproviders = ""\n')
+    settings = config.load(path, environ={"MTAD_DATABASE_DATA_DIR": "var/pg"})
+    assert any(p.name == "google" for p in settings.delivery.providers.known)
+    assert settings.database.data_dir == Path("var/pg")
+    # A relative default is relative to the file too.
+    assert config.load(path, environ={}).database.data_dir == home / "var" / "pgdata"
+
+
+def test_the_reference_file_works_as_it_is_from_another_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = tmp_path / "etc" / "mtad" / "mtad.toml"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(REFERENCE.read_text())
+    monkeypatch.chdir("/")
+    settings = config.load(copy, environ={})
+    assert settings.database.data_dir == tmp_path / "etc" / "var" / "pgdata"
+    assert any(p.name == "google" for p in settings.delivery.providers.known)

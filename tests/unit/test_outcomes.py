@@ -1,18 +1,17 @@
-"""The reply table (conf/replies.toml) and the local failures."""
+"""The reply table (mtad/tables/replies.toml) and the local failures."""
 
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
-from mtad import errors, outcomes
+from mtad import config, errors, outcomes
 from mtad.lifecycle import Reason, State
 from mtad.outcomes import Class, Failure
 from mtad.replies import Reply
 
-RULES = outcomes.load_rules(Path(__file__).parents[2] / "conf" / "replies.toml")
+RULES = outcomes.load_rules(config.shipped_table("replies"))
 
 
 @pytest.mark.parametrize(

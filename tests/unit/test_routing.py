@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 import random
-from pathlib import Path
 
 import pytest
 
-from mtad import errors, limits, routing
+from mtad import config, errors, limits, routing
 from mtad.endpoints import HostPort
 from tests.zones import ZoneResolver
 
@@ -32,7 +31,7 @@ nothing.example.        300 TXT "v=spf1 -all"
 dangling.example.       300 MX 10 nowhere.dangling.example.
 """
 
-PROVIDERS = routing.load_providers(Path(__file__).parents[2] / "conf" / "providers.toml")
+PROVIDERS = routing.load_providers(config.shipped_table("providers"))
 
 
 class Clock:
