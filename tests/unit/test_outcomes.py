@@ -20,6 +20,7 @@ RULES = outcomes.load_rules(config.shipped_table("replies"))
         (250, "2.0.0", "OK queued", Class.DELIVERED),
         (421, "4.7.0", "Try again later, closing connection.", Class.THROTTLED),
         (421, "", "mx.example Service not available", Class.THROTTLED),
+        (429, "", "Too many requests, slow down", Class.THROTTLED),
         (451, "4.7.28", "unusual rate of unsolicited mail originating from your IP", Class.THROTTLED),
         (451, "4.7.650", "The mail server [192.0.2.1] has been temporarily rate limited", Class.THROTTLED),
         (421, "4.7.0", "[TSS04] Messages from 192.0.2.1 temporarily deferred", Class.THROTTLED),
