@@ -278,12 +278,19 @@ class Router:
         if not exchangers:
             exchangers = [(0, domain)]  # RFC 5321 5.1: the domain is its own implicit MX
         hops = []
+        failed: errors.RouteTempFail | None = None  # a host none of whose lookups answered
         for preference, host in exchangers:
-            addresses, host_ttl = await self._addresses(host)
+            try:
+                addresses, host_ttl = await self._addresses(host)
+            except errors.RouteTempFail as exc:
+                failed, ttl = exc, MIN_TTL  # the hosts that answered, and a look again soon
+                continue
             ttl = min(ttl, host_ttl)
             if addresses:
                 hops.append(Hop(host, preference, addresses, self._port))
         if not hops:
+            if failed is not None:
+                raise failed
             if not mx.values:
                 return Undeliverable(domain, f"the domain {domain} has no MX and no address record"), ttl
             raise errors.RouteTempFail(f"no MX host of {domain} has an address")
@@ -291,13 +298,26 @@ class Router:
         return Route(domain, group, group_limits, tuple(hops)), ttl
 
     async def _addresses(self, host: str) -> tuple[tuple[str, ...], float]:
-        """IPv4 then IPv6 addresses of host (an IP literal is its own address)."""
+        """IPv4 then IPv6 addresses of host (an IP literal is its own address). A lookup
+        that fails (SERVFAIL, REFUSED, a timeout: broken servers still do it to AAAA)
+        leaves the other's addresses, kept for a short while; RouteTempFail only when
+        neither answered."""
         try:
             return (str(ipaddress.ip_address(host)),), MAX_TTL
         except ValueError:
             pass
-        v4, v6 = await asyncio.gather(self._resolver.lookup(host, "A"), self._resolver.lookup(host, "AAAA"))
-        return v4.values + v6.values, min(v4.ttl, v6.ttl)
+        answers = await asyncio.gather(
+            self._resolver.lookup(host, "A"), self._resolver.lookup(host, "AAAA"), return_exceptions=True
+        )
+        found = [a for a in answers if isinstance(a, Records)]
+        for answer in answers:
+            if isinstance(answer, BaseException) and not isinstance(answer, errors.RouteTempFail):
+                raise answer
+        if not found:
+            assert isinstance(answers[0], errors.RouteTempFail)
+            raise answers[0]
+        ttl = min(a.ttl for a in found) if len(found) == len(answers) else MIN_TTL
+        return tuple(v for a in found for v in a.values), ttl
 
 
 def _parse_mx(values: Iterable[str]) -> list[tuple[int, str]]:

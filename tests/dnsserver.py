@@ -3,7 +3,9 @@
 `Dnsmasq` serves a small zone (MX, A, AAAA, a null MX as a raw record) on a free
 UDP port; names under its local domain that it does not know are NXDOMAIN.
 `ServfailServer` answers every query with SERVFAIL, which dnsmasq cannot be made
-to do on purpose.
+to do on purpose; `PickyServer` answers from a few records and fails the queries
+it is told to (REFUSED, SERVFAIL, or no answer at all), as broken authoritative
+servers still do to AAAA.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Sequence
 import dns.message
 import dns.query
 import dns.rcode
+import dns.rdatatype
+import dns.rrset
 import pytest
 
 # For the modules that run dnsmasq: skipped where it is missing.
@@ -104,3 +108,40 @@ class ServfailServer:
         self._stop.set()
         self._thread.join(5)
         self._sock.close()
+
+
+class PickyServer(ServfailServer):
+    """A UDP DNS server on loopback answering from `records` ({(name, type): [rdata]},
+    TTL 300; an unknown name is NXDOMAIN) except for the queries in `failing`
+    ({(name, type): "REFUSED" | "SERVFAIL" | "silent"}, silent: no answer at all)."""
+
+    def __init__(self, records: dict[tuple[str, str], list[str]], failing: dict[tuple[str, str], str]) -> None:
+        self.records = records
+        self.failing = failing
+        super().__init__()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, peer = self._sock.recvfrom(4096)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            query = dns.message.from_wire(data)
+            question = query.question[0]
+            name = question.name.to_text().rstrip(".").lower()
+            rdtype = dns.rdatatype.to_text(question.rdtype)
+            response = dns.message.make_response(query)
+            failure = self.failing.get((name, rdtype))
+            if failure == "silent":
+                continue
+            if failure is not None:
+                response.set_rcode(dns.rcode.from_text(failure))
+            elif (name, rdtype) in self.records:
+                response.answer.append(
+                    dns.rrset.from_text_list(question.name, 300, "IN", rdtype, self.records[(name, rdtype)])
+                )
+            elif not any(known == name for known, _ in self.records):
+                response.set_rcode(dns.rcode.NXDOMAIN)
+            self._sock.sendto(response.to_wire(), peer)
