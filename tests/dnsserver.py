@@ -100,9 +100,15 @@ class ServfailServer:
                 continue
             except OSError:
                 return
-            response = dns.message.make_response(dns.message.from_wire(data))
-            response.set_rcode(dns.rcode.SERVFAIL)
-            self._sock.sendto(response.to_wire(), peer)
+            response = self._answer(dns.message.from_wire(data))
+            if response is not None:
+                self._sock.sendto(response.to_wire(), peer)
+
+    def _answer(self, query: dns.message.Message) -> dns.message.Message | None:
+        """The response to a query (None: none at all)."""
+        response = dns.message.make_response(query)
+        response.set_rcode(dns.rcode.SERVFAIL)
+        return response
 
     def close(self) -> None:
         self._stop.set()
@@ -120,28 +126,20 @@ class PickyServer(ServfailServer):
         self.failing = failing
         super().__init__()
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data, peer = self._sock.recvfrom(4096)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            query = dns.message.from_wire(data)
-            question = query.question[0]
-            name = question.name.to_text().rstrip(".").lower()
-            rdtype = dns.rdatatype.to_text(question.rdtype)
-            response = dns.message.make_response(query)
-            failure = self.failing.get((name, rdtype))
-            if failure == "silent":
-                continue
-            if failure is not None:
-                response.set_rcode(dns.rcode.from_text(failure))
-            elif (name, rdtype) in self.records:
-                response.answer.append(
-                    dns.rrset.from_text_list(question.name, 300, "IN", rdtype, self.records[(name, rdtype)])
-                )
-            elif not any(known == name for known, _ in self.records):
-                response.set_rcode(dns.rcode.NXDOMAIN)
-            self._sock.sendto(response.to_wire(), peer)
+    def _answer(self, query: dns.message.Message) -> dns.message.Message | None:
+        question = query.question[0]
+        name = question.name.to_text().rstrip(".").lower()
+        rdtype = dns.rdatatype.to_text(question.rdtype)
+        response = dns.message.make_response(query)
+        failure = self.failing.get((name, rdtype))
+        if failure == "silent":
+            return None
+        if failure is not None:
+            response.set_rcode(dns.rcode.from_text(failure))
+        elif (name, rdtype) in self.records:
+            response.answer.append(
+                dns.rrset.from_text_list(question.name, 300, "IN", rdtype, self.records[(name, rdtype)])
+            )
+        elif not any(known == name for known, _ in self.records):
+            response.set_rcode(dns.rcode.NXDOMAIN)
+        return response
