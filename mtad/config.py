@@ -26,6 +26,7 @@ from typing import Any
 from mtad import (
     accounts,
     datafiles,
+    db,
     delivery,
     dkim,
     egress,
@@ -43,6 +44,9 @@ from mtad import (
 from mtad.endpoints import HostPort
 
 DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
+# A held delivery's lease is renewed every third of it, on the wire too, so it covers an
+# attempt of any length; what it must outlast is one renewal that waits for the database.
+MIN_LEASE = 1.5 * db.CONNECT_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -812,5 +816,10 @@ def _check(settings: Settings, origin: dict[tuple[str, str], str], problems: lis
     http = settings.http.listen
     if http is not None and http.port != 0 and str(http) in listen:
         problems.append("[http] listen: the same address as a [submission] listen address")
+    lease = settings.delivery.engine.lease_duration
+    if lease < MIN_LEASE:
+        problems.append(f"{origin.get(('delivery', 'lease_duration'), '[delivery] lease_duration')}: {lease:g}s is "
+                        f"too short; at least {MIN_LEASE:g}s, so that a lease renewed every third of itself "
+                        f"outlasts a renewal that waits {db.CONNECT_TIMEOUT:g}s for the database")  # fmt: skip
     if settings.spool.commit_window > 1.0:
         problems.append("[spool] commit_window: longer than 1s would hold every 250 back for that long")

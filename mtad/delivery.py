@@ -746,7 +746,7 @@ class Delivery:
                 batch: list[_Job] = []
                 while group.ready and len(batch) < RESERVE_BATCH:
                     job, _ = group.ready.pop()
-                    self._started.update(d.id for d in job.deliveries)  # in hand: not renewed, not released
+                    self._started.update(d.id for d in job.deliveries)  # in hand: renewed, kept if lost, not released
                     if self._expired(job):  # bounced without taking a reservation
                         self._spawn(self._attempt_relay(job, group, None))
                     else:
@@ -943,7 +943,7 @@ class Delivery:
         self, job: _Job, group: str | None, verdicts: dict[int, tuple[Verdict, Any]], data: dict[str, Any]
     ) -> None:
         """Decide each delivery's next state, record it with its event, let go of it."""
-        self._started.update(d.id for d in job.deliveries)  # being recorded: not for renewal
+        self._started.update(d.id for d in job.deliveries)  # being recorded: kept if its lease is lost
         now = self._now()
         try:
             tenant = (await self._message(job.message)).tenant

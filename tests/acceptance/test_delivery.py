@@ -56,7 +56,7 @@ def delivering(dns: Dnsmasq, sink: ThreadedSink, **overrides: str) -> dict[str, 
         "retry": '"1s"',
         "max_age": '"5s"',
         "poll_interval": '"250ms"',
-        "lease_duration": '"3s"',
+        "lease_duration": '"8s"',
         "shutdown_timeout": '"10s"',
         **overrides,
     }
@@ -194,7 +194,7 @@ def test_kill_9_during_delivery_loses_nothing(
     for thread in threads:
         thread.join(60)
 
-    daemon.start()  # the old leases expire (lease_duration 3s) and are reaped, then retried
+    daemon.start()  # the old leases expire (lease_duration 8s) and are reaped, then retried
     with lock:
         done = set(accepted)
     missing = [i for i in range(total) if f"<kill-{i}@example.org>" not in done]

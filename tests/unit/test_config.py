@@ -131,6 +131,17 @@ def test_tls_needs_both_files_and_they_must_load(tmp_path: Path) -> None:
         config.load(write(tmp_path, '[tls]\ncert = "/nonexistent/c.pem"\nkey = "/nonexistent/k.pem"\n'), environ={})
 
 
+def test_a_lease_too_short_to_renew_is_refused_naming_the_key(tmp_path: Path) -> None:
+    """Renewed every third of itself, a lease must outlast one renewal's wait for the
+    database; it need not cover the attempt, which renewal keeps covered."""
+    with pytest.raises(errors.ConfigError, match=r"\[delivery\] lease_duration: 3s is too short; at least 7.5s"):
+        config.load(write(tmp_path, '[delivery]\nlease_duration = "3s"\n'), environ={})
+    with pytest.raises(errors.ConfigError, match="MTAD_DELIVERY_LEASE_DURATION: 1s is too short"):
+        config.load(write(tmp_path, ""), environ={"MTAD_DELIVERY_LEASE_DURATION": "1s"})
+    slow = '[delivery]\nlease_duration = "20s"\ncommand_timeout = "60s"\n'  # slower replies than the lease
+    assert config.load(write(tmp_path, slow), environ={}).delivery.engine.lease_duration == 20
+
+
 def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
     with pytest.raises(errors.ConfigError, match="cannot read"):
         config.load(tmp_path / "missing.toml", environ={})
