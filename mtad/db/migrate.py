@@ -1,12 +1,21 @@
-"""Numbered schema migrations: mtad/migrations/NNNN_name.sql, applied in order.
+"""Numbered schema migrations: mtad/migrations/NNNN_name.sql, applied in order,
+then the functions: mtad/sql/functions/*.sql, applied every time.
 
 `apply()` holds a PostgreSQL advisory lock for the whole run, so two nodes
 starting at once apply each migration exactly once; each migration runs in its
-own transaction together with its row in `schema_migrations`.
+own transaction together with its row in `schema_migrations`. Then every
+function file runs (CREATE OR REPLACE, by file name, in one transaction), so a
+fresh database and an upgraded one end with the functions as those files say;
+skipped when neither the files nor the functions changed since the last run
+(`schema_functions` keeps both digests).
+A migration keeps the text its functions had when it was written (a later
+migration or a trigger may need them); one that changes a function's arguments
+or result drops the old one, since CREATE OR REPLACE cannot.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -25,6 +34,12 @@ class Migration:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class FunctionFile:
+    name: str  # the file's name without .sql
+    text: str
+
+
 def available() -> list[Migration]:
     """Every migration shipped with mtad, by version; refuses gaps and duplicates."""
     found: list[Migration] = []
@@ -39,8 +54,34 @@ def available() -> list[Migration]:
     return found
 
 
+def functions() -> list[FunctionFile]:
+    """Every function file shipped with mtad, by name (the order they are applied in)."""
+    found = [
+        FunctionFile(entry.name.removesuffix(".sql"), entry.read_text())
+        for entry in resources.files("mtad").joinpath("sql", "functions").iterdir()
+        if entry.name.endswith(".sql")
+    ]
+    return sorted(found, key=lambda f: f.name)
+
+
+async def _apply_functions(conn: db.Connection) -> None:
+    """Run the function files unless the database holds what they made last time: a
+    tool's start then costs one query, and a running node's plans are not invalidated."""
+    files = functions()
+    digest = hashlib.sha256("".join(f"{f.name}\0{f.text}\0" for f in files).encode()).hexdigest()
+    await conn.execute("migrate/create_functions_table")
+    now = await conn.fetchrow("migrate/functions_now")
+    if now is not None and (now["recorded_files"], now["recorded_installed"]) == (digest, now["installed"]):
+        return
+    async with conn.transaction():
+        for function in files:
+            await conn.execute_text(function.text)
+        await conn.execute("migrate/record_functions", digest)
+
+
 async def apply(dsn: str) -> list[Migration]:
-    """Apply every pending migration; return the ones applied by this call."""
+    """Apply every pending migration, then every function file; return the
+    migrations applied by this call."""
     conn = await db.connect_once(dsn)
     try:
         await conn.execute("migrate/lock", LOCK_KEY)
@@ -55,6 +96,7 @@ async def apply(dsn: str) -> list[Migration]:
                     await conn.execute_text(migration.text)
                     await conn.execute("migrate/record", migration.version, migration.name)
                 applied.append(migration)
+            await _apply_functions(conn)
             return applied
         finally:
             await conn.execute("migrate/unlock", LOCK_KEY)

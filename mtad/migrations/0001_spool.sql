@@ -103,6 +103,7 @@ CREATE TABLE events (
 );
 CREATE INDEX events_message ON events (message);
 
+-- As this migration wrote it; the current text is in mtad/sql/functions/.
 CREATE FUNCTION events_are_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'events is append-only';

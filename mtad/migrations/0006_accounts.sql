@@ -8,6 +8,9 @@
 -- coroutine, process and node that shares the database. Sends are counted by
 -- their reservations: a reservation is a send (confirmed after a 250, or not yet
 -- known to have gone out); a released one is deleted and counts no more.
+--
+-- Its functions are as this migration wrote them; their current text is in
+-- mtad/sql/functions/, applied after the migrations.
 
 -- Mirrors mtad.accounts.State (tests check that they agree). A state other than
 -- 'active' ends at state_until when that is set (the account is then treated as

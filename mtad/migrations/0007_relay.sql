@@ -1,6 +1,9 @@
 -- Relay through sending mailboxes: the account pool a message chose, what an
 -- account needs for XOAUTH2, the account events the breaker and the health score
 -- read, and the suppression list that recipient bounces write.
+--
+-- Its functions are as this migration wrote them; their current text is in
+-- mtad/sql/functions/, applied after the migrations.
 
 -- Submission: the account pool a message chose (X-Mtad-Account-Pool, or its
 -- tenant's [tenants."NAME"] account_pool). NULL: none chosen at submission; the

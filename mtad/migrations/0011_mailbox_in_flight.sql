@@ -2,6 +2,9 @@
 -- reserved but not settled holds its mailbox (when it has a gap) until it settles or
 -- its lease says it is gone; recipients count against the daily and rate caps; and
 -- the times compared come from PostgreSQL's clock unless a caller gives its own.
+--
+-- Its functions are as this migration wrote them; their current text is in
+-- mtad/sql/functions/, applied after the migrations.
 
 ALTER TABLE account_reservations
     ADD COLUMN node       text,  -- the node whose delivery sends it; NULL: reserved outside delivery

@@ -50,6 +50,11 @@ def test_a_packaged_install_runs_from_its_own_directories(installed: Path, dsn: 
     where = subprocess.run([str(installed / "bin" / "python"), "-c", "import mtad; print(mtad.__file__)"],
                            capture_output=True, text=True, cwd="/", check=True).stdout  # fmt: skip
     assert where.startswith(str(installed)), where  # the installed copy, not the source tree
+    ask = "from mtad.db import migrate; print(len(migrate.available()), len(migrate.functions()))"
+    shipped = subprocess.run([str(installed / "bin" / "python"), "-c", ask], capture_output=True, text=True, cwd="/",
+                             check=True).stdout.split()  # fmt: skip
+    sql = ROOT / "mtad"
+    assert shipped == [str(len(list(sql.glob("migrations/*.sql")))), str(len(list(sql.glob("sql/functions/*.sql"))))]
 
     # Commands that need no configuration ask for none.
     key = command(installed, "accounts", "key")

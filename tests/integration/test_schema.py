@@ -38,6 +38,7 @@ EXPECTED_COLUMNS = {
     "nodes": {"id", "hostname", "pid", "started_at", "heartbeat_at", "delivers"},
     "idempotency_keys": {"tenant", "key", "message", "expires_at"},
     "schema_migrations": {"version", "name", "applied_at"},
+    "schema_functions": {"files", "installed"},
     "buckets": {"route_group", "source", "rate", "sessions", "changed_by", "changed_at", "updated_at"},
     "warmup": {"address", "provider", "day", "day_started", "sent", "deferred", "complaints", "updated_at"},
     "bucket_usage": {
@@ -109,3 +110,92 @@ async def test_a_leased_delivery_must_have_an_owner(database: db.Database) -> No
                 "INSERT INTO deliveries (message, recipient, domain, state, next_attempt_at, created_at, updated_at)"
                 " VALUES (gen_random_uuid(), 'a@b.c', 'b.c', 'leased', now(), now(), now())"
             )
+
+
+# What makes a function what it is, for every function of a schema; the argument
+# and result types of the session's search_path print unqualified.
+FUNCTIONS = """
+    SELECT p.proname AS name, pg_get_function_identity_arguments(p.oid) AS arguments,
+           pg_get_function_result(p.oid) AS result, p.prokind::text AS kind, l.lanname AS language,
+           p.provolatile::text AS volatility, p.proconfig AS config, p.prosrc AS body
+    FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+    WHERE p.pronamespace = $1::regnamespace
+    ORDER BY 1, 2
+"""
+
+
+async def functions_in(conn: db.Connection, schema: str) -> list[dict[str, object]]:
+    return [dict(r) for r in await conn._conn.fetch(FUNCTIONS, schema)]
+
+
+async def rows_of(dsn: str, text: str) -> list[tuple[object, ...]]:
+    database = await db.Database.connect(dsn, max_size=1)
+    try:
+        return sorted(tuple(row) for row in await query(database, text))
+    finally:
+        await database.close()
+
+
+async def functions_of(dsn: str) -> list[dict[str, object]]:
+    conn = await db.connect_once(dsn)
+    try:
+        return await functions_in(conn, "public")
+    finally:
+        await db.close(conn)
+
+
+async def test_the_functions_are_exactly_those_of_the_function_files(dsn: str) -> None:
+    # The files run again into a schema of their own (the tables they read stay in
+    # public): what they define there must be what the migrated database has, no
+    # more (an old overload, a function no file defines) and no other text.
+    conn = await db.connect_once(dsn)
+    try:
+        async with conn.transaction():
+            await conn.execute_text("CREATE SCHEMA from_files; SET LOCAL search_path = from_files, public")
+            for function in migrate.functions():
+                await conn.execute_text(function.text)
+            from_files = await functions_in(conn, "from_files")
+            in_database = await functions_in(conn, "public")
+    finally:
+        await db.close(conn)
+    assert {f["name"] for f in from_files} >= {"mtad_reserve", "mtad_choose", "events_are_append_only"}
+    assert in_database == from_files
+
+
+async def test_a_database_upgraded_from_before_the_function_files_ends_like_a_fresh_one(
+    pg_admin_dsn: str, template_dsn: str
+) -> None:
+    # A database migrated by a release without the function files, one of whose
+    # functions then read otherwise: migrated again, it has the functions as the
+    # files say, like a fresh one, and applying once more changes nothing.
+    name = f"upgrade_{uuid.uuid4().hex[:12]}"
+    await admin(pg_admin_dsn, f"CREATE DATABASE {name}")
+    dsn = with_database(pg_admin_dsn, name)
+    try:
+        conn = await db.connect_once(dsn)
+        try:
+            await conn.execute("migrate/create_table")
+            for migration in migrate.available():
+                async with conn.transaction():
+                    await conn.execute_text(migration.text)
+                    await conn.execute("migrate/record", migration.version, migration.name)
+            await conn.execute_text(
+                "CREATE OR REPLACE FUNCTION mtad_account_day(zone text, at timestamptz) RETURNS tstzrange"
+                " LANGUAGE sql STABLE AS $$ SELECT tstzrange(at, at + interval '1 day') $$"
+            )
+        finally:
+            await db.close(conn)
+        fresh = await functions_of(template_dsn)
+        assert await functions_of(dsn) != fresh
+        assert await migrate.apply(dsn) == []
+        assert await functions_of(dsn) == fresh
+        versions = "SELECT proname, xmin::text FROM pg_proc WHERE pronamespace = 'public'::regnamespace"
+        written = await rows_of(dsn, versions)
+        assert await migrate.apply(dsn) == []  # nothing changed: the files are not run again
+        assert await rows_of(dsn, versions) == written
+        await admin(dsn, "CREATE OR REPLACE FUNCTION mtad_account_day(zone text, at timestamptz) RETURNS tstzrange"
+                         " LANGUAGE sql STABLE AS $$ SELECT tstzrange(at, at + interval '2 days') $$")  # fmt: skip
+        assert await migrate.apply(dsn) == []  # changed by hand: the files run again
+        assert await functions_of(dsn) == fresh
+    finally:
+        await admin(pg_admin_dsn, f"DROP DATABASE {name} WITH (FORCE)")
