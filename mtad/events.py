@@ -16,6 +16,8 @@ from typing import Any
 
 
 class Kind(enum.StrEnum):
+    """Every kind of event; tests/integration/test_sql_lifecycle.py checks that the SQL writes no other."""
+
     RECEIVED = "received"  # a message and its deliveries were accepted
     DELIVERED = "delivered"
     DEFERRED = "deferred"
@@ -23,6 +25,11 @@ class Kind(enum.StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     REQUEUED = "requeued"  # a lease expired or was released
+    ACCOUNT_STATE = "account_state"  # a sending account moved from one state to another
+    ACCOUNT_FAILURE = "account_failure"  # a send failed on the account's side (the breaker counts these)
+    ACCOUNT_BOUNCE = "account_bounce"  # a send was refused for its recipient or content (its health drops)
+    ACCOUNT_POOL = "account_pool"  # an account pool paused (no account can send) or resumed
+    DKIM_KEY = "dkim_key"  # a DKIM key was generated or changed state
 
 
 @dataclass(frozen=True, slots=True)

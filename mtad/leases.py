@@ -102,10 +102,16 @@ async def unbegin(database: db.Database, node: str, ids: Sequence[int], now: dat
     await database.execute("leases/unbegin", node, list(ids), now)
 
 
+# What an attempt ends in (each the kind of its event); a lease handed back goes through release.
+OUTCOMES = frozenset({State.DELIVERED, State.DEFERRED, State.BOUNCED, State.FAILED})
+
+
 async def record(database: db.Database, node: str, outcomes: Sequence[Outcome], now: datetime) -> set[int]:
     """Record outcomes (with their events) in one statement; returns the ids recorded."""
     for o in outcomes:
         lifecycle.transition(State.LEASED, o.state, o.reason)  # refuses a move the table forbids
+        if o.state not in OUTCOMES:
+            raise errors.IllegalTransition(f"an attempt cannot end {o.state}: release the lease instead")
     row = await database.call(
         "leases/record",
         node,

@@ -18,7 +18,7 @@ class State(enum.StrEnum):
     LEASED = "leased"  # owned by lease_owner until lease_expires_at
     DEFERRED = "deferred"  # a transient outcome; due again at next_attempt_at
     DELIVERED = "delivered"  # the receiver said 2xx (final)
-    BOUNCED = "bounced"  # permanent reply, or older than max age (final)
+    BOUNCED = "bounced"  # permanent reply, older than max age, or bounced by an operator (final)
     FAILED = "failed"  # non-SMTP failure after repeated tries: dead letter (final)
     CANCELLED = "cancelled"  # suppressed, cancelled by tenant or admin (final)
 
@@ -48,9 +48,11 @@ class Reason(enum.StrEnum):
 
 
 TRANSITIONS: Mapping[State, frozenset[State]] = {
-    State.QUEUED: frozenset({State.LEASED, State.CANCELLED}),
+    # A waiting delivery may be cancelled or bounced by an operator (`mtad queue cancel`,
+    # `bounce`: reason admin), or cancelled at accept (suppressed); one in flight may not.
+    State.QUEUED: frozenset({State.LEASED, State.CANCELLED, State.BOUNCED}),
     State.LEASED: frozenset({State.DELIVERED, State.DEFERRED, State.BOUNCED, State.FAILED, State.QUEUED}),
-    State.DEFERRED: frozenset({State.QUEUED, State.LEASED, State.CANCELLED}),
+    State.DEFERRED: frozenset({State.QUEUED, State.LEASED, State.CANCELLED, State.BOUNCED}),
     State.DELIVERED: frozenset(),
     State.BOUNCED: frozenset(),
     State.FAILED: frozenset(),
@@ -67,7 +69,9 @@ _NEEDS_REASON = frozenset(
         (State.LEASED, State.FAILED),
         (State.LEASED, State.QUEUED),
         (State.QUEUED, State.CANCELLED),
+        (State.QUEUED, State.BOUNCED),
         (State.DEFERRED, State.CANCELLED),
+        (State.DEFERRED, State.BOUNCED),
     }
 )
 

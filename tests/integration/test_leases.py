@@ -254,3 +254,12 @@ async def test_a_restarted_node_takes_back_what_its_previous_life_held(database:
     assert '"reclaimed"' in events[b.id]
     again = await leases.lease(database, "n1", 5, now + timedelta(seconds=2), now + timedelta(minutes=6))
     assert {d.id: d.maybe_sent for d in again} == {a.id: True, b.id: False}
+
+
+async def test_an_attempt_ends_only_in_an_outcome_a_lease_handed_back_is_released(database: db.Database) -> None:
+    await spool_messages(database, "a@example.com")
+    now = datetime.now(UTC)
+    [a] = await leases.lease(database, "n1", 1, now, now + timedelta(minutes=5))
+    with pytest.raises(errors.IllegalTransition, match="release"):
+        await leases.record(database, "n1", [outcome(a.id, State.QUEUED, Reason.RELEASED, None)], now)
+    assert await states(database) == {a.id: "leased"}

@@ -47,3 +47,11 @@ def test_deferral_and_failure_need_a_reason() -> None:
     with pytest.raises(errors.IllegalTransition):
         lifecycle.transition(State.QUEUED, State.CANCELLED)
     assert lifecycle.transition(State.QUEUED, State.CANCELLED, Reason.SUPPRESSED) is State.CANCELLED
+
+
+@pytest.mark.parametrize("old", [State.QUEUED, State.DEFERRED])
+def test_an_operator_may_bounce_or_cancel_a_waiting_delivery_with_a_reason(old: State) -> None:
+    for new in (State.BOUNCED, State.CANCELLED):
+        assert lifecycle.transition(old, new, Reason.ADMIN) is new
+        with pytest.raises(errors.IllegalTransition, match="needs a reason"):
+            lifecycle.transition(old, new)
