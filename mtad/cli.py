@@ -1,15 +1,16 @@
-"""The command line: `mtad run`, `migrate`, `check-config`, `tenants`, `queue`, `buckets`, `accounts`.
+"""The command line: `mtad run`, `migrate`, `check-config`, `tenants`, `queue`, `dkim`,
+`buckets`, `accounts`, `sink`.
 
-Every command takes --config PATH (default: conf/mtad.toml when present, else
-/etc/mtad/mtad.toml) and works while the daemon runs, the embedded PostgreSQL
-included: a command attaches to the running server, or starts it and stops it
-again when it is done. Exit status: 0 done, 1 failed, 2 bad usage or config.
+Every command but `sink` and `accounts key` takes --config PATH (default:
+conf/mtad.toml when present, else /etc/mtad/mtad.toml) and works while the daemon
+runs, the embedded PostgreSQL included: a command attaches to the running server,
+or starts it and stops it again when it is done. A command imports what it needs
+when it runs. Exit status: 0 done, 1 failed, 2 bad usage or config.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import sys
@@ -17,31 +18,23 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from mtad import (
-    __version__,
-    accounts,
-    config,
-    daemon,
-    dkim,
-    errors,
-    leases,
-    limits,
-    log,
-    oauth,
-    relay,
-    routing,
-    sessions,
-    shaping,
-    spool,
-    tenants,
-    vault,
-)
-from mtad.db import migrate
+from mtad import __version__, errors
 from mtad.lifecycle import State
 
+if TYPE_CHECKING:  # each command imports what it needs when it runs: `mtad --help` imports none
+    from contextlib import AbstractAsyncContextManager
+
+    from mtad import accounts, config, dkim, routing, vault
+    from mtad.db import opening
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# The parser's choices, spelled here so that parsing imports no domain module
+# (tests/unit/test_cli_imports.py holds them equal to the enums).
+ALGORITHMS = ("rsa2048", "ed25519")  # dkim.Algorithm
+TLS_MODES = ("starttls", "implicit")  # accounts.Tls
+MECHANISMS = ("plain", "login", "xoauth2")  # accounts.Mechanism
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,8 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if command is accounts_key:  # needs no configuration, nor a database
         return accounts_key(args)
+    if command is sink_cmd:  # a development tool: no configuration, no database
+        return sink_cmd(args)
     try:
-        settings = _load(args.config)
+        settings = _load(args.config, whole=command in _WHOLE_CONFIG)
     except errors.ConfigError as exc:
         print(f"mtad: {args.config or 'configuration'}: {len(exc.problems)} problem(s)", file=sys.stderr)
         for problem in exc.problems:
@@ -62,6 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if command in (check_config, run):
         return int(command(args, settings))
+    import asyncio
+
+    from mtad import log
+
     log.configure("console", "warning", stream=sys.stderr)
     try:
         return int(asyncio.run(command(args, settings)))
@@ -72,13 +71,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
-def _load(path: Path | None) -> config.Settings:
+def _load(path: Path | None, *, whole: bool) -> config.Settings | config.Basics:
+    """The whole configuration (run, check-config and what uses delivery's settings), or
+    the basics a tool needs: a tool still works while, say, a TLS file is missing."""
+    from mtad import config
+
     if path is None:
         path = config.default_path()
         if path is None:
             candidates = " or ".join(map(str, config.DEFAULT_PATHS))
             raise errors.ConfigError([f"no configuration file: give --config PATH or create {candidates}"])
-    return config.load(path)
+    return config.load(path) if whole else config.load_basics(path)
+
+
+def _sealer(settings: config.Settings | config.Basics) -> vault.Vault:
+    """The key that seals account secrets and DKIM keys; on the embedded default mtad's
+    own, made here when this is the first command to need it."""
+    from mtad import vault
+
+    keys = settings.accounts
+    if keys.make and keys.key_file is not None and vault.make_key(keys.key_file):
+        print(f"mtad: made the key that seals account secrets and DKIM keys: {keys.key_file} (mode 0600; "
+              "keep it with the database: without it they do not open)", file=sys.stderr)  # fmt: skip
+    return vault.Vault.from_config(keys.key_file, keys.key_env)
+
+
+def _spool(settings: config.Settings | config.Basics) -> AbstractAsyncContextManager[opening.Spool]:
+    """The spool, for a tool: attached to the running embedded server, or started and
+    stopped again."""
+    from mtad.db import opening
+
+    base = settings.database
+    return opening.open_spool(base.dsn, base.data_dir, pool_size=2)
 
 
 # --- commands -------------------------------------------------------------------
@@ -88,6 +112,8 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run the daemon in the foreground until SIGTERM or SIGINT."""
     import structlog
     import uvloop
+
+    from mtad import daemon, log
 
     log.configure(settings.log.format, settings.log.level)
     logger = structlog.get_logger("mtad.cli")
@@ -110,27 +136,52 @@ def check_config(args: argparse.Namespace, settings: config.Settings) -> int:
     return EXIT_OK
 
 
-async def migrate_cmd(args: argparse.Namespace, settings: config.Settings) -> int:
+def sink_cmd(args: argparse.Namespace) -> int:
+    """Run the development SMTP sink until SIGINT or SIGTERM."""
+    from mtad import sink
+
+    try:
+        chosen = sink.options(args.listen or sink.DEFAULT_LISTEN, args.reply or [], args.dir)
+    except errors.ConfigError as exc:
+        for problem in exc.problems:
+            print(f"mtad sink: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        sink.run(chosen)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""  # the directory; a bind error names its address
+        print(f"mtad sink: {exc.strerror or exc}{where}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def migrate_cmd(args: argparse.Namespace, settings: config.Basics) -> int:
     """Apply pending schema migrations (open_spool applies them) and list the schema version."""
-    async with daemon.open_spool(settings, pool_size=2):
+    from mtad.db import migrate
+
+    async with _spool(settings):
         versions = migrate.available()
     print(f"schema at version {versions[-1].version} ({versions[-1].name})")
     return EXIT_OK
 
 
-async def tenants_add(args: argparse.Namespace, settings: config.Settings) -> int:
+async def tenants_add(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad import tenants
+
     password = sys.stdin.readline().rstrip("\r\n")
     if not password:
         print("mtad: give the password on standard input (one line)", file=sys.stderr)
         return EXIT_USAGE
-    async with daemon.open_spool(settings, pool_size=2) as opened:
+    async with _spool(settings) as opened:
         await tenants.add(opened.database, args.name, password, replace=args.replace)
     print(f"tenant {args.name} {'updated' if args.replace else 'added'}")
     return EXIT_OK
 
 
-async def tenants_ls(args: argparse.Namespace, settings: config.Settings) -> int:
-    async with daemon.open_spool(settings, pool_size=2) as opened:
+async def tenants_ls(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad import tenants
+
+    async with _spool(settings) as opened:
         rows = await tenants.list_all(opened.database)
     if args.json:
         for row in rows:
@@ -140,9 +191,11 @@ async def tenants_ls(args: argparse.Namespace, settings: config.Settings) -> int
     return EXIT_OK
 
 
-async def queue_ls(args: argparse.Namespace, settings: config.Settings) -> int:
-    async with daemon.open_spool(settings, pool_size=2) as opened:
-        rows = spool.deliveries(opened.database, state=args.state, group=args.provider)
+async def queue_ls(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad import queue
+
+    async with _spool(settings) as opened:
+        rows = queue.deliveries(opened.database, state=args.state, group=args.provider)
         if args.json:
             async for row in rows:
                 print(_json(_delivery_json(row)))
@@ -158,11 +211,13 @@ _BUCKET_COLUMNS = ["group", "source", "rate", "sessions", "nodes", "in_flight", 
 # --- DKIM keys -------------------------------------------------------------------------------
 
 
-async def dkim_keygen(args: argparse.Namespace, settings: config.Settings) -> int:
+async def dkim_keygen(args: argparse.Namespace, settings: config.Basics) -> int:
     """A new pending key for a domain; prints the TXT record to publish."""
-    sealer = vault.Vault.from_config(settings.accounts.key_file, settings.accounts.key_env)
+    from mtad import dkim
+
+    sealer = _sealer(settings)
     algorithm = dkim.Algorithm(args.alg)
-    async with daemon.open_spool(settings, pool_size=2) as opened:
+    async with _spool(settings) as opened:
         selector = args.selector
         if not selector:  # mtad-YYYYMM, or the next free one of the month
             domain = args.domain.lower().rstrip(".")
@@ -174,11 +229,15 @@ async def dkim_keygen(args: argparse.Namespace, settings: config.Settings) -> in
     return EXIT_OK
 
 
-async def dkim_ls(args: argparse.Namespace, settings: config.Settings) -> int:
+async def dkim_ls(args: argparse.Namespace, settings: config.Basics) -> int:
     """Every key, its state, and what DNS publishes for it now (through [dns])."""
-    async with daemon.open_spool(settings, pool_size=2) as opened:
+    import asyncio
+
+    from mtad import dkim, routing
+
+    async with _spool(settings) as opened:
         keys = await dkim.list_all(opened.database)
-    resolver = routing.DnsResolver(settings.delivery.nameservers, timeout=settings.delivery.dns_timeout)
+    resolver = routing.DnsResolver(settings.dns.nameservers, timeout=settings.dns.timeout)
     dns = await asyncio.gather(*(_published(resolver, k) for k in keys))
     rows = [{"domain": k.domain, "selector": k.selector, "algorithm": k.algorithm.value, "state": k.state.value,
              "dns": seen, "created": k.created_at, "changed": k.changed_at, "record": k.record}
@@ -193,6 +252,8 @@ async def dkim_ls(args: argparse.Namespace, settings: config.Settings) -> int:
 
 async def _published(resolver: routing.DnsResolver, key: dkim.Stored) -> str:
     """What DNS says of a key's record: published, another key, none, or why it could not tell."""
+    from mtad import dkim
+
     try:
         answer = await resolver.lookup(f"{key.selector}._domainkey.{key.domain}", "TXT")
     except errors.RouteTempFail as exc:
@@ -202,21 +263,25 @@ async def _published(resolver: routing.DnsResolver, key: dkim.Stored) -> str:
     return "another record" if answer.values else "none"
 
 
-async def dkim_state(args: argparse.Namespace, settings: config.Settings) -> int:
+async def dkim_state(args: argparse.Namespace, settings: config.Basics) -> int:
     """activate or revoke a key by hand (the DNS-driven rotation is not built yet)."""
+    from mtad import dkim
+
     state = dkim.KeyState.ACTIVE if args.command_name == "activate" else dkim.KeyState.REVOKED
-    async with daemon.open_spool(settings, pool_size=2) as opened:
+    async with _spool(settings) as opened:
         key = await dkim.set_state(opened.database, args.domain, args.selector, state, datetime.now(UTC))
     print(f"DKIM key {key.selector} for {key.domain} is {key.state.value} (running nodes load it within a minute)")
     return EXIT_OK
 
 
-async def buckets_ls(args: argparse.Namespace, settings: config.Settings) -> int:
+async def buckets_ls(args: argparse.Namespace, settings: config.Basics) -> int:
     """The shaping buckets: rate and session cap for all nodes (as the last checkpoint
     wrote them, every [delivery] checkpoint_interval), with what the live nodes are
     doing with them; with no node running, the checkpoint alone."""
+    from mtad import limits, shaping
+
     live_since = datetime.now(UTC) - timedelta(seconds=3 * settings.node.heartbeat_interval)
-    async with daemon.open_spool(settings, pool_size=2) as opened:
+    async with _spool(settings) as opened:
         rows = await shaping.listing(opened.database, live_since)
     for row in rows:
         row["group"] = row.pop("route_group")
@@ -239,22 +304,25 @@ _ACCOUNT_COLUMNS = [
     "name", "pool", "address", "smarthost", "state", "until", "today", "daily_cap", "last_send", "sending", "health",
 ]  # fmt: skip
 _T = TypeVar("_T")
-_TOKEN_URLS = {"google": oauth.GOOGLE, "microsoft": oauth.MICROSOFT}
 
 
 def accounts_key(args: argparse.Namespace) -> int:
     """A new key for [accounts] key_file (printed; put it in a file only mtad reads)."""
+    from mtad import vault
+
     print(vault.Vault.new_key().decode())
     return EXIT_OK
 
 
 async def accounts_add(args: argparse.Namespace, settings: config.Settings) -> int:
     """Add an account; what its pool's [account_pools] table gives fills the limits not given."""
+    from mtad import accounts, oauth, vault
+
     secret = sys.stdin.readline().rstrip("\r\n")
     if not secret:
         print("mtad: give the account's password or token on standard input (one line)", file=sys.stderr)
         return EXIT_USAGE
-    sealer = vault.Vault.from_config(settings.accounts.key_file, settings.accounts.key_env)
+    sealer = _sealer(settings)
     pools = settings.delivery.relay.pools
     pool = pools.get(args.pool)
     if pool is None:
@@ -277,7 +345,8 @@ async def accounts_add(args: argparse.Namespace, settings: config.Settings) -> i
                   "the secret is the refresh token", file=sys.stderr)  # fmt: skip
             return EXIT_USAGE
         client_secret = sys.stdin.readline().rstrip("\r\n")  # optional: a confidential client's secret
-        oauth_client = (_TOKEN_URLS.get(args.token_url, args.token_url), args.client_id,
+        token_urls = {"google": oauth.GOOGLE, "microsoft": oauth.MICROSOFT}
+        oauth_client = (token_urls.get(args.token_url, args.token_url), args.client_id,
                         sealer.seal(vault.Secret(client_secret)) if client_secret else None, args.scope)  # fmt: skip
     given = pool.defaults
     account = accounts.Account(
@@ -290,7 +359,7 @@ async def accounts_add(args: argparse.Namespace, settings: config.Settings) -> i
             _given(args.per_hour, given.per_hour),
         ),
     )  # fmt: skip
-    async with daemon.open_spool(settings, pool_size=2) as opened:
+    async with _spool(settings) as opened:
         stored = await accounts.add(opened.database, account)
         await accounts.set_secret(opened.database, stored.name, sealer.seal(vault.Secret(secret)))
         if oauth_client is not None:
@@ -303,9 +372,11 @@ def _given(value: _T | None, default: _T | None) -> _T | None:
     return default if value is None else value
 
 
-async def accounts_ls(args: argparse.Namespace, settings: config.Settings) -> int:
+async def accounts_ls(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad import accounts
+
     now = datetime.now(UTC)
-    async with daemon.open_spool(settings, pool_size=2) as opened:
+    async with _spool(settings) as opened:
         rows = [_account_row(u, now) for u in await accounts.usage(opened.database, now, args.pool)]
     if args.json:
         for row in rows:
@@ -315,9 +386,11 @@ async def accounts_ls(args: argparse.Namespace, settings: config.Settings) -> in
     return EXIT_OK
 
 
-async def accounts_show(args: argparse.Namespace, settings: config.Settings) -> int:
+async def accounts_show(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad import accounts
+
     now = datetime.now(UTC)
-    async with daemon.open_spool(settings, pool_size=2) as opened:
+    async with _spool(settings) as opened:
         account = await accounts.get(opened.database, args.name)
         [use] = [u for u in await accounts.usage(opened.database, now, account.pool) if u.account.id == account.id]
     row = _account_row(use, now)
@@ -329,9 +402,11 @@ async def accounts_show(args: argparse.Namespace, settings: config.Settings) -> 
     return EXIT_OK
 
 
-async def accounts_state(args: argparse.Namespace, settings: config.Settings) -> int:
+async def accounts_state(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad import accounts
+
     now = datetime.now(UTC)
-    async with daemon.open_spool(settings, pool_size=2) as opened:
+    async with _spool(settings) as opened:
         change = accounts.enable if args.command_name == "enable" else accounts.disable
         account = await change(opened.database, args.name, args.reason, now)
     print(f"account {account.name} is {account.state.value}")
@@ -341,8 +416,10 @@ async def accounts_state(args: argparse.Namespace, settings: config.Settings) ->
 async def accounts_test(args: argparse.Namespace, settings: config.Settings) -> int:
     """Log in to the account's smarthost without sending anything (an XOAUTH2 account
     first exchanges its refresh token for an access token)."""
-    sealer = vault.Vault.from_config(settings.accounts.key_file, settings.accounts.key_env)
-    async with daemon.open_spool(settings, pool_size=2) as opened:
+    from mtad import accounts, relay, sessions
+
+    sealer = _sealer(settings)
+    async with _spool(settings) as opened:
         account = await accounts.get(opened.database, args.name)
         mailboxes = relay.Mailboxes(opened.database, settings.delivery.relay, sealer)
         try:
@@ -374,9 +451,11 @@ def _account_row(use: accounts.Usage, now: datetime) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def queue_act(args: argparse.Namespace, settings: config.Settings) -> int:
+async def queue_act(args: argparse.Namespace, settings: config.Basics) -> int:
     """retry, cancel or bounce: a delivery (by id) or every delivery of a message (by queue id)."""
-    async with daemon.open_spool(settings, pool_size=2) as opened:
+    from mtad import leases
+
+    async with _spool(settings) as opened:
         changed, untouched = await leases.act(opened.database, args.action, args.id, datetime.now(UTC))
     done = {"retry": "queued for now", "cancel": "cancelled", "bounce": "bounced"}[args.action]
     for delivery in changed:
@@ -387,9 +466,11 @@ async def queue_act(args: argparse.Namespace, settings: config.Settings) -> int:
     return EXIT_OK if changed else EXIT_FAILED
 
 
-async def queue_show(args: argparse.Namespace, settings: config.Settings) -> int:
-    async with daemon.open_spool(settings, pool_size=2) as opened:
-        view = await spool.show(opened.database, args.id)
+async def queue_show(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad import queue
+
+    async with _spool(settings) as opened:
+        view = await queue.show(opened.database, args.id)
     message = {k: v for k, v in view.message.items() if k != "head"}
     head = bytes(view.message["head"])
     header_block = head.split(b"\r\n\r\n", 1)[0].decode("utf-8", "replace")
@@ -511,6 +592,14 @@ def _parser() -> argparse.ArgumentParser:
     add("run", run, "Run the daemon in the foreground until SIGTERM or SIGINT.")
     add("migrate", migrate_cmd, "Apply pending schema migrations (mtad run does this at start too).")
     add("check-config", check_config, "Check the configuration and print every problem at once.")
+    about = "Run a development SMTP sink: accept every message and print a line for it (needs no configuration)."
+    sinking = commands.add_parser("sink", help=about, description=about)  # no --config: it reads none
+    sinking.set_defaults(command=sink_cmd)
+    sinking.add_argument("--listen", metavar="HOST:PORT", help="default 127.0.0.1:2526")
+    sinking.add_argument("--dir", type=Path, help="also store each message there as a .eml file")
+    sinking.add_argument("--reply", action="append", metavar="PATTERN=REPLY",
+                      help="answer RCPT for recipients matching the glob, e.g. 'bounce*@*=550 5.1.1 No such user' "
+                      "(repeatable; the first match counts; others get 250)")  # fmt: skip
 
     tenant_parser = commands.add_parser("tenants", parents=[common], help="Manage the tenants that may submit mail.")
     tenant_commands = tenant_parser.add_subparsers(title="tenant commands", metavar="COMMAND", required=True)
@@ -560,14 +649,13 @@ def _parser() -> argparse.ArgumentParser:
     qshow.add_argument("id", help="a queue id (UUID) or a delivery id (number)")
     qshow.add_argument("--json", action="store_true", help="one JSON object")
     qshow.set_defaults(command=queue_show)
-
     dkim_parser = commands.add_parser("dkim", parents=[common], help="Manage DKIM signing keys.")
     dkim_commands = dkim_parser.add_subparsers(title="dkim commands", metavar="COMMAND", required=True)
     dgen = dkim_commands.add_parser(
         "keygen", parents=[common], help="Make a pending key for a domain and print the DNS record to publish."
     )
     dgen.add_argument("domain")
-    dgen.add_argument("--alg", choices=[a.value for a in dkim.Algorithm], default="rsa2048")
+    dgen.add_argument("--alg", choices=ALGORITHMS, default="rsa2048")
     dgen.add_argument("--selector", help="default mtad-YYYYMM (-ed for ed25519)")
     dgen.set_defaults(command=dkim_keygen)
     dls = dkim_commands.add_parser("ls", parents=[common], help="List the keys and their states.")
@@ -612,9 +700,9 @@ def _parser() -> argparse.ArgumentParser:
     aadd.add_argument("--pool", required=True, help="the account pool it belongs to")
     aadd.add_argument("--host", required=True, help="the smarthost, e.g. smtp.gmail.com")
     aadd.add_argument("--port", type=int, default=587, help="587 (STARTTLS, the default) or 465 (implicit TLS)")
-    aadd.add_argument("--tls", choices=[t.value for t in accounts.Tls], default="starttls")
+    aadd.add_argument("--tls", choices=TLS_MODES, default="starttls")
     aadd.add_argument("--login", required=True, help="the AUTH user name")
-    aadd.add_argument("--mechanism", choices=[m.value for m in accounts.Mechanism], default="plain")
+    aadd.add_argument("--mechanism", choices=MECHANISMS, default="plain")
     aadd.add_argument("--token-url", help="xoauth2: the token endpoint: google, microsoft, or an https URL")
     aadd.add_argument("--client-id", help="xoauth2: the OAuth client the refresh token was issued to (its secret, "
                       "if it has one, is the second line of standard input)")  # fmt: skip
@@ -649,6 +737,10 @@ def _parser() -> argparse.ArgumentParser:
     atest.add_argument("name")
     atest.set_defaults(command=accounts_test)
     return parser
+
+
+# The commands that load the whole configuration; the others load its basics.
+_WHOLE_CONFIG = (run, check_config, accounts_add, accounts_test)
 
 
 def entry_point() -> None:

@@ -17,36 +17,23 @@ import re
 import socket
 import ssl
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mtad import (
-    accounts,
-    datafiles,
-    db,
-    delivery,
-    dkim,
-    egress,
-    envelope,
-    errors,
-    outcomes,
-    relay,
-    rotation,
-    routing,
-    sessions,
-    submission,
-    tenants,
-    values,
-)
+from mtad import datafiles, db, errors, outcomes, tenants, values
 from mtad.endpoints import HostPort
+
+if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of them
+    from mtad import delivery, egress, relay, rotation, routing, sessions, submission
 
 DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
 # A held delivery's lease is renewed every third of it, on the wire too, so it covers an
 # attempt of any length; what it must outlast is one renewal that waits for the database.
 MIN_LEASE = 1.5 * db.CONNECT_TIMEOUT
+OWN_KEY = "accounts.key"  # the key mtad makes for itself on the embedded default, beside the data directory
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +63,35 @@ class LogSettings:
 
 @dataclass(frozen=True, slots=True)
 class AccountsSettings:
-    key_file: Path | None  # the key that seals account secrets (mtad.vault), else
+    key_file: Path | None  # the key that seals account secrets and DKIM keys (mtad.vault), else
     key_env: str | None  # the environment variable that holds it
+    make: bool = False  # key_file is mtad's own (embedded database, no key named): made when missing
 
 
 @dataclass(frozen=True, slots=True)
 class NodeSettings:
     id: str
     heartbeat_interval: float
+
+
+@dataclass(frozen=True, slots=True)
+class DnsSettings:
+    nameservers: tuple[HostPort, ...]  # empty: the system's resolvers
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Basics:
+    """The part of the configuration a command-line tool needs (load_basics)."""
+
+    database: DatabaseSettings
+    node: NodeSettings
+    accounts: AccountsSettings
+    dns: DnsSettings
+    source: Path | None
+
+
+BASIC_SECTIONS = ("database", "node", "accounts", "dns")
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +278,12 @@ def retry_schedule(value: Any) -> outcomes.RetrySchedule:
     return outcomes.RetrySchedule(tuple(delays))
 
 
+def _canonicalization(value: Any) -> str:
+    from mtad import dkim
+
+    return _choice(*dkim.CANONICALIZATIONS)(value)
+
+
 def _optional_duration(value: Any) -> float | None:
     return None if value == "" else _positive_duration(value)
 
@@ -338,7 +352,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "overlap": (_positive_duration, "7d"),
         "rotate_every": (_optional_duration, ""),
         "check_interval": (_positive_duration, "1m"),
-        "canonicalization": (_choice(*dkim.CANONICALIZATIONS), "relaxed/relaxed"),
+        "canonicalization": (_canonicalization, "relaxed/relaxed"),
         "threads": (_integer(0, 64), 2),
     },
     "log": {
@@ -400,26 +414,7 @@ def default_path() -> Path | None:
 
 def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
     """Read, override from the environment, parse and check; ConfigError lists every problem."""
-    env = os.environ if environ is None else environ
-    problems: list[str] = []
-    document: dict[str, Any] = {}
-    home = None  # what a relative path in the file (or a default) is relative to
-    if path is not None:
-        document = datafiles.read_toml(path)
-        home = path.expanduser().resolve().parent
-        _anchor_account_pools(document.get("account_pools"), home)
-    raw, origin = _merge(document, env, problems)
-    values: dict[str, dict[str, Any]] = {}
-    for section, fields in SCHEMA.items():
-        values[section] = {}
-        for key, (parse, default) in fields.items():
-            value = raw.get(section, {}).get(key, default)
-            if parse in PATHS and (section, key) not in origin:  # from the file, or the default
-                value = _anchored(value, home)
-            try:
-                values[section][key] = parse(value)
-            except ValueError as exc:
-                problems.append(f"{origin.get((section, key), f'[{section}] {key}')}: {exc}")
+    values, document, origin, problems = _read(path, environ, SCHEMA)
     extras = _load_delivery_data(values, document.get("routes", {}), document.get("pools", {}),
                                  document.get("account_pools", {}), problems)  # fmt: skip
     extras["tenant_weights"] = {}
@@ -432,9 +427,10 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
         problems,
         extras["tenant_dkim_domains"],
     )
-    if extras["account_pools"] and not (values["accounts"].get("key_file") or values["accounts"].get("key_env")):
+    if extras["account_pools"] and not _accounts(values).key_file and not values["accounts"].get("key_env"):
         problems.append("[accounts] key_file or key_env: [account_pools] are configured, and their accounts' "
-                        "secrets need a key to open")  # fmt: skip
+                        "secrets need a key to open; make one with `mtad accounts key > FILE` (mode 0600), "
+                        "then set key_file = FILE")  # fmt: skip
     if problems:
         raise errors.ConfigError(problems)
     settings = _build(values, extras, path)
@@ -442,6 +438,60 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
     if problems:
         raise errors.ConfigError(problems)
     return settings
+
+
+def load_basics(path: Path | None, environ: Mapping[str, str] | None = None) -> Basics:
+    """What a command-line tool needs (the database, the node, the account key, DNS),
+    parsed and checked alone: it imports none of the delivery or submission code."""
+    values, _, _, problems = _read(path, environ, BASIC_SECTIONS)
+    if problems:
+        raise errors.ConfigError(problems)
+    dns = values["dns"]
+    return Basics(
+        database=DatabaseSettings(**values["database"]),
+        node=NodeSettings(**values["node"]),
+        accounts=_accounts(values),
+        dns=DnsSettings(dns["nameservers"], dns["timeout"]),
+        source=path,
+    )
+
+
+def _accounts(values: dict[str, dict[str, Any]]) -> AccountsSettings:
+    """The key named, else on the embedded database mtad's own, in its state directory
+    (the data directory's parent); with a DSN and none named, no key."""
+    keys, base = values["accounts"], values["database"]
+    if keys.get("key_file") or keys.get("key_env") or base.get("dsn") or "data_dir" not in base:
+        return AccountsSettings(keys.get("key_file"), keys.get("key_env"))
+    return AccountsSettings(base["data_dir"].parent / OWN_KEY, None, make=True)
+
+
+def _read(
+    path: Path | None, environ: Mapping[str, str] | None, sections: Iterable[str]
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any], dict[tuple[str, str], str], list[str]]:
+    """The file and the environment merged (every unknown section or key a problem), and
+    the keys of `sections` parsed: (values, the document, where each override came
+    from, problems)."""
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+    document: dict[str, Any] = {}
+    home = None  # what a relative path in the file (or a default) is relative to
+    if path is not None:
+        document = datafiles.read_toml(path)
+        home = path.expanduser().resolve().parent
+        _anchor_account_pools(document.get("account_pools"), home)
+    raw, origin = _merge(document, env, problems)
+    values: dict[str, dict[str, Any]] = {}
+    for section in sections:
+        values[section] = {}
+        for key, (parse, default) in SCHEMA[section].items():
+            value = raw.get(section, {}).get(key, default)
+            if parse in PATHS and (section, key) not in origin:  # from the file, or the default
+                value = _anchored(value, home)
+            try:
+                values[section][key] = parse(value)
+            except ValueError as exc:
+                problems.append(f"{origin.get((section, key), f'[{section}] {key}')}: {exc}")
+    return values, document, origin, problems
 
 
 def _anchored(value: Any, home: Path | None) -> Any:
@@ -513,6 +563,8 @@ def _load_delivery_data(
 ) -> dict[str, Any]:
     """The files [delivery] names (providers, reply rules), the [pools], [account_pools]
     and [routes] tables."""
+    from mtad import egress, envelope, routing
+
     extras: dict[str, Any] = {
         "routes": {},
         "route_pools": {},
@@ -592,6 +644,8 @@ def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.Pool
     """The [account_pools.NAME] tables: whether the pool rewrites From, the limits
     `mtad accounts add` gives its accounts when it is not told, and the CA file its
     smarthosts are verified against (all optional)."""
+    from mtad import accounts, relay
+
     if not isinstance(table, dict):
         problems.append("[account_pools]: expected tables such as [account_pools.outreach]")
         return {}
@@ -659,6 +713,8 @@ def _load_tenant_defaults(
     """The [tenants."NAME"] tables: the priority and source IP pool of a tenant's
     messages when they name none (X-Mtad-Priority, Priority, X-Mtad-Pool), and the
     tenant's weight in delivery's ready queues (put in `weights`)."""
+    from mtad import dkim, submission
+
     if not isinstance(table, dict):
         problems.append('[tenants]: expected tables such as [tenants."shop"]')
         return {}
@@ -701,6 +757,8 @@ def _load_tenant_defaults(
 
 
 def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None) -> Settings:
+    from mtad import accounts, delivery, relay, rotation, sessions, submission
+
     sub = values["submission"]
     d = values["delivery"]
     a = values["accounts"]
@@ -731,7 +789,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
         spool=SpoolSettings(**values["spool"]),
         http=HttpSettings(**values["http"]),
         log=LogSettings(**values["log"]),
-        accounts=AccountsSettings(values["accounts"]["key_file"], values["accounts"]["key_env"]),
+        accounts=_accounts(values),
         dkim=rotation.Settings(
             overlap=values["dkim"]["overlap"],
             rotate_every=values["dkim"]["rotate_every"],
@@ -801,6 +859,8 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
 
 def _check(settings: Settings, origin: dict[tuple[str, str], str], problems: list[str]) -> None:
     """Checks that span keys or touch the file system."""
+    from mtad import submission
+
     sub = settings.submission
     cert, key = sub.tls_cert, sub.tls_key
     if (cert is None) != (key is None):

@@ -29,8 +29,7 @@ import functools
 import os
 import signal
 import socket
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import structlog
@@ -55,7 +54,7 @@ from mtad import (
     vault,
     workers,
 )
-from mtad.db import embedded, migrate
+from mtad.db import embedded, opening
 
 logger = structlog.get_logger("mtad.daemon")
 
@@ -80,61 +79,6 @@ def notify(message: str) -> None:
         logger.warning("sd_notify_failed", error=str(exc))
 
 
-@dataclass(slots=True)
-class Spool:
-    """An open spool database, and the embedded server behind it if there is one."""
-
-    database: db.Database
-    server: embedded.EmbeddedPostgres | None
-
-
-@contextlib.asynccontextmanager
-async def open_spool(
-    settings: config.Settings, *, stop_embedded: bool | None = None, pool_size: int | None = None
-) -> AsyncIterator[Spool]:
-    """Connect to the configured database, or start (or attach to) the embedded one,
-    apply pending migrations, and yield a pool.
-
-    On exit the pool is closed and the embedded server stopped when stop_embedded
-    is true; None means "only if this call started it and no other client is
-    connected" (what a command-line tool wants while the daemon may be running).
-    """
-    server: embedded.EmbeddedPostgres | None = None
-    if settings.database.dsn is not None:
-        dsn = settings.database.dsn
-    else:
-        server = embedded.EmbeddedPostgres(settings.database.data_dir)
-        admin_dsn = await asyncio.to_thread(server.start)
-        await db.ensure_database(admin_dsn, embedded.DATABASE)
-        dsn = server.dsn(admin_dsn)
-    database: db.Database | None = None
-    try:
-        applied = await migrate.apply(dsn)
-        for migration in applied:
-            logger.info("migrated", version=migration.version, name=migration.name)
-        database = await db.Database.connect(dsn, max_size=pool_size or settings.database.pool_size)
-        yield Spool(database, server)
-    finally:
-        stop = False
-        if server is not None:
-            if stop_embedded is not None:
-                stop = stop_embedded
-            else:
-                stop = server.started_here and (database is None or not await _others_connected(database))
-        if database is not None:
-            await database.close()
-        if server is not None and stop:
-            await asyncio.to_thread(server.stop)
-            logger.info("embedded_postgres_stopped", data_dir=str(server.data_dir))
-
-
-async def _others_connected(database: db.Database) -> bool:
-    try:
-        return bool(await database.fetchval("admin/other_clients"))
-    except errors.SpoolError:
-        return True
-
-
 class Daemon:
     """One mtad node: the submission port, the spool writer, HTTP and housekeeping."""
 
@@ -153,7 +97,8 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         try:
-            async with open_spool(self.settings, stop_embedded=True) as opened:
+            base = self.settings.database
+            async with opening.open_spool(base.dsn, base.data_dir, base.pool_size, stop_embedded=True) as opened:
                 await self._serve(opened.database, opened.server)
             if self._failure is not None:
                 raise self._failure
@@ -179,7 +124,7 @@ class Daemon:
         if out.enabled:
             queue = await db.Database.connect(database.dsn, max_size=settings.database.pool_size, replan=True)
             self._closing.append(queue)
-            mailboxes = relay.Mailboxes(queue, out.relay, _vault(settings))  # PostgreSQL's clock
+            mailboxes = relay.Mailboxes(queue, out.relay, sealer)  # PostgreSQL's clock
             engine = delivery.Delivery(
                 out.engine, queue, router, sessions.Pool(out.sessions), out.rules, pools=egress.Egress(out.pools),
                 mailboxes=mailboxes, signer=signer,
@@ -341,9 +286,12 @@ def _now() -> datetime:
 
 
 def _vault(settings: config.Settings) -> vault.Vault | None:
-    """The key that opens account secrets, when one is configured (else relayed mail
-    waits, and says why: config refuses [account_pools] without one)."""
+    """The key that opens account secrets and DKIM keys: the one configured, else on the
+    embedded default mtad's own (made at the first start); with neither, None (relayed
+    mail waits, and says why: config refuses [account_pools] without a key)."""
     keys = settings.accounts
     if keys.key_file is None and not keys.key_env:
         return None
+    if keys.make and keys.key_file is not None and vault.make_key(keys.key_file):
+        logger.info("accounts_key_made", path=str(keys.key_file), mode="0600")
     return vault.Vault.from_config(keys.key_file, keys.key_env)

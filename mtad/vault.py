@@ -21,6 +21,32 @@ from cryptography.fernet import Fernet, InvalidToken
 
 from mtad import errors
 
+NO_KEY = (
+    "[accounts] key_file or key_env: account secrets and DKIM keys are sealed with a key mtad keeps outside "
+    "the database; make one with `mtad accounts key > /etc/mtad/accounts.key` (mode 0600, readable by mtad "
+    "alone), then set [accounts] key_file to that file"
+)
+
+
+def make_key(path: Path) -> bool:
+    """Write a new key to `path` (mode 0600) unless a key is there already; True when
+    this call wrote it. Made whole in a temporary file and linked into place, so a
+    reader never sees half a key and two makers keep one key."""
+    if path.exists():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.{os.getpid()}")
+    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(Vault.new_key() + b"\n")
+        os.link(draft, path)
+    except FileExistsError:
+        return False
+    finally:
+        draft.unlink(missing_ok=True)
+    return True
+
 
 class Secret:
     """A password or token in memory, shown as '***'."""
@@ -74,7 +100,7 @@ class Vault:
             if not value:
                 raise errors.ConfigError([f"[accounts] key_env: the environment variable {key_env} is not set"])
             return cls(value.encode())
-        raise errors.ConfigError(["[accounts] key_file or key_env: account secrets need a key; set one of them"])
+        raise errors.ConfigError([NO_KEY])
 
     def seal(self, secret: Secret) -> bytes:
         return self._fernet.encrypt(secret.reveal().encode())

@@ -71,3 +71,31 @@ def test_a_key_from_keygen_becomes_active_when_dns_publishes_it_and_signs_what_t
     verifier = dkimpy.DKIM(received.data)
     assert verifier.verify(dnsfunc=lambda name, timeout=5: records.get(name, b""))
     assert verifier.domain == b"example.org"
+
+
+def test_keygen_on_the_embedded_default_makes_its_own_key_and_a_dsn_needs_one_named(
+    mtad_factory: Any, dsn: str, tmp_path: Path
+) -> None:
+    """No [accounts] key named: on the embedded database mtad makes its key beside the
+    data directory (0600, said once); with a DSN the error says how to make one."""
+    embedded: Mtad = mtad_factory(f'data_dir = "{tmp_path / "state" / "pgdata"}"')
+    first = embedded.cli("dkim", "keygen", "example.org")
+    assert first.returncode == 0, first.stderr
+    key = tmp_path / "state" / "accounts.key"
+    assert key.stat().st_mode & 0o777 == 0o600
+    assert f"made the key that seals account secrets and DKIM keys: {key}" in first.stderr
+    second = embedded.cli("dkim", "keygen", "example.org", "--alg", "ed25519")
+    assert second.returncode == 0, second.stderr
+    assert "made the key" not in second.stderr
+    keys = [json.loads(line) for line in embedded.cli("dkim", "ls", "--json").stdout.splitlines()]
+    assert sorted(k["algorithm"] for k in keys) == ["ed25519", "rsa2048"]
+    embedded.start()
+    embedded.wait_for_log(lambda records: any(r["event"] == "ready" for r in records))
+    assert not [r for r in embedded.records if r["level"] in ("error", "warning")]
+    assert embedded.stop() == 0
+
+    external: Mtad = mtad_factory(f'dsn = "{dsn}"')
+    refused = external.cli("dkim", "keygen", "example.org")
+    assert refused.returncode != 0
+    assert "mtad accounts key > " in refused.stderr
+    assert "[accounts] key_file" in refused.stderr

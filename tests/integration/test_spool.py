@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from mtad import db, envelope, errors, spool
+from mtad import db, envelope, errors, queue, spool
 from tests.conftest import query
 from tests.proxy import PgProxy
 
@@ -140,22 +140,22 @@ async def test_queue_queries(database: db.Database) -> None:
         msg = message("a@example.com", "b@example.com")
         await committer.commit(msg)
         await committer.commit(message("c@example.com"))
-    everything = [d async for d in spool.deliveries(database)]
+    everything = [d async for d in queue.deliveries(database)]
     assert [d["recipient"] for d in everything] == ["a@example.com", "b@example.com", "c@example.com"]
-    assert [d async for d in spool.deliveries(database, state="delivered")] == []
+    assert [d async for d in queue.deliveries(database, state="delivered")] == []
     assert await spool.depth(database) == {"queued": 3}
 
-    view = await spool.show(database, str(msg.id))
+    view = await queue.show(database, str(msg.id))
     assert view.message["sender"] == "app@example.org"
     assert bytes(view.message["head"]).startswith(b"Subject: x")
     assert [d["recipient"] for d in view.deliveries] == ["a@example.com", "b@example.com"]
     assert [e["kind"] for e in view.events] == ["received"]
-    by_delivery = await spool.show(database, str(view.deliveries[1]["id"]))
+    by_delivery = await queue.show(database, str(view.deliveries[1]["id"]))
     assert by_delivery.message["id"] == msg.id
 
     for missing in (str(uuid.uuid4()), "999999", "not-an-id"):
         with pytest.raises(errors.NotFound):
-            await spool.show(database, missing)
+            await queue.show(database, missing)
 
 
 async def test_run_until_idle_writes_what_is_queued(database: db.Database) -> None:

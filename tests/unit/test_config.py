@@ -434,7 +434,7 @@ account_pool = "cold"
         "[routes.\"example.org\"] account_pool: no account pool named 'cold'",
     ]:
         assert expected in problems
-    keyless = write(tmp_path, "[account_pools.outreach]\n")
+    keyless = write(tmp_path, '[database]\ndsn = "postgresql:///x"\n[account_pools.outreach]\n')  # embedded: its own
     with pytest.raises(errors.ConfigError) as info:
         config.load(keyless, environ={})
     assert info.value.problems[0].startswith("[accounts] key_file or key_env: [account_pools] are configured")
@@ -545,3 +545,14 @@ def test_the_reference_file_works_as_it_is_from_another_directory(
     settings = config.load(copy, environ={})
     assert settings.database.data_dir == tmp_path / "etc" / "var" / "pgdata"
     assert any(p.name == "google" for p in settings.delivery.providers.known)
+
+
+def test_the_embedded_default_has_a_key_of_its_own_and_a_dsn_none(tmp_path: Path) -> None:
+    embedded = config.load(write(tmp_path, '[database]\ndata_dir = "var/pgdata"\n'), environ={}).accounts
+    assert (embedded.key_file, embedded.key_env, embedded.make) == (tmp_path / "var" / "accounts.key", None, True)
+    basics = config.load_basics(write(tmp_path, '[database]\ndata_dir = "var/pgdata"\n'), environ={}).accounts
+    assert basics == embedded
+    external = config.load(write(tmp_path, '[database]\ndsn = "postgresql:///x"\n'), environ={}).accounts
+    assert (external.key_file, external.key_env, external.make) == (None, None, False)
+    named = config.load(write(tmp_path, '[accounts]\nkey_env = "K"\n'), environ={}).accounts
+    assert (named.key_file, named.key_env, named.make) == (None, "K", False)

@@ -38,7 +38,7 @@ def test_the_key_comes_from_a_file_or_the_environment(tmp_path: Path, monkeypatc
     [
         ("missing", None, "[accounts] key_file: cannot read"),
         (None, "MTAD_TEST_UNSET_KEY", "[accounts] key_env: the environment variable MTAD_TEST_UNSET_KEY is not set"),
-        (None, None, "[accounts] key_file or key_env: account secrets need a key"),
+        (None, None, "[accounts] key_file or key_env: account secrets and DKIM keys are sealed with a key"),
         ("bad", None, "[accounts] key: expected 32 bytes in URL-safe base64"),
     ],
 )
@@ -49,3 +49,14 @@ def test_a_missing_or_bad_key_is_a_config_error_naming_the_key(
     with pytest.raises(errors.ConfigError) as info:
         vault.Vault.from_config(tmp_path / key_file if key_file else None, key_env)
     assert info.value.problems[0].startswith(problem)
+
+
+def test_make_key_writes_one_key_readable_by_its_owner_alone(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "accounts.key"
+    assert vault.make_key(path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    made = path.read_bytes()
+    assert not vault.make_key(path)  # kept as it is
+    assert path.read_bytes() == made
+    assert vault.Vault.from_config(path, None).open(vault.Vault(made.strip()).seal(vault.Secret("s"))).reveal() == "s"
+    assert [p.name for p in path.parent.iterdir()] == ["accounts.key"]  # no draft left behind

@@ -1,0 +1,37 @@
+"""The command line imports what a command needs when it runs: `mtad --help` no domain
+module, a tool such as `mtad queue ls` none of the delivery or submission code."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from mtad import accounts, cli, dkim
+
+HEAVY = ("mtad.delivery", "mtad.submission", "mtad.sessions", "mtad.relay", "mtad.dkim", "aiosmtplib", "aiosmtpd")
+
+
+def loaded_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running `code`."""
+    script = f"import sys\n{code}\nprint('\\n'.join(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60)
+    return set(done.stdout.split())
+
+
+def test_help_imports_no_domain_module() -> None:
+    loaded = loaded_after("from mtad import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass")
+    assert not {m for m in loaded if m.startswith("mtad.")} - {"mtad.cli", "mtad.errors", "mtad.lifecycle"}
+    assert "asyncpg" not in loaded
+
+
+def test_a_tools_configuration_imports_no_delivery_code(tmp_path: Path) -> None:
+    path = tmp_path / "mtad.toml"
+    path.write_text('[database]\ndata_dir = "pgdata"\n[delivery]\nlease_duration = "1m"\n')
+    code = f"from pathlib import Path\nfrom mtad import config, queue\nconfig.load_basics(Path({str(path)!r}))"
+    loaded = loaded_after(code)
+    assert not loaded & set(HEAVY)
+
+
+def test_the_parsers_choices_are_the_enums() -> None:
+    assert tuple(a.value for a in dkim.Algorithm) == cli.ALGORITHMS
+    assert tuple(t.value for t in accounts.Tls) == cli.TLS_MODES
+    assert tuple(m.value for m in accounts.Mechanism) == cli.MECHANISMS
