@@ -1,12 +1,17 @@
-"""kill -9 during a burst of submissions, then a restart: nothing that got a 250 is lost
-or doubled, and the embedded PostgreSQL left running is reattached, not duplicated."""
+"""kill -9 during a burst of submissions, then a restart; a killed PostgreSQL; a full
+disk freed again: nothing that got a 250 is lost or doubled, and the embedded
+PostgreSQL left running is reattached, not duplicated."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import smtplib
+import subprocess
 import threading
+import time
+from collections.abc import Iterator
 from email.policy import SMTP
 from pathlib import Path
 from typing import Any
@@ -180,4 +185,82 @@ def test_a_killed_embedded_postgresql_is_started_again_and_mtad_goes_on(mtad_fac
     stored = {r["message_id"] for r in rows(dsn, "SELECT message_id FROM messages")}
     assert set(accepted) | set(burst.accepted) <= stored  # every 250 is there
     assert all(400 <= code < 500 for code in codes), codes
+    assert daemon.stop() == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 160 MiB tmpfs to fill (root only: mounting needs it)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m,mode=0755", "tmpfs", str(mount)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)
+
+
+def fill(path: Path) -> None:
+    """Write zeros to `path` until the file system is full."""
+    block = bytes(1 << 20)
+    with path.open("wb") as out:
+        while True:
+            try:
+                out.write(block)
+                out.flush()
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                return
+
+
+def test_a_full_disk_freed_again_lets_mtad_go_on_by_itself(mtad_factory: Any, small_disk: Path) -> None:
+    """The embedded PostgreSQL's disk fills up: submissions get 4xx (never a 250 that is
+    then lost), whether PostgreSQL only fails its writes or PANICs; once the disk has
+    room again mtad accepts again without a restart, and every 250 is in the spool."""
+    data_dir = small_disk / "pgdata"
+    daemon: Mtad = mtad_factory(f'dsn = ""\ndata_dir = "{data_dir}"').start()
+    accepted: list[str] = []
+    refused: list[int] = []
+    body = os.urandom(96 * 1024).hex()  # 192 KiB that do not compress: the disk fills fast
+    sequence = iter(range(1_000_000))
+
+    def submit_one(client: smtplib.SMTP) -> bool:
+        message_id = f"<disk-{next(sequence)}@example.org>"
+        message = email("disk", message_id)
+        message.set_content(body)
+        try:
+            client.sendmail("app@example.org", ["someone@example.com"], message.as_bytes(policy=SMTP))
+        except smtplib.SMTPResponseException as exc:
+            refused.append(exc.smtp_code)
+            return False
+        accepted.append(message_id)
+        return True
+
+    def until(outcome: bool, within: float) -> None:
+        """Submit until a submission is accepted (True) or refused (False)."""
+        deadline = time.monotonic() + within
+        with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=60) as client:
+            while submit_one(client) != outcome:
+                assert time.monotonic() < deadline, "\n".join(daemon.output[-10:])
+
+    until(True, 60)
+    fill(small_disk / "filler")
+    until(False, 120)  # what was already written may still fit: a few more can get 250
+    (small_disk / "filler").unlink()
+    until(True, 180)  # PostgreSQL recovers by itself, or is started again after a PANIC
+    assert daemon.process is not None
+    assert daemon.process.poll() is None  # never restarted
+    assert all(400 <= code < 500 for code in refused), refused
+    assert daemon.stop() == 0
+
+    daemon.start()
+    dsn = f"postgresql://postgres@/mtad?host={data_dir}"
+    stored = {r["message_id"] for r in rows(dsn, "SELECT message_id FROM messages")}
+    assert set(accepted) <= stored
     assert daemon.stop() == 0
