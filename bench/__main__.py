@@ -21,7 +21,20 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import accept, accounts, client, delivery, dkim, outbound, postfix, relay, report, shaping, spool_memory
+from bench import (
+    accept,
+    accounts,
+    client,
+    delivery,
+    dkim,
+    outbound,
+    postfix,
+    relay,
+    report,
+    retention,
+    shaping,
+    spool_memory,
+)
 
 RESULTS = Path(__file__).parent / "RESULTS.md"
 
@@ -36,6 +49,7 @@ PARTS: dict[str, tuple[str, Run, tuple[type[Exception], ...]]] = {
     "accounts": ("Reserve before send: mailbox reservations per second", accounts.run, accounts.ERRORS),
     "relay": ("Relay through sending mailboxes: the cost of the mailbox layer", relay.run, relay.ERRORS),
     "dkim": ("DKIM signing per message: mtad and dkimpy", dkim.run, dkim.ERRORS),
+    "retention": ("Retention: messages pruned while accept goes on", retention.run, retention.ERRORS),
 }
 
 
@@ -124,8 +138,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help=f"how long the release is watched (default {shaping.SECONDS} s)",
     )
+    group = parser.add_argument_group("retention")
+    group.add_argument(
+        "--retention-messages",
+        type=int,
+        default=None,
+        help=f"messages through mtad, pruned as they pass the retention (default {retention.MESSAGES:,})",
+    )
     args = parser.parse_args(argv)
-    names = ("runs", "messages", "delivery_messages", "outbound_sessions", "spool_deliveries", "decisions")
+    names = ("runs", "messages", "delivery_messages", "outbound_sessions", "spool_deliveries", "decisions",
+             "retention_messages")  # fmt: skip
     for name in (*names, "release_deliveries", "release_seconds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive")

@@ -35,7 +35,7 @@ from pathlib import Path
 from bench.server import Managed
 from mtad.db import embedded
 
-CONF = Path(__file__).parents[1] / "conf"
+CONF = Path(__file__).parents[1] / "mtad" / "tables"  # the reference tables shipped with mtad
 
 SPOOL_TABLES = "messages, deliveries, events, idempotency_keys"
 # The accept benchmark's node: it only accepts (another node would deliver what it spools).

@@ -107,7 +107,7 @@ DOMAIN = "example.net"
 POOL = "p"
 MAILBOXES, DIRECT = "with mailboxes", "without"
 ROOT = Path(__file__).parents[1]
-RULES = outcomes.load_rules(ROOT / "conf" / "replies.toml")
+RULES = outcomes.load_rules(ROOT / "mtad" / "tables" / "replies.toml")
 PROVIDERS = routing.parse_providers(
     {"default": {"rate": "unlimited", "max_rate": "unlimited", "sessions": SESSIONS}}, "bench"
 )

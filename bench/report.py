@@ -185,7 +185,7 @@ def _git_commit() -> str:
 
 
 # The order of the sections in RESULTS.md.
-PARTS = ("accept", "delivery", "sessions", "memory", "shaping", "accounts", "relay", "dkim")
+PARTS = ("accept", "delivery", "sessions", "memory", "shaping", "accounts", "relay", "dkim", "retention")
 _MACHINE_LINE = re.compile(r"^- ([^:\n]+): (.*)$", re.M)
 _SECTION = re.compile(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->\n", re.S)
 

@@ -466,6 +466,35 @@ async def queue_act(args: argparse.Namespace, settings: config.Basics) -> int:
     return EXIT_OK if changed else EXIT_FAILED
 
 
+async def queue_purge(args: argparse.Namespace, settings: config.Settings) -> int:
+    """Delete now what was received before --before and is done with (every delivery final),
+    and the events before it, whatever the [retention] windows; say what went and what stayed."""
+    from mtad import retention
+
+    history = settings.delivery.relay.breaker.window
+    async with _spool(settings) as opened:
+        pruned = await retention.purge(opened.database, args.before, account_history=history,
+                                       batch=settings.retention.batch)  # fmt: skip
+        print(f"purged before {args.before.isoformat()}: {pruned.messages} messages with {pruned.deliveries} "
+              f"deliveries, {pruned.events} events")  # fmt: skip
+        if pruned.kept:
+            print(f"kept {pruned.kept} messages received before then: a delivery is not final yet")
+        before, after = await retention.compact(opened.database, reindex=args.reindex)
+    print(f"database size: {before / 2**20:,.1f} MiB before the VACUUM{' and REINDEX' if args.reindex else ''}, "
+          f"{after / 2**20:,.1f} MiB after")  # fmt: skip
+    return EXIT_OK
+
+
+def _before(text: str) -> datetime:
+    """--before: an ISO date or time, or a duration meaning that long ago (argparse exits 2 on a bad one)."""
+    from mtad import retention
+
+    try:
+        return retention.moment(text, datetime.now(UTC))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 async def queue_show(args: argparse.Namespace, settings: config.Basics) -> int:
     from mtad import queue
 
@@ -649,6 +678,23 @@ def _parser() -> argparse.ArgumentParser:
     qshow.add_argument("id", help="a queue id (UUID) or a delivery id (number)")
     qshow.add_argument("--json", action="store_true", help="one JSON object")
     qshow.set_defaults(command=queue_show)
+    qpurge = queue_commands.add_parser(
+        "purge",
+        parents=[common],
+        help="Delete now the messages received before a time whose every delivery is final.",
+        description="Delete now, whatever the [retention] windows, the messages received before TIME whose "
+        "every delivery is final (with their deliveries) and the events before TIME; messages with a delivery "
+        "still waiting or in flight are kept and counted. Works in batches while the daemon runs, then "
+        "VACUUMs those tables, so that the empty pages at their ends go back to the file system.",
+    )
+    qpurge.add_argument("--before", required=True, type=_before, metavar="TIME",
+                        help='an ISO date or time ("2026-11-01", "2026-11-01T12:00+01:00"; UTC unless it says), '
+                             'or a duration meaning that long ago ("3d", "12h")')  # fmt: skip
+    qpurge.add_argument("--reindex", action="store_true",
+                        help="then rebuild the indexes of messages, deliveries and events (without blocking "
+                             "writes): retention reuses their emptied pages but never gives them back")  # fmt: skip
+    qpurge.set_defaults(command=queue_purge)
+
     dkim_parser = commands.add_parser("dkim", parents=[common], help="Manage DKIM signing keys.")
     dkim_commands = dkim_parser.add_subparsers(title="dkim commands", metavar="COMMAND", required=True)
     dgen = dkim_commands.add_parser(
@@ -740,7 +786,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # The commands that load the whole configuration; the others load its basics.
-_WHOLE_CONFIG = (run, check_config, accounts_add, accounts_test)
+_WHOLE_CONFIG = (run, check_config, accounts_add, accounts_test, queue_purge)
 
 
 def entry_point() -> None:

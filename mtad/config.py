@@ -27,7 +27,7 @@ from mtad import datafiles, db, errors, outcomes, tenants, values
 from mtad.endpoints import HostPort
 
 if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of them
-    from mtad import delivery, egress, relay, rotation, routing, sessions, submission
+    from mtad import delivery, egress, relay, retention, rotation, routing, sessions, submission
 
 DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
 # A held delivery's lease is renewed every third of it, on the wire too, so it covers an
@@ -120,6 +120,7 @@ class Settings:
     delivery: DeliverySettings
     accounts: AccountsSettings
     dkim: rotation.Settings
+    retention: retention.Settings
     source: Path | None
 
 
@@ -391,6 +392,14 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "shutdown_timeout": (duration, "30s"),
         "checkpoint_interval": (_positive_duration, "5s"),
         "default_pool": (_optional_string, ""),
+    },
+    "retention": {
+        "enabled": (_boolean, True),
+        "messages": (_positive_duration, "7d"),
+        "events": (_positive_duration, "30d"),
+        "interval": (_positive_duration, "1m"),
+        "batch": (_integer(10, 100_000), 500),
+        "pause": (duration, "0s"),
     },
 }
 # Sections whose keys are names the operator chooses: [routes."example.org"] relay = "host:port",
@@ -757,7 +766,7 @@ def _load_tenant_defaults(
 
 
 def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None) -> Settings:
-    from mtad import accounts, delivery, relay, rotation, sessions, submission
+    from mtad import accounts, delivery, relay, retention, rotation, sessions, submission
 
     sub = values["submission"]
     d = values["delivery"]
@@ -853,6 +862,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
             ),
             dkim_threads=values["dkim"]["threads"],
         ),
+        retention=retention.Settings(**values["retention"]),
         source=path,
     )
 

@@ -46,6 +46,7 @@ from mtad import (
     log,
     nodes,
     relay,
+    retention,
     rotation,
     routing,
     sessions,
@@ -154,6 +155,10 @@ class Daemon:
                 ]
                 if out.enabled and sealer is not None:
                     background.append(tasks.create_task(self._dkim_reload(database, signer, sealer), name="dkim"))
+                if settings.retention.enabled:  # at most one node prunes at a time (retention.LOCK_KEY)
+                    history = out.relay.breaker.window  # the breaker reads account history this far back
+                    pruner = retention.Pruner(database, settings.retention, account_history=history)
+                    background.append(tasks.create_task(pruner.run(), name="retention"))
                 if server is not None:  # it is mtad's: started again when it dies
                     background.append(tasks.create_task(self._watch(server), name="embedded-postgres"))
                 if sealer is not None:  # pending keys become active as DNS publishes them, old ones retire

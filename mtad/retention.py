@@ -1,0 +1,241 @@
+"""Retention: what the spool no longer needs is deleted, so that it stops growing.
+
+A round deletes, in batches of `batch` rows, each batch one statement and its own
+short transaction over a range of a primary key (never a scan of the hot indexes):
+messages received more than `messages` ago whose every delivery is final, with
+their deliveries; events older than `events` (account events no sooner than the
+breaker and the health score stop reading them); settled mailbox reservations and
+daily counts older than any limit reads. At most one node prunes at a time: a
+session advisory lock on a connection of the round's own. `purge` does the same
+at once for everything before a given time (`mtad queue purge`).
+
+Idempotency keys expire on their own (spool.purge_expired_keys); a key outlives its
+message harmlessly, since a resubmission needs only the key to be recognised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+
+import structlog
+
+from mtad import db, errors, lifecycle, values
+
+logger = structlog.get_logger("mtad.retention")
+
+DAY = 86400.0
+# What the account limits read at most: the daily cap (a day in any time zone),
+# the health score (24 h), the rate windows (1 h). The breaker's window may be longer.
+ACCOUNT_HISTORY = 2 * DAY
+LOCK_KEY = 0x6D7461645F707275  # pg_advisory_lock key "mtad_pru"
+FINAL = sorted(state.value for state in lifecycle.FINAL)
+_NO_QUEUE_ID = uuid.UUID(int=0)
+_NO_ID = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    enabled: bool = True
+    messages: float = 7 * DAY  # seconds after it was received that a message goes (its deliveries final)
+    events: float = 30 * DAY  # seconds an event is kept
+    interval: float = 60.0  # seconds between rounds
+    batch: int = 500  # rows per statement
+    pause: float = 0.0  # seconds between two batches
+
+
+@dataclass(slots=True)
+class Pruned:
+    """What a round (or a purge) deleted, and the old messages it kept."""
+
+    messages: int = 0
+    deliveries: int = 0
+    kept: int = 0  # messages old enough but with a delivery not final yet
+    events: int = 0
+    reservations: int = 0
+    days: int = 0
+    batches: int = 0
+
+    def removed(self) -> int:
+        return self.messages + self.deliveries + self.events + self.reservations + self.days
+
+    def counts(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class Cutoffs:
+    """Everything older than these goes (a message only once its deliveries are final)."""
+
+    messages: datetime
+    events: datetime
+    account_history: datetime  # account events, reservations and daily counts
+
+
+def first_queue_id(at: datetime) -> uuid.UUID:
+    """The smallest queue id made at `at` or later (spool.new_queue_id: milliseconds first)."""
+    ms = int(at.timestamp() * 1000) & ((1 << 48) - 1)
+    return uuid.UUID(int=ms << 80)
+
+
+async def prune(
+    database: db.Database, cutoffs: Cutoffs, *, batch: int, pause: float = 0.0, wait: bool = False
+) -> Pruned | None:
+    """Delete everything `cutoffs` let go, batch by batch; None when another node
+    holds the pruning lock and `wait` is false (with `wait`, once it has finished).
+    Each batch commits on its own: what was deleted stays deleted if this stops."""
+    conn = await db.connect_once(database.dsn)
+    try:
+        await conn.fetchval("retention/session")
+        if wait:
+            await conn.fetchval("retention/wait_lock", LOCK_KEY)
+        elif not await conn.fetchval("retention/lock", LOCK_KEY):
+            return None
+        pruned = Pruned()
+        await _messages(conn, cutoffs.messages, batch, pause, pruned)
+        await _events(conn, cutoffs, batch, pause, pruned)
+        await _reservations(conn, cutoffs.account_history, batch, pause, pruned)
+        pruned.days = int(await conn.fetchval("retention/days", cutoffs.account_history))
+        return pruned
+    finally:
+        await db.close(conn)  # the lock goes with the session
+
+
+async def purge(database: db.Database, before: datetime, *, account_history: float, batch: int) -> Pruned:
+    """Delete at once the messages received before `before` whose every delivery is
+    final, and the events before it (account history only as far as the limits allow,
+    see Pruner), waiting for a round of another node to end first."""
+    history = datetime.now(UTC) - timedelta(seconds=max(ACCOUNT_HISTORY, account_history))
+    pruned = await prune(database, Cutoffs(before, before, min(before, history)), batch=batch, wait=True)
+    assert pruned is not None  # waited for the lock
+    return pruned
+
+
+async def compact(database: db.Database, *, reindex: bool) -> tuple[int, int]:
+    """VACUUM the tables retention deletes from (the empty pages at their ends go back
+    to the file system) and, with `reindex`, rebuild their indexes without blocking
+    writes; returns the database's size before and after, in octets. Each statement
+    runs outside a transaction, and a REINDEX waits for the transactions under way."""
+    before = int(await database.fetchval("retention/size"))
+    await database.execute("retention/vacuum")
+    if reindex:
+        for table in ("messages", "deliveries", "events"):
+            await database.execute(f"retention/reindex_{table}")
+    return before, int(await database.fetchval("retention/size"))
+
+
+async def _messages(conn: db.Connection, before: datetime, batch: int, pause: float, pruned: Pruned) -> None:
+    after, bound = _NO_QUEUE_ID, first_queue_id(before)
+    while True:
+        row = await conn.fetchrow("retention/messages", after, bound, batch, before, FINAL)
+        assert row is not None
+        pruned.batches += 1
+        pruned.messages += row["messages"]
+        pruned.deliveries += row["deliveries"]
+        pruned.kept += row["kept"]
+        if row["last"] is None:
+            return
+        after = row["last"]
+        await _paused(pause)
+
+
+async def _events(conn: db.Connection, cutoffs: Cutoffs, batch: int, pause: float, pruned: Pruned) -> None:
+    after = _NO_ID
+    accounts = min(cutoffs.events, cutoffs.account_history)
+    while True:
+        row = await conn.fetchrow("retention/events", after, cutoffs.events, accounts, batch)
+        assert row is not None
+        pruned.batches += 1
+        pruned.events += row["deleted"]
+        if row["last"] is None or row["young"]:
+            return
+        after = row["last"]
+        await _paused(pause)
+
+
+async def _reservations(conn: db.Connection, before: datetime, batch: int, pause: float, pruned: Pruned) -> None:
+    after = _NO_ID
+    while True:
+        row = await conn.fetchrow("retention/reservations", after, before, batch)
+        assert row is not None
+        pruned.batches += 1
+        pruned.reservations += row["deleted"]
+        if row["last"] is None or row["young"]:
+            return
+        after = row["last"]
+        await _paused(pause)
+
+
+async def _paused(pause: float) -> None:
+    if pause > 0:
+        await asyncio.sleep(pause)
+
+
+class Pruner:
+    """The node's pruning loop: a round every `interval`, deleting what the windows
+    of `settings` let go at `now()`; account history is kept `account_history`
+    seconds (at least ACCOUNT_HISTORY: the caller adds the breaker's window)."""
+
+    def __init__(
+        self,
+        database: db.Database,
+        settings: Settings,
+        *,
+        account_history: float = ACCOUNT_HISTORY,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._database = database
+        self.settings = settings
+        self._account_history = max(ACCOUNT_HISTORY, account_history)
+        self._now = now
+
+    def cutoffs(self) -> Cutoffs:
+        """The cutoffs at now(). Sync, no I/O."""
+        now = self._now()
+        return Cutoffs(
+            messages=now - timedelta(seconds=self.settings.messages),
+            events=now - timedelta(seconds=self.settings.events),
+            account_history=now - timedelta(seconds=self._account_history),
+        )
+
+    async def prune_once(self) -> Pruned | None:
+        """One round, until nothing more is old enough; None when another node prunes now."""
+        settings = self.settings
+        started = time.monotonic()
+        pruned = await prune(self._database, self.cutoffs(), batch=settings.batch, pause=settings.pause)
+        if pruned is None:
+            logger.debug("pruning_elsewhere", why="another node holds the pruning lock")
+        elif pruned.removed() or pruned.kept:
+            logger.info("pruned", **pruned.counts(), seconds=round(time.monotonic() - started, 3))
+        return pruned
+
+    async def run(self) -> None:
+        """Rounds every `interval` until cancelled; a round that fails is logged and retried."""
+        while True:
+            try:
+                await self.prune_once()
+            except errors.SpoolError as exc:
+                logger.warning("pruning_failed", error=str(exc))
+            await asyncio.sleep(self.settings.interval)
+
+
+def moment(text: str, now: datetime) -> datetime:
+    """A time given by an operator: an ISO date or date and time (UTC unless it says
+    otherwise), or a duration such as "3d" meaning that long before `now`. ValueError
+    says what was expected. Sync, no I/O."""
+    try:
+        return now - timedelta(seconds=values.duration(text))
+    except ValueError:
+        pass
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f'expected an ISO date or time such as "2026-11-01" or "2026-11-01T12:00Z", or a duration '
+            f'such as "3d" or "12h", got {text!r}'
+        ) from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
