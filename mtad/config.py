@@ -48,6 +48,7 @@ class SpoolSettings:
     commit_window: float
     commit_max_batch: int
     commit_timeout: float
+    idempotency_window: float  # how long a resubmission is recognised by its key
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +328,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "commit_window": (duration, "0s"),
         "commit_max_batch": (_integer(1, 10_000), 200),
         "commit_timeout": (_positive_duration, "15s"),
+        "idempotency_window": (_positive_duration, "24h"),
     },
     "tls": {
         "cert": (_optional_path, ""),
@@ -400,6 +402,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "interval": (_positive_duration, "1m"),
         "batch": (_integer(10, 100_000), 500),
         "pause": (duration, "0s"),
+        "reindex": (_boolean, True),
     },
 }
 # Sections whose keys are names the operator chooses: [routes."example.org"] relay = "host:port",

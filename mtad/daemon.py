@@ -59,7 +59,6 @@ from mtad.db import embedded, opening
 
 logger = structlog.get_logger("mtad.daemon")
 
-HOUSEKEEPING_INTERVAL = 600.0
 WATCH_INTERVAL = 1.0  # seconds between looks at whether the embedded PostgreSQL still runs
 RESTART_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 30.0, 30.0)  # waits after each failed restart, then give up
 DKIM_RELOAD_INTERVAL = 60.0  # seconds between reads of the active DKIM keys (a key made active anywhere signs soon)
@@ -81,7 +80,7 @@ def notify(message: str) -> None:
 
 
 class Daemon:
-    """One mtad node: the submission port, the spool writer, HTTP and housekeeping."""
+    """One mtad node: the submission port, the spool writer, delivery, HTTP and retention."""
 
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
@@ -151,7 +150,6 @@ class Daemon:
                 delivering = tasks.create_task(engine.run(), name="delivery") if engine else None
                 background = [
                     tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),
-                    tasks.create_task(self._housekeeping(database), name="housekeeping"),
                 ]
                 if out.enabled and sealer is not None:
                     background.append(tasks.create_task(self._dkim_reload(database, signer, sealer), name="dkim"))
@@ -265,16 +263,6 @@ class Daemon:
         while True:
             await asyncio.sleep(DKIM_RELOAD_INTERVAL)
             await self._dkim_keys(database, signer, sealer)
-
-    async def _housekeeping(self, database: db.Database) -> None:
-        while True:
-            try:
-                purged = await spool.purge_expired_keys(database, _now())
-                if purged:
-                    logger.info("idempotency_keys_purged", count=purged)
-            except errors.SpoolError as exc:
-                logger.warning("housekeeping_failed", error=str(exc))
-            await asyncio.sleep(HOUSEKEEPING_INTERVAL)
 
 
 async def _healthy(database: db.Database) -> bool:

@@ -9,8 +9,11 @@ daily counts older than any limit reads. At most one node prunes at a time: a
 session advisory lock on a connection of the round's own. `purge` does the same
 at once for everything before a given time (`mtad queue purge`).
 
-Idempotency keys expire on their own (spool.purge_expired_keys); a key outlives its
-message harmlessly, since a resubmission needs only the key to be recognised.
+Expired idempotency keys ([spool] idempotency_window) go in the same rounds; a key
+outlives its message harmlessly, since a resubmission needs only the key to be
+recognised. After a round, an index of the spool's tables left mostly empty (a
+backlog deleted) is rebuilt without blocking writes, so that its pages go back to
+the file system ([retention] reindex).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ DAY = 86400.0
 ACCOUNT_HISTORY = 2 * DAY
 LOCK_KEY = 0x6D7461645F707275  # pg_advisory_lock key "mtad_pru"
 FINAL = sorted(state.value for state in lifecycle.FINAL)
+SPARSE_INDEX_SIZE = 1 << 20  # octets: smaller indexes are left as they are
+SPARSE_ENTRIES_PER_PAGE = 10  # fewer entries a page on average: mostly empty (a rebuilt btree holds hundreds)
 _NO_QUEUE_ID = uuid.UUID(int=0)
 _NO_ID = 0
 
@@ -46,6 +51,7 @@ class Settings:
     interval: float = 60.0  # seconds between rounds
     batch: int = 500  # rows per statement
     pause: float = 0.0  # seconds between two batches
+    reindex: bool = True  # rebuild the spool's indexes that deleting left mostly empty
 
 
 @dataclass(slots=True)
@@ -58,10 +64,12 @@ class Pruned:
     events: int = 0
     reservations: int = 0
     days: int = 0
+    keys: int = 0  # expired idempotency keys
+    indexes: int = 0  # indexes rebuilt, being mostly empty pages
     batches: int = 0
 
     def removed(self) -> int:
-        return self.messages + self.deliveries + self.events + self.reservations + self.days
+        return self.messages + self.deliveries + self.events + self.reservations + self.days + self.keys
 
     def counts(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -74,6 +82,7 @@ class Cutoffs:
     messages: datetime
     events: datetime
     account_history: datetime  # account events, reservations and daily counts
+    keys: datetime  # idempotency keys that expired before this
 
 
 def first_queue_id(at: datetime) -> uuid.UUID:
@@ -83,7 +92,13 @@ def first_queue_id(at: datetime) -> uuid.UUID:
 
 
 async def prune(
-    database: db.Database, cutoffs: Cutoffs, *, batch: int, pause: float = 0.0, wait: bool = False
+    database: db.Database,
+    cutoffs: Cutoffs,
+    *,
+    batch: int,
+    pause: float = 0.0,
+    wait: bool = False,
+    reindex: bool = False,
 ) -> Pruned | None:
     """Delete everything `cutoffs` let go, batch by batch; None when another node
     holds the pruning lock and `wait` is false (with `wait`, once it has finished).
@@ -100,6 +115,9 @@ async def prune(
         await _events(conn, cutoffs, batch, pause, pruned)
         await _reservations(conn, cutoffs.account_history, batch, pause, pruned)
         pruned.days = int(await conn.fetchval("retention/days", cutoffs.account_history))
+        await _keys(conn, cutoffs.keys, batch, pause, pruned)
+        if reindex:  # still holding the lock: one node rebuilds
+            await _rebuild_sparse(conn, pruned)
         return pruned
     finally:
         await db.close(conn)  # the lock goes with the session
@@ -110,7 +128,8 @@ async def purge(database: db.Database, before: datetime, *, account_history: flo
     final, and the events before it (account history only as far as the limits allow,
     see Pruner), waiting for a round of another node to end first."""
     history = datetime.now(UTC) - timedelta(seconds=max(ACCOUNT_HISTORY, account_history))
-    pruned = await prune(database, Cutoffs(before, before, min(before, history)), batch=batch, wait=True)
+    cutoffs = Cutoffs(before, before, min(before, history), datetime.now(UTC))
+    pruned = await prune(database, cutoffs, batch=batch, wait=True)
     assert pruned is not None  # waited for the lock
     return pruned
 
@@ -170,6 +189,28 @@ async def _reservations(conn: db.Connection, before: datetime, batch: int, pause
         await _paused(pause)
 
 
+async def _keys(conn: db.Connection, expired: datetime, batch: int, pause: float, pruned: Pruned) -> None:
+    while True:
+        deleted = int(await conn.fetchval("retention/keys", expired, batch))
+        pruned.batches += 1
+        pruned.keys += deleted
+        if deleted < batch:
+            return
+        await _paused(pause)
+
+
+async def _rebuild_sparse(conn: db.Connection, pruned: Pruned) -> None:
+    """Rebuild, one at a time and without blocking writes, the spool's indexes that
+    are mostly empty pages (sparse_indexes.sql). REINDEX CONCURRENTLY runs outside a
+    transaction, waits for the transactions under way, and takes no parameter: the
+    name comes from pg_class (regclass quotes it)."""
+    for row in await conn.fetch("retention/sparse_indexes", SPARSE_INDEX_SIZE, SPARSE_ENTRIES_PER_PAGE):
+        await conn.execute_text(f"REINDEX INDEX CONCURRENTLY {row['name']}")
+        after = int(await conn.fetchval("retention/index_size", row["name"]))
+        logger.info("index_rebuilt", index=row["name"], octets_before=int(row["octets"]), octets_after=after)
+        pruned.indexes += 1
+
+
 async def _paused(pause: float) -> None:
     if pause > 0:
         await asyncio.sleep(pause)
@@ -200,13 +241,15 @@ class Pruner:
             messages=now - timedelta(seconds=self.settings.messages),
             events=now - timedelta(seconds=self.settings.events),
             account_history=now - timedelta(seconds=self._account_history),
+            keys=now,
         )
 
     async def prune_once(self) -> Pruned | None:
         """One round, until nothing more is old enough; None when another node prunes now."""
         settings = self.settings
         started = time.monotonic()
-        pruned = await prune(self._database, self.cutoffs(), batch=settings.batch, pause=settings.pause)
+        pruned = await prune(self._database, self.cutoffs(), batch=settings.batch, pause=settings.pause,
+                             reindex=settings.reindex)  # fmt: skip
         if pruned is None:
             logger.debug("pruning_elsewhere", why="another node holds the pruning lock")
         elif pruned.removed() or pruned.kept:

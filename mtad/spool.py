@@ -33,7 +33,7 @@ from mtad.envelope import Address
 
 log = structlog.get_logger("mtad.spool")
 
-IDEMPOTENCY_TTL = timedelta(hours=24)
+IDEMPOTENCY_WINDOW = 86400.0  # seconds a resubmission is recognised by its key ([spool] idempotency_window)
 
 
 def new_queue_id(now: float | None = None) -> uuid.UUID:
@@ -152,6 +152,7 @@ class GroupCommitter:
         window: float = 0.0,
         max_batch: int = 200,
         timeout: float = 15.0,
+        idempotency_window: float = IDEMPOTENCY_WINDOW,
         fast_path: FastPath | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -160,6 +161,7 @@ class GroupCommitter:
         self._window = window
         self._max_batch = max_batch
         self._timeout = timeout
+        self._key_window = timedelta(seconds=idempotency_window)
         self._now = now
         self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue()
         self._waiting: collections.deque[_Pending] = collections.deque()  # submission order; done ones leave lazily
@@ -323,7 +325,7 @@ class GroupCommitter:
             rcpt_of,
             rcpts,
             domains,
-            now + IDEMPOTENCY_TTL,
+            now + self._key_window,
             now,
             fast.node if fast else None,
             fast.lease_until(now) if fast else None,
@@ -372,8 +374,3 @@ def _resolve(future: asyncio.Future[Accepted], accepted: Accepted) -> None:
 async def depth(database: db.Database) -> dict[str, int]:
     """Deliveries per state (states with none are absent)."""
     return {row["state"]: row["n"] for row in await database.fetch("spool/depth")}
-
-
-async def purge_expired_keys(database: db.Database, now: datetime) -> int:
-    status = await database.execute("spool/purge_keys", now)
-    return int(status.rsplit(" ", 1)[-1])

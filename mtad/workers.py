@@ -93,6 +93,7 @@ class InProcess:
             window=settings.spool.commit_window,
             max_batch=settings.spool.commit_max_batch,
             timeout=settings.spool.commit_timeout,
+            idempotency_window=settings.spool.idempotency_window,
             fast_path=fast_path,
         )
         tls = submission.tls_context(sub.tls_cert, sub.tls_key) if sub.tls_cert and sub.tls_key else None

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from mtad import accounts, db, envelope, retention, spool
 from tests.conftest import query
@@ -204,3 +206,46 @@ def test_the_first_queue_id_of_a_time_is_below_every_id_made_then_or_later() -> 
     at = NOW.timestamp()
     bound = retention.first_queue_id(NOW)
     assert all(spool.new_queue_id(at - 0.002) < bound <= spool.new_queue_id(at + d) for d in (0, 0.001, 60))
+
+
+async def test_expired_idempotency_keys_go_in_the_rounds(database: db.Database) -> None:
+    at = NOW - timedelta(hours=2)
+    await query(database, "INSERT INTO idempotency_keys (tenant, key, message, expires_at)"
+                          " SELECT 't1', 'key:' || n, gen_random_uuid(), $1::timestamptz + n * interval '1 minute'"
+                          " FROM generate_series(1, 25) AS n", at)  # fmt: skip
+    pruned = await pruner(database).prune_once()  # all expired: the last at NOW - 95 minutes
+    assert pruned is not None
+    assert pruned.keys == 25
+    assert await query(database, "SELECT key FROM idempotency_keys") == []
+    await query(database, "INSERT INTO idempotency_keys (tenant, key, message, expires_at)"
+                          " VALUES ('t1', 'key:later', gen_random_uuid(), $1)", NOW + timedelta(seconds=1))  # fmt: skip
+    kept = await pruner(database).prune_once()
+    assert kept is not None
+    assert kept.keys == 0
+
+
+async def test_an_index_a_drained_backlog_left_mostly_empty_is_rebuilt(database: db.Database) -> None:
+    # 60,000 old events, pruned: the primary key's pages stay, empty, until a rebuild.
+    await query(database, "INSERT INTO events (at, kind, message) SELECT $1, 'delivered', gen_random_uuid()"
+                          " FROM generate_series(1, 60000)", NOW - timedelta(days=40))  # fmt: skip
+    settings = retention.Settings(messages=7 * retention.DAY, events=30 * retention.DAY, batch=5000, reindex=False)
+    pruned = await pruner(database, settings).prune_once()
+    assert pruned is not None
+    assert pruned.events == 60000
+
+    def size(index: str) -> Any:
+        return query(database, "SELECT pg_relation_size($1::text::regclass) AS octets", index)
+
+    [big] = await size("events_pkey")
+    assert big["octets"] > retention.SPARSE_INDEX_SIZE
+    await query(database, "VACUUM (ANALYZE) events")  # what autovacuum does: the statistics say it is empty
+    assert (await pruner(database, settings).prune_once() or retention.Pruned()).indexes == 0  # reindex off
+
+    rebuilt = await pruner(database, replace(settings, reindex=True)).prune_once()
+    assert rebuilt is not None
+    assert rebuilt.indexes >= 2  # events_pkey and events_message
+    [small] = await size("events_pkey")
+    assert small["octets"] < big["octets"] / 10
+    again = await pruner(database, replace(settings, reindex=True)).prune_once()
+    assert again is not None
+    assert again.indexes == 0  # rebuilt ones are not sparse

@@ -1,0 +1,1 @@
+SELECT pg_relation_size($1::text::regclass)
