@@ -48,6 +48,7 @@ lint: $(VENV)/.test-installed
 	$(BIN)/ruff check mtad tests bench
 	$(BIN)/ruff format --check mtad tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 bench: $(VENV)/.test-installed
 	$(call debian,smtp-source,postfix)

@@ -24,7 +24,7 @@
 - relay: the end-to-end rate of mail relayed through 5 sending accounts at a
   smarthost sink (STARTTLS, AUTH) against the same mail sent without the mailbox
   layer to a like sink (goal: under 10 % overhead).
-- dkim: DKIM signing time per 2 KB and 50 KB message, RSA-2048 and Ed25519, mtad.dkim
+- dkim: DKIM signing time per 2 KB and 50 KB message, RSA-2048 and Ed25519, mtad.signing.dkim
   beside plain dkimpy (goal: under 0.5 ms and 1.5 ms with RSA-2048).
 
 In the parts against Postfix every server is driven by the same client, Postfix's

@@ -43,8 +43,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import mtad_server, report
-from mtad import accounts, db, errors
+from mtad import db
+from mtad.base import errors
 from mtad.db import embedded, migrate
+from mtad.mailboxes import accounts
 
 POOLS = (5, 500)
 CALLERS = (1, 10, 100)

@@ -1,4 +1,4 @@
-"""DKIM signing per message: mtad.dkim against plain dkimpy, in the same run.
+"""DKIM signing per message: mtad.signing.dkim against plain dkimpy, in the same run.
 
 Messages of 2 KB and 50 KB (a dozen header fields, a text body), each signed
 N times in a row by `mtad.dkim.sign` with a key parsed once, and by
@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa, utils
 
 from bench import report
-from mtad import dkim
+from mtad.signing import dkim
 
 ERRORS = (dkimpy.DKIMException, ValueError)
 SIZES = (2_000, 50_000)

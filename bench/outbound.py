@@ -114,7 +114,7 @@ each at once, to addresses not used before; then one more message goes through e
 
 
 async def _hold(port: int, addresses: int, target: int, waves: int) -> None:
-    from mtad import sessions
+    from mtad.outbound import sessions
 
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

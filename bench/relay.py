@@ -1,7 +1,7 @@
 """The relay part: what the mailbox layer costs end to end.
 
 MESSAGES messages of SIZE octets, one recipient each at DOMAIN, are accepted into
-the spool (`spool.GroupCommitter`, all of them submitted at once, so that they go in
+the spool (`commit.GroupCommitter`, all of them submitted at once, so that they go in
 batches of up to 200 per commit), then a `delivery.Delivery` engine delivers them
 with `run_until_idle()`: it leases them (batches of 500), sends each in a
 transaction of its own over pooled sessions with STARTTLS to an SMTP sink on
@@ -69,23 +69,14 @@ from typing import IO, Any
 from bench import accounts as bench_accounts
 from bench import report
 from bench.server import Managed
-from mtad import (
-    accounts,
-    db,
-    delivery,
-    envelope,
-    errors,
-    log,
-    outcomes,
-    relay,
-    routing,
-    sessions,
-    spool,
-    submission,
-    vault,
-)
+from mtad import db, submission
+from mtad.base import envelope, errors, log, vault
+from mtad.base.endpoints import HostPort
 from mtad.db import embedded, migrate
-from mtad.endpoints import HostPort
+from mtad.deliver import delivery
+from mtad.mailboxes import accounts, relay
+from mtad.outbound import outcomes, routing, sessions
+from mtad.spool import commit
 from tests import certs
 from tests import sink as test_sink
 
@@ -245,13 +236,13 @@ def body() -> bytes:
     return text[: SIZE - 2] + b"\r\n"
 
 
-def messages(count: int, account_pool: str | None) -> list[spool.NewMessage]:
+def messages(count: int, account_pool: str | None) -> list[commit.NewMessage]:
     data = body()
     made = []
     for i in range(count):
-        queue_id = spool.new_queue_id()
+        queue_id = commit.new_queue_id()
         made.append(
-            spool.NewMessage(
+            commit.NewMessage(
                 id=queue_id,
                 tenant="bench",
                 sender="app@example.org",
@@ -267,9 +258,9 @@ def messages(count: int, account_pool: str | None) -> list[spool.NewMessage]:
     return made
 
 
-async def accept(database: db.Database, batch: list[spool.NewMessage]) -> float:
+async def accept(database: db.Database, batch: list[commit.NewMessage]) -> float:
     """Commit every message (all submitted at once); returns the wall seconds."""
-    committer = spool.GroupCommitter(database)
+    committer = commit.GroupCommitter(database)
     started = time.perf_counter()
     async with asyncio.TaskGroup() as tasks:
         tasks.create_task(committer.run())

@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 
 from bench import client, cpu, report, sink
 from bench.mtad_server import Delivery, MtadError, MtadServer
-from mtad import retention
+from mtad.spool import retention
 
 MESSAGES = 1_000_000
 WINDOW = 20_000

@@ -49,7 +49,8 @@ from pathlib import Path
 
 from bench import client, delivery, report, sink
 from bench.mtad_server import Delivery, MtadError, MtadServer
-from mtad import limits, shaping
+from mtad.deliver import shaping
+from mtad.outbound import limits
 
 ERRORS = (client.ClientError, MtadError, sink.SinkError)
 

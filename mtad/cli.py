@@ -20,14 +20,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mtad import __version__, errors
-from mtad.lifecycle import State
+from mtad import __version__
+from mtad.base import errors
+from mtad.base.lifecycle import State
 
 if TYPE_CHECKING:  # each command imports what it needs when it runs: `mtad --help` imports none
     from contextlib import AbstractAsyncContextManager
 
-    from mtad import accounts, config, dkim, routing, vault
+    from mtad import config
+    from mtad.base import vault
     from mtad.db import opening
+    from mtad.mailboxes import accounts
+    from mtad.outbound import routing
+    from mtad.signing import dkim
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # The parser's choices, spelled here so that parsing imports no domain module
@@ -59,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(command(args, settings))
     import asyncio
 
-    from mtad import log
+    from mtad.base import log
 
     log.configure("console", "warning", stream=sys.stderr)
     try:
@@ -87,7 +92,7 @@ def _load(path: Path | None, *, whole: bool) -> config.Settings | config.Basics:
 def _sealer(settings: config.Settings | config.Basics) -> vault.Vault:
     """The key that seals account secrets and DKIM keys; on the embedded default mtad's
     own, made here when this is the first command to need it."""
-    from mtad import vault
+    from mtad.base import vault
 
     keys = settings.accounts
     if keys.make and keys.key_file is not None and vault.make_key(keys.key_file):
@@ -113,7 +118,8 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     import structlog
     import uvloop
 
-    from mtad import daemon, log
+    from mtad import daemon
+    from mtad.base import log
 
     log.configure(settings.log.format, settings.log.level)
     logger = structlog.get_logger("mtad.cli")
@@ -166,7 +172,7 @@ async def migrate_cmd(args: argparse.Namespace, settings: config.Basics) -> int:
 
 
 async def tenants_add(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad import tenants
+    from mtad.spool import tenants
 
     password = sys.stdin.readline().rstrip("\r\n")
     if not password:
@@ -179,7 +185,7 @@ async def tenants_add(args: argparse.Namespace, settings: config.Basics) -> int:
 
 
 async def tenants_ls(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad import tenants
+    from mtad.spool import tenants
 
     async with _spool(settings) as opened:
         rows = await tenants.list_all(opened.database)
@@ -192,7 +198,7 @@ async def tenants_ls(args: argparse.Namespace, settings: config.Basics) -> int:
 
 
 async def queue_ls(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad import queue
+    from mtad.spool import queue
 
     async with _spool(settings) as opened:
         rows = queue.deliveries(opened.database, state=args.state, group=args.provider)
@@ -213,7 +219,7 @@ _BUCKET_COLUMNS = ["group", "source", "rate", "sessions", "nodes", "in_flight", 
 
 async def dkim_keygen(args: argparse.Namespace, settings: config.Basics) -> int:
     """A new pending key for a domain; prints the TXT record to publish."""
-    from mtad import dkim
+    from mtad.signing import dkim
 
     sealer = _sealer(settings)
     algorithm = dkim.Algorithm(args.alg)
@@ -233,7 +239,8 @@ async def dkim_ls(args: argparse.Namespace, settings: config.Basics) -> int:
     """Every key, its state, and what DNS publishes for it now (through [dns])."""
     import asyncio
 
-    from mtad import dkim, routing
+    from mtad.outbound import routing
+    from mtad.signing import dkim
 
     async with _spool(settings) as opened:
         keys = await dkim.list_all(opened.database)
@@ -252,7 +259,7 @@ async def dkim_ls(args: argparse.Namespace, settings: config.Basics) -> int:
 
 async def _published(resolver: routing.DnsResolver, key: dkim.Stored) -> str:
     """What DNS says of a key's record: published, another key, none, or why it could not tell."""
-    from mtad import dkim
+    from mtad.signing import dkim
 
     try:
         answer = await resolver.lookup(f"{key.selector}._domainkey.{key.domain}", "TXT")
@@ -265,7 +272,7 @@ async def _published(resolver: routing.DnsResolver, key: dkim.Stored) -> str:
 
 async def dkim_state(args: argparse.Namespace, settings: config.Basics) -> int:
     """activate or revoke a key by hand (the DNS-driven rotation is not built yet)."""
-    from mtad import dkim
+    from mtad.signing import dkim
 
     state = dkim.KeyState.ACTIVE if args.command_name == "activate" else dkim.KeyState.REVOKED
     async with _spool(settings) as opened:
@@ -278,7 +285,8 @@ async def buckets_ls(args: argparse.Namespace, settings: config.Basics) -> int:
     """The shaping buckets: rate and session cap for all nodes (as the last checkpoint
     wrote them, every [delivery] checkpoint_interval), with what the live nodes are
     doing with them; with no node running, the checkpoint alone."""
-    from mtad import limits, shaping
+    from mtad.deliver import shaping
+    from mtad.outbound import limits
 
     live_since = datetime.now(UTC) - timedelta(seconds=3 * settings.node.heartbeat_interval)
     async with _spool(settings) as opened:
@@ -308,7 +316,7 @@ _T = TypeVar("_T")
 
 def accounts_key(args: argparse.Namespace) -> int:
     """A new key for [accounts] key_file (printed; put it in a file only mtad reads)."""
-    from mtad import vault
+    from mtad.base import vault
 
     print(vault.Vault.new_key().decode())
     return EXIT_OK
@@ -316,7 +324,8 @@ def accounts_key(args: argparse.Namespace) -> int:
 
 async def accounts_add(args: argparse.Namespace, settings: config.Settings) -> int:
     """Add an account; what its pool's [account_pools] table gives fills the limits not given."""
-    from mtad import accounts, oauth, vault
+    from mtad.base import vault
+    from mtad.mailboxes import accounts, oauth
 
     secret = sys.stdin.readline().rstrip("\r\n")
     if not secret:
@@ -373,7 +382,7 @@ def _given(value: _T | None, default: _T | None) -> _T | None:
 
 
 async def accounts_ls(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad import accounts
+    from mtad.mailboxes import accounts
 
     now = datetime.now(UTC)
     async with _spool(settings) as opened:
@@ -387,7 +396,7 @@ async def accounts_ls(args: argparse.Namespace, settings: config.Basics) -> int:
 
 
 async def accounts_show(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad import accounts
+    from mtad.mailboxes import accounts
 
     now = datetime.now(UTC)
     async with _spool(settings) as opened:
@@ -403,7 +412,7 @@ async def accounts_show(args: argparse.Namespace, settings: config.Basics) -> in
 
 
 async def accounts_state(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad import accounts
+    from mtad.mailboxes import accounts
 
     now = datetime.now(UTC)
     async with _spool(settings) as opened:
@@ -416,7 +425,8 @@ async def accounts_state(args: argparse.Namespace, settings: config.Basics) -> i
 async def accounts_test(args: argparse.Namespace, settings: config.Settings) -> int:
     """Log in to the account's smarthost without sending anything (an XOAUTH2 account
     first exchanges its refresh token for an access token)."""
-    from mtad import accounts, relay, sessions
+    from mtad.mailboxes import accounts, relay
+    from mtad.outbound import sessions
 
     sealer = _sealer(settings)
     async with _spool(settings) as opened:
@@ -453,7 +463,7 @@ def _account_row(use: accounts.Usage, now: datetime) -> dict[str, Any]:
 
 async def queue_act(args: argparse.Namespace, settings: config.Basics) -> int:
     """retry, cancel or bounce: a delivery (by id) or every delivery of a message (by queue id)."""
-    from mtad import leases
+    from mtad.spool import leases
 
     async with _spool(settings) as opened:
         changed, untouched = await leases.act(opened.database, args.action, args.id, datetime.now(UTC))
@@ -469,7 +479,7 @@ async def queue_act(args: argparse.Namespace, settings: config.Basics) -> int:
 async def queue_purge(args: argparse.Namespace, settings: config.Settings) -> int:
     """Delete now what was received before --before and is done with (every delivery final),
     and the events before it, whatever the [retention] windows; say what went and what stayed."""
-    from mtad import retention
+    from mtad.spool import retention
 
     history = settings.delivery.relay.breaker.window
     async with _spool(settings) as opened:
@@ -487,7 +497,7 @@ async def queue_purge(args: argparse.Namespace, settings: config.Settings) -> in
 
 def _before(text: str) -> datetime:
     """--before: an ISO date or time, or a duration meaning that long ago (argparse exits 2 on a bad one)."""
-    from mtad import retention
+    from mtad.spool import retention
 
     try:
         return retention.moment(text, datetime.now(UTC))
@@ -496,7 +506,7 @@ def _before(text: str) -> datetime:
 
 
 async def queue_show(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad import queue
+    from mtad.spool import queue
 
     async with _spool(settings) as opened:
         view = await queue.show(opened.database, args.id)

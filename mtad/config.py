@@ -23,11 +23,19 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtad import datafiles, db, errors, outcomes, tenants, values
-from mtad.endpoints import HostPort
+from mtad import db
+from mtad.base import datafiles, errors, values
+from mtad.base.endpoints import HostPort
+from mtad.outbound import outcomes
+from mtad.spool import tenants
 
 if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of them
-    from mtad import delivery, egress, relay, retention, rotation, routing, sessions, submission
+    from mtad import submission
+    from mtad.deliver import delivery, egress
+    from mtad.mailboxes import relay
+    from mtad.outbound import routing, sessions
+    from mtad.signing import rotation
+    from mtad.spool import retention
 
 DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
 # A held delivery's lease is renewed every third of it, on the wire too, so it covers an
@@ -64,7 +72,7 @@ class LogSettings:
 
 @dataclass(frozen=True, slots=True)
 class AccountsSettings:
-    key_file: Path | None  # the key that seals account secrets and DKIM keys (mtad.vault), else
+    key_file: Path | None  # the key that seals account secrets and DKIM keys (mtad.base.vault), else
     key_env: str | None  # the environment variable that holds it
     make: bool = False  # key_file is mtad's own (embedded database, no key named): made when missing
 
@@ -145,7 +153,7 @@ def _boolean(value: Any) -> bool:
     return value
 
 
-# Shared with the modules that parse tables of their own (mtad.values).
+# Shared with the modules that parse tables of their own (mtad.base.values).
 _integer = values.integer
 duration = values.duration
 _positive_duration = values.positive_duration
@@ -281,7 +289,7 @@ def retry_schedule(value: Any) -> outcomes.RetrySchedule:
 
 
 def _canonicalization(value: Any) -> str:
-    from mtad import dkim
+    from mtad.signing import dkim
 
     return _choice(*dkim.CANONICALIZATIONS)(value)
 
@@ -575,7 +583,9 @@ def _load_delivery_data(
 ) -> dict[str, Any]:
     """The files [delivery] names (providers, reply rules), the [pools], [account_pools]
     and [routes] tables."""
-    from mtad import egress, envelope, routing
+    from mtad.base import envelope
+    from mtad.deliver import egress
+    from mtad.outbound import routing
 
     extras: dict[str, Any] = {
         "routes": {},
@@ -656,7 +666,7 @@ def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.Pool
     """The [account_pools.NAME] tables: whether the pool rewrites From, the limits
     `mtad accounts add` gives its accounts when it is not told, and the CA file its
     smarthosts are verified against (all optional)."""
-    from mtad import accounts, relay
+    from mtad.mailboxes import accounts, relay
 
     if not isinstance(table, dict):
         problems.append("[account_pools]: expected tables such as [account_pools.outreach]")
@@ -725,7 +735,8 @@ def _load_tenant_defaults(
     """The [tenants."NAME"] tables: the priority and source IP pool of a tenant's
     messages when they name none (X-Mtad-Priority, Priority, X-Mtad-Pool), and the
     tenant's weight in delivery's ready queues (put in `weights`)."""
-    from mtad import dkim, submission
+    from mtad import submission
+    from mtad.signing import dkim
 
     if not isinstance(table, dict):
         problems.append('[tenants]: expected tables such as [tenants."shop"]')
@@ -769,7 +780,12 @@ def _load_tenant_defaults(
 
 
 def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None) -> Settings:
-    from mtad import accounts, delivery, relay, retention, rotation, sessions, submission
+    from mtad import submission
+    from mtad.deliver import delivery
+    from mtad.mailboxes import accounts, relay
+    from mtad.outbound import sessions
+    from mtad.signing import rotation
+    from mtad.spool import retention
 
     sub = values["submission"]
     d = values["delivery"]

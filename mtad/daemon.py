@@ -4,7 +4,7 @@ TaskGroup, and shuts it down in order on SIGTERM or SIGINT.
 Start: database (embedded or DSN) -> migrations -> pool -> node registration (and
 what the node's previous life still held back to the queue, when that process is
 gone) -> routing, delivery -> the submission port: bound here and served by the
-submission processes (mtad.workers), or with [submission] processes = 0 by a
+submission processes (mtad.submission.processes), or with [submission] processes = 0 by a
 group committer (with delivery as its fast path) and server in this process ->
 HTTP listener -> READY=1 once the port is served.
 
@@ -29,33 +29,19 @@ import functools
 import os
 import signal
 import socket
-from dataclasses import replace
 from datetime import UTC, datetime
 
 import structlog
 
-from mtad import (
-    config,
-    db,
-    delivery,
-    dkim,
-    egress,
-    errors,
-    http,
-    leases,
-    log,
-    nodes,
-    relay,
-    retention,
-    rotation,
-    routing,
-    sessions,
-    spool,
-    submission,
-    vault,
-    workers,
-)
+from mtad import config, db, submission
+from mtad.base import errors, http, log, vault
 from mtad.db import embedded, opening
+from mtad.deliver import delivery, egress
+from mtad.mailboxes import relay
+from mtad.outbound import routing, sessions
+from mtad.signing import dkim, rotation
+from mtad.spool import commit, leases, nodes, retention
+from mtad.submission import processes
 
 logger = structlog.get_logger("mtad.daemon")
 
@@ -130,17 +116,17 @@ class Daemon:
                 mailboxes=mailboxes, signer=signer,
             )  # fmt: skip
         sub = settings.submission
-        port: workers.InProcess | workers.Processes
+        port: processes.InProcess | processes.Processes
+        handed = port_settings(settings, database.dsn)
         if sub.processes:
-            handed = replace(settings, database=replace(settings.database, dsn=database.dsn))
-            port = workers.Processes(handed, submission.bind(sub.listen), sub.processes, fast_path=engine)
+            port = processes.Processes(handed, submission.bind(sub.listen), sub.processes, fast_path=engine)
         else:
-            port = workers.InProcess(settings, database, router, fast_path=engine)
+            port = processes.InProcess(handed, database, router, fast_path=engine)
         web = None
         if settings.http.listen is not None:
             web = http.Server(
                 settings.http.listen,
-                depth=lambda: spool.depth(database),
+                depth=lambda: commit.depth(database),
                 healthy=lambda: _healthy(database),
                 others=port.counts,
             )
@@ -272,6 +258,29 @@ async def _healthy(database: db.Database) -> bool:
     except (errors.SpoolError, TimeoutError):
         return False
     return True
+
+
+def port_settings(settings: config.Settings, dsn: str) -> processes.PortSettings:
+    """What the submission port needs of the configuration (all a child is handed)."""
+    out = settings.delivery
+    return processes.PortSettings(
+        submission=settings.submission,
+        commit_window=settings.spool.commit_window,
+        commit_max_batch=settings.spool.commit_max_batch,
+        commit_timeout=settings.spool.commit_timeout,
+        idempotency_window=settings.spool.idempotency_window,
+        log_format=settings.log.format,
+        log_level=settings.log.level,
+        dsn=dsn,
+        pool_size=settings.database.pool_size,
+        nameservers=out.nameservers,
+        dns_timeout=out.dns_timeout,
+        providers=out.providers,
+        routes=out.routes,
+        port=out.sessions.port,
+        node=out.engine.node,
+        lease_duration=out.engine.lease_duration,
+    )
 
 
 def _now() -> datetime:

@@ -28,9 +28,10 @@ from typing import Any, TextIO
 
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from mtad import config, errors
-from mtad.endpoints import HostPort
-from mtad.replies import Reply
+from mtad import config
+from mtad.base import errors
+from mtad.base.endpoints import HostPort
+from mtad.base.replies import Reply
 
 DEFAULT_LISTEN = "127.0.0.1:2526"
 ACCEPTED = Reply(250, "2.1.5", "OK")

@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mtad import dkim
+from mtad.signing import dkim
 
 SCRIPT = """set -u
 ip link set lo up

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from mtad import errors
-from mtad.routing import Records
+from mtad.base import errors
+from mtad.outbound.routing import Records
 
 
 class ZoneResolver:

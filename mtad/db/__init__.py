@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast
 
 import asyncpg
 
-from mtad import errors
+from mtad.base import errors
 
 Row = Mapping[str, Any]  # an asyncpg.Record: read-only, by column name
 T = TypeVar("T")

@@ -25,7 +25,7 @@ from types import ModuleType
 
 import psutil  # type: ignore[import-untyped]
 
-from mtad import errors
+from mtad.base import errors
 
 DATABASE = "mtad"
 

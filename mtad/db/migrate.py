@@ -20,7 +20,8 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from mtad import db, errors
+from mtad import db
+from mtad.base import errors
 
 # An arbitrary constant: pg_advisory_lock key "mtad migrations".
 LOCK_KEY = 0x6D7461645F6D6967

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import structlog
 
-from mtad import db, errors
+from mtad import db
+from mtad.base import errors
 from mtad.db import embedded, migrate
 
 logger = structlog.get_logger("mtad.db")

@@ -30,9 +30,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from mtad import headers, replies, spool
-from mtad.envelope import Address
-from mtad.replies import Reply
+from mtad.base import headers, replies
+from mtad.base.envelope import Address
+from mtad.base.replies import Reply
+from mtad.spool import commit
 
 MIN_PRIORITY = -100
 MAX_PRIORITY = 100
@@ -82,7 +83,7 @@ def spoolable(
     pools: frozenset[str] = frozenset(),
     account_pools: frozenset[str] = frozenset(),
     defaults: TenantDefaults = NO_DEFAULTS,
-) -> spool.NewMessage | Reply:
+) -> commit.NewMessage | Reply:
     """The message as it will be stored (content: as received, dot-unstuffed), or
     the refusal of a bad X-Mtad-* instruction. pools, account_pools: the configured
     names; defaults: the submitting tenant's."""
@@ -93,7 +94,7 @@ def spoolable(
     if isinstance(chosen, Reply):
         return chosen
     priority, pool, account_pool = chosen
-    queue_id = spool.new_queue_id(now)
+    queue_id = commit.new_queue_id(now)
     added = b""
     given_id = found.get(b"message-id", b"").decode(errors="replace")
     message_id = given_id or f"<{queue_id.hex}@{hostname}>"
@@ -102,7 +103,7 @@ def spoolable(
     if b"date" not in found:
         added += headers.field("Date", rfc5322_date(now))
     trace = received(origin, recipients, smtputf8=smtputf8, hostname=hostname, queue_id=queue_id.hex, now=now)
-    return spool.NewMessage(
+    return commit.NewMessage(
         id=queue_id,
         tenant=origin.tenant,
         sender=sender,

@@ -21,10 +21,12 @@ from typing import Any
 import structlog
 from aiosmtpd.smtp import MISSING, SMTP, AuthResult, Envelope, Session
 
-from mtad import envelope, errors, headers, metrics, replies, routing, spool, tenants
-from mtad.endpoints import HostPort
-from mtad.envelope import Address
-from mtad.replies import Reply
+from mtad.base import envelope, errors, headers, metrics, replies
+from mtad.base.endpoints import HostPort
+from mtad.base.envelope import Address
+from mtad.base.replies import Reply
+from mtad.outbound import routing
+from mtad.spool import commit, tenants
 from mtad.submission import assembly
 
 log = structlog.get_logger("mtad.submission")
@@ -159,7 +161,7 @@ class Handler:
     def __init__(
         self,
         settings: Settings,
-        committer: spool.GroupCommitter,
+        committer: commit.GroupCommitter,
         authenticator: tenants.Authenticator,
         *,
         router: routing.Router | None = None,

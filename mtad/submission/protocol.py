@@ -1,7 +1,7 @@
 """aiosmtpd's SMTP protocol, adapted to mtad at the edge.
 
 It refuses an EHLO/HELO name that is neither a domain nor an address literal,
-parses MAIL/RCPT with mtad.envelope (aiosmtpd's parser, the email package's, was
+parses MAIL/RCPT with mtad.base.envelope (aiosmtpd's parser, the email package's, was
 ~45 % of accept CPU) and takes the null reverse-path `<>`, reads DATA in chunks
 rather than a line at a time, gives every refusal of aiosmtpd's own an enhanced
 status code, decides per connection whether AUTH needs TLS, answers 421 to a
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiosmtpd.smtp import SMTP, Envelope, Session, syntax
 
-from mtad import envelope, metrics, replies
-from mtad.replies import Reply
+from mtad.base import envelope, metrics, replies
+from mtad.base.replies import Reply
 from mtad.submission.policy import Handler, SubmissionEnvelope, SubmissionSession, check_helo, refuse
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ import socket
 import ssl
 from collections.abc import Sequence
 
-from mtad import metrics, replies
-from mtad.endpoints import HostPort
-from mtad.replies import Reply
+from mtad.base import metrics, replies
+from mtad.base.endpoints import HostPort
+from mtad.base.replies import Reply
 from mtad.submission.policy import Handler, Settings
 from mtad.submission.protocol import Protocol
 

@@ -15,7 +15,7 @@ from typing import Any
 import dkim as dkimpy
 import pytest
 
-from mtad import vault
+from mtad.base import vault
 from tests.acceptance.conftest import Mtad
 from tests.acceptance.test_run import email
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq

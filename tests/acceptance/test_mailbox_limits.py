@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from mtad import accounts, db, vault
+from mtad import db
+from mtad.base import vault
+from mtad.mailboxes import accounts
 from tests.acceptance.conftest import Mtad
 from tests.acceptance.test_run import email
 from tests.conftest import query, run_sync

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from mtad import db, routing, spool, submission, tenants
-from mtad.endpoints import HostPort
+from mtad import db, submission
+from mtad.base.endpoints import HostPort
+from mtad.outbound import routing
+from mtad.spool import commit, tenants
 from tests.sink import Sink
 from tests.zones import ZoneResolver
 
@@ -23,7 +25,7 @@ TEST_PROVIDERS = routing.load_providers(Path(__file__).parents[1] / "providers.t
 @dataclasses.dataclass
 class Submission:
     server: submission.Server
-    committer: spool.GroupCommitter
+    committer: commit.GroupCommitter
     database: db.Database
 
     @property
@@ -46,7 +48,7 @@ async def submission_server(
     if tls is not None:
         fields["tls_cert"], fields["tls_key"] = tls
     settings = submission.Settings(**fields)
-    committer = spool.GroupCommitter(database, window=0.001)
+    committer = commit.GroupCommitter(database, window=0.001)
     context = submission.tls_context(*tls) if tls else None
     router = routing.Router(ZoneResolver(ZONE, servfail={"dnsdown.test"}), TEST_PROVIDERS)
     handler = submission.Handler(settings, committer, tenants.Authenticator(database), router=router)

@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
-from mtad import accounts, db, errors, leases
-from mtad.accounts import Answer, State
+from mtad import db
+from mtad.base import errors
+from mtad.mailboxes import accounts
+from mtad.mailboxes.accounts import Answer, State
+from mtad.spool import leases
 from tests.conftest import query
 from tests.integration.test_leases import spool_messages
 

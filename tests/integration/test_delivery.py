@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from mtad import config, db, delivery, dkim, envelope, leases, outcomes, routing, sessions, spool
+from mtad import config, db
+from mtad.base import envelope
+from mtad.deliver import delivery
+from mtad.outbound import outcomes, routing, sessions
+from mtad.signing import dkim
+from mtad.spool import commit, leases
 from tests.conftest import query
 from tests.integration.test_spool import running
 from tests.sink import Sink
@@ -49,9 +54,9 @@ def engine(database: db.Database, sink: Sink, *, node: str = "n1", now: Callable
                              signer=signer)  # fmt: skip
 
 
-def new_message(*recipients: str, body: bytes = b"Subject: t\r\n\r\nhello\r\n") -> spool.NewMessage:
-    queue_id = spool.new_queue_id()
-    return spool.NewMessage(
+def new_message(*recipients: str, body: bytes = b"Subject: t\r\n\r\nhello\r\n") -> commit.NewMessage:
+    queue_id = commit.new_queue_id()
+    return commit.NewMessage(
         id=queue_id,
         tenant="t1",
         sender="app@example.org",
@@ -64,8 +69,8 @@ def new_message(*recipients: str, body: bytes = b"Subject: t\r\n\r\nhello\r\n") 
     )
 
 
-async def accept(database: db.Database, *messages: spool.NewMessage) -> None:
-    async with running(spool.GroupCommitter(database)) as committer:
+async def accept(database: db.Database, *messages: commit.NewMessage) -> None:
+    async with running(commit.GroupCommitter(database)) as committer:
         for m in messages:
             await committer.commit(m)
 
@@ -174,7 +179,7 @@ async def test_the_fast_path_and_an_orderly_stop(database: db.Database, sink: Si
     mtad = engine(database, sink, shutdown_timeout=10)
     runner = asyncio.create_task(mtad.run())
     try:
-        async with running(spool.GroupCommitter(database, fast_path=mtad)) as committer:
+        async with running(commit.GroupCommitter(database, fast_path=mtad)) as committer:
             await committer.commit(new_message("fast@sink.test"))
             await mtad.wait_idle()
             assert (await deliveries(database))["fast@sink.test"]["state"] == "delivered"
@@ -208,7 +213,7 @@ async def test_repeated_failures_of_mtad_itself_end_as_a_dead_letter(database: d
 
 async def test_a_full_node_leaves_new_deliveries_queued_for_any_node(database: db.Database, sink: Sink) -> None:
     mtad = engine(database, sink, max_held=1)
-    async with running(spool.GroupCommitter(database, fast_path=mtad)) as committer:
+    async with running(commit.GroupCommitter(database, fast_path=mtad)) as committer:
         await committer.commit(new_message("first@down.test"))  # held (run() has not started)
         await committer.commit(new_message("second@down.test"))  # no room: queued
     rows = await deliveries(database)
@@ -224,7 +229,7 @@ async def test_bodies_beyond_the_body_cache_are_read_when_sent(database: db.Data
         return f"Subject: m{i}\r\n\r\n".encode() + (bytes([65 + i]) * 98 + b"\r\n") * 10
 
     mtad = engine(database, sink, body_cache=2500)  # room for about two bodies
-    async with running(spool.GroupCommitter(database, fast_path=mtad)) as committer:  # handed over, held early
+    async with running(commit.GroupCommitter(database, fast_path=mtad)) as committer:  # handed over, held early
         for i in range(4):
             await committer.commit(new_message(f"fast{i}@sink.test", body=body(i)))
     assert mtad.statistics().body_bytes <= 2500
@@ -242,7 +247,7 @@ async def test_a_send_slower_than_the_lease_keeps_its_lease_and_goes_once(databa
     mtad = engine(database, sink, lease_duration=0.6, shutdown_timeout=10)  # renewed every 0.2 s, reaped at 0.3
     runner = asyncio.create_task(mtad.run())
     try:
-        async with running(spool.GroupCommitter(database, fast_path=mtad)) as committer:
+        async with running(commit.GroupCommitter(database, fast_path=mtad)) as committer:
             await committer.commit(new_message("slow-1@sink.test"))
             await sink.holding.wait()  # on the wire; the receiver holds its answer
             [first] = await query(database, "SELECT lease_expires_at FROM deliveries")

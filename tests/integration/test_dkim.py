@@ -11,8 +11,12 @@ from pathlib import Path
 import dkim as dkimpy
 import pytest
 
-from mtad import accounts, db, delivery, dkim, errors, relay, vault
-from mtad.dkim import Algorithm, KeyState
+from mtad import db
+from mtad.base import errors, vault
+from mtad.deliver import delivery
+from mtad.mailboxes import accounts, relay
+from mtad.signing import dkim
+from mtad.signing.dkim import Algorithm, KeyState
 from tests.conftest import query
 from tests.integration.test_delivery import accept, engine, new_message
 from tests.integration.test_relay_delivery import SEALER, add, relayed, relaying

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mtad import dkim
-from mtad.dkim import Algorithm
+from mtad.signing import dkim
+from mtad.signing.dkim import Algorithm
 from tests import opendkim
 
 pytestmark = pytest.mark.skipif(opendkim.missing() is not None, reason=str(opendkim.missing()))

@@ -6,8 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from mtad import config, errors, routing
-from mtad.endpoints import HostPort
+from mtad import config
+from mtad.base import errors
+from mtad.base.endpoints import HostPort
+from mtad.outbound import routing
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq, ServfailServer
 
 pytestmark = NEEDS_DNSMASQ

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from mtad import config, errors, routing
-from mtad.endpoints import HostPort
+from mtad import config
+from mtad.base import errors
+from mtad.base.endpoints import HostPort
+from mtad.outbound import routing
 from tests.dnsserver import PickyServer
 
 PROVIDERS = routing.load_providers(config.shipped_table("providers"))

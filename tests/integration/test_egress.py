@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
-from mtad import db, egress
-from mtad.egress import DAY, Egress, PoolSettings, SendOutcome, Warmup, WarmupRow
+from mtad import db
+from mtad.deliver import egress
+from mtad.deliver.egress import DAY, Egress, PoolSettings, SendOutcome, Warmup, WarmupRow
 from tests.conftest import query
 
 START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()

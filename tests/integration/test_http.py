@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from mtad import errors, http
-from mtad.endpoints import HostPort
+from mtad.base import errors, http
+from mtad.base.endpoints import HostPort
 
 
 async def get(port: int, request: bytes) -> tuple[str, bytes]:

@@ -8,9 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mtad import db, errors, leases, spool
-from mtad.lifecycle import Reason, State
-from mtad.replies import Reply
+from mtad import db
+from mtad.base import errors
+from mtad.base.lifecycle import Reason, State
+from mtad.base.replies import Reply
+from mtad.spool import commit, leases
 from tests.conftest import query
 from tests.integration.test_spool import message, running
 
@@ -18,7 +20,7 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 async def spool_messages(database: db.Database, *recipients: str, count: int = 1) -> list[uuid.UUID]:
-    async with running(spool.GroupCommitter(database, now=lambda: NOW)) as committer:
+    async with running(commit.GroupCommitter(database, now=lambda: NOW)) as committer:
         accepted = [await committer.commit(message(*recipients)) for _ in range(count)]
     return [a.queue_id for a in accepted]
 
@@ -188,12 +190,12 @@ async def test_operator_actions(database: db.Database) -> None:
 
 
 class Collector:
-    """The fast path's receiving end (a spool.FastPath)."""
+    """The fast path's receiving end (a commit.FastPath)."""
 
     node = "n1"
 
     def __init__(self) -> None:
-        self.deliveries: list[spool.NewDelivery] = []
+        self.deliveries: list[commit.NewDelivery] = []
 
     def lease_until(self, now: datetime) -> datetime:
         return now + timedelta(minutes=5)
@@ -201,16 +203,16 @@ class Collector:
     def has_room(self) -> bool:
         return True
 
-    def accepted(self, deliveries: list[spool.NewDelivery]) -> None:
+    def accepted(self, deliveries: list[commit.NewDelivery]) -> None:
         self.deliveries.extend(deliveries)
 
 
 async def test_accepted_deliveries_take_the_fast_path(database: db.Database) -> None:
     collector = Collector()
-    async with running(spool.GroupCommitter(database, fast_path=collector)) as committer:
+    async with running(commit.GroupCommitter(database, fast_path=collector)) as committer:
         msg = message("a@example.com", "b@example.net", key="key:once")
         await committer.commit(msg)
-        await committer.commit(spool.NewMessage(**{**_fields(msg), "id": spool.new_queue_id()}))  # a duplicate
+        await committer.commit(commit.NewMessage(**{**_fields(msg), "id": commit.new_queue_id()}))  # a duplicate
     assert [(d.message.id, d.recipient, d.domain) for d in collector.deliveries] == [
         (msg.id, "a@example.com", "example.com"), (msg.id, "b@example.net", "example.net")
     ]  # fmt: skip
@@ -218,7 +220,7 @@ async def test_accepted_deliveries_take_the_fast_path(database: db.Database) -> 
     assert {(r["state"], r["lease_owner"]) for r in rows} == {("leased", "n1")}
 
 
-def _fields(msg: spool.NewMessage) -> dict[str, object]:
+def _fields(msg: commit.NewMessage) -> dict[str, object]:
     return {name: getattr(msg, name) for name in msg.__dataclass_fields__}
 
 

@@ -9,7 +9,8 @@ import socket
 import sys
 from datetime import UTC, datetime, timedelta
 
-from mtad import db, nodes
+from mtad import db
+from mtad.spool import nodes
 from tests.conftest import query
 
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mtad import errors, oauth
-from mtad.vault import Secret
+from mtad.base import errors
+from mtad.base.vault import Secret
+from mtad.mailboxes import oauth
 
 
 @dataclass

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from mtad import db, delivery, egress, outcomes, routing, sessions, shaping
+from mtad import db
+from mtad.deliver import delivery, egress, shaping
+from mtad.outbound import outcomes, routing, sessions
 from tests.conftest import query
 from tests.integration.test_delivery import PROVIDERS, RULES, ZONE, accept, new_message
 from tests.sink import Sink

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mtad import outcomes, sessions
-from mtad.outcomes import Failure
+from mtad.outbound import outcomes, sessions
+from mtad.outbound.outcomes import Failure
 from mtad.submission import tls_context
 from tests.integration.test_delivery import RULES
 from tests.sink import Sink

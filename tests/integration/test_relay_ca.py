@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from mtad import accounts, cli, config, db, delivery, outcomes, relay, routing, sessions, vault
+from mtad import cli, config, db
+from mtad.base import vault
+from mtad.base.vault import Secret
+from mtad.deliver import delivery
+from mtad.mailboxes import accounts, relay
+from mtad.outbound import outcomes, routing, sessions
 from mtad.submission import tls_context
-from mtad.vault import Secret
 from tests.certs import self_signed
 from tests.integration.test_delivery import PROVIDERS, RULES, accept, deliveries
 from tests.integration.test_oauth import TokenServer

@@ -19,9 +19,15 @@ import pytest
 import structlog
 from prometheus_client import REGISTRY
 
-from mtad import accounts, db, delivery, dkim, outcomes, relay, routing, sessions, spool, vault
-from mtad.accounts import State
-from mtad.vault import Secret
+from mtad import db
+from mtad.base import vault
+from mtad.base.vault import Secret
+from mtad.deliver import delivery
+from mtad.mailboxes import accounts, relay
+from mtad.mailboxes.accounts import State
+from mtad.outbound import outcomes, routing, sessions
+from mtad.signing import dkim
+from mtad.spool import commit
 from tests.conftest import query
 from tests.integration.test_delivery import PROVIDERS, RULES, accept, deliveries, new_message
 from tests.integration.test_oauth import TokenServer
@@ -65,7 +71,7 @@ def relaying(
     return delivery.Delivery(engine, database, router, pool, RULES, mailboxes=mailboxes, now=clock, signer=signer)
 
 
-def relayed(*recipients: str, pool: str = "p", body: bytes = b"Subject: t\r\n\r\nhello\r\n") -> spool.NewMessage:
+def relayed(*recipients: str, pool: str = "p", body: bytes = b"Subject: t\r\n\r\nhello\r\n") -> commit.NewMessage:
     return dataclasses.replace(new_message(*recipients, body=body), account_pool=pool)
 
 

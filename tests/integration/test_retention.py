@@ -9,7 +9,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mtad import accounts, db, envelope, retention, spool
+from mtad import db
+from mtad.base import envelope
+from mtad.mailboxes import accounts
+from mtad.spool import commit, retention
 from tests.conftest import query
 from tests.integration.test_accounts import make
 
@@ -19,8 +22,8 @@ WEEK = retention.Settings(messages=7 * retention.DAY, events=30 * retention.DAY,
 
 async def spooled(database: db.Database, at: datetime, *states: str) -> uuid.UUID:
     """A message received at `at`, with one delivery per state given (set as if delivery had moved it)."""
-    queue_id = spool.new_queue_id(at.timestamp())
-    message = spool.NewMessage(
+    queue_id = commit.new_queue_id(at.timestamp())
+    message = commit.NewMessage(
         id=queue_id,
         tenant="t1",
         sender="app@example.org",
@@ -31,7 +34,7 @@ async def spooled(database: db.Database, at: datetime, *states: str) -> uuid.UUI
         client_address="127.0.0.1",
         received_at=at,
     )
-    committer = spool.GroupCommitter(database)
+    committer = commit.GroupCommitter(database)
     task = asyncio.create_task(committer.run())
     try:
         await committer.commit(message)
@@ -205,7 +208,7 @@ async def wait_for_lock_waiter(database: db.Database) -> None:
 def test_the_first_queue_id_of_a_time_is_below_every_id_made_then_or_later() -> None:
     at = NOW.timestamp()
     bound = retention.first_queue_id(NOW)
-    assert all(spool.new_queue_id(at - 0.002) < bound <= spool.new_queue_id(at + d) for d in (0, 0.001, 60))
+    assert all(commit.new_queue_id(at - 0.002) < bound <= commit.new_queue_id(at + d) for d in (0, 0.001, 60))
 
 
 async def test_expired_idempotency_keys_go_in_the_rounds(database: db.Database) -> None:

@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-from mtad import db, dkim, rotation, routing
-from mtad.dkim import Algorithm, KeyState
-from mtad.endpoints import HostPort
+from mtad import db
+from mtad.base.endpoints import HostPort
+from mtad.outbound import routing
+from mtad.signing import dkim, rotation
+from mtad.signing.dkim import Algorithm, KeyState
 from tests.conftest import query
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
 from tests.integration.test_relay_delivery import SEALER

@@ -5,8 +5,11 @@ import uuid
 
 import pytest
 
-from mtad import accounts, db, dkim, errors, lifecycle
+from mtad import db
+from mtad.base import errors, lifecycle
 from mtad.db import migrate
+from mtad.mailboxes import accounts
+from mtad.signing import dkim
 from tests.conftest import admin, query, with_database
 
 

@@ -10,8 +10,8 @@ import aiosmtplib
 import aiosmtplib.protocol
 import pytest
 
-from mtad import sessions
-from mtad.outcomes import Failure
+from mtad.outbound import sessions
+from mtad.outbound.outcomes import Failure
 from tests.sink import Sink
 
 BODY = b"From: a@example.org\r\nSubject: hi\r\n\r\nHello.\r\n"

@@ -9,7 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mtad import db, delivery, limits, outcomes, routing, sessions, shaping, spool
+from mtad import db
+from mtad.deliver import delivery, shaping
+from mtad.outbound import limits, outcomes, routing, sessions
+from mtad.spool import commit
 from tests.conftest import query
 from tests.integration.conftest import TEST_PROVIDERS
 from tests.integration.test_delivery import RULES, ZONE, accept, new_message
@@ -141,7 +144,7 @@ async def test_a_small_tenant_is_not_starved_by_a_big_campaign(database: db.Data
     try:
         big = [dataclasses.replace(new_message(f"c{i}@sink.test"), tenant="campaign") for i in range(10_000)]
         small = [dataclasses.replace(new_message(f"s{i}@sink.test"), tenant="shop") for i in range(10)]
-        async with running(spool.GroupCommitter(database)) as committer:  # committed in batches
+        async with running(commit.GroupCommitter(database)) as committer:  # committed in batches
             await asyncio.gather(*(committer.commit(m) for m in big))
             await asyncio.gather(*(committer.commit(m) for m in small))
         router = routing.Router(ZoneResolver(ZONE), TEST_PROVIDERS, port=sink.port)

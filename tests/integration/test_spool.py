@@ -12,16 +12,18 @@ from datetime import UTC, datetime, timedelta
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from mtad import db, envelope, errors, queue, spool
+from mtad import db
+from mtad.base import envelope, errors
+from mtad.spool import commit, queue
 from tests.conftest import query
 from tests.proxy import PgProxy
 
 
 def message(
     *recipients: str, tenant: str = "t1", key: str | None = None, body: bytes = b"Subject: x\r\n\r\nhi\r\n"
-) -> spool.NewMessage:
-    queue_id = spool.new_queue_id()
-    return spool.NewMessage(
+) -> commit.NewMessage:
+    queue_id = commit.new_queue_id()
+    return commit.NewMessage(
         id=queue_id,
         tenant=tenant,
         sender="app@example.org",
@@ -35,7 +37,7 @@ def message(
 
 
 @contextlib.asynccontextmanager
-async def running(committer: spool.GroupCommitter) -> AsyncIterator[spool.GroupCommitter]:
+async def running(committer: commit.GroupCommitter) -> AsyncIterator[commit.GroupCommitter]:
     task = asyncio.create_task(committer.run())
     try:
         yield committer
@@ -45,10 +47,10 @@ async def running(committer: spool.GroupCommitter) -> AsyncIterator[spool.GroupC
 
 
 async def test_a_commit_writes_message_deliveries_and_event_together(database: db.Database) -> None:
-    async with running(spool.GroupCommitter(database)) as committer:
+    async with running(commit.GroupCommitter(database)) as committer:
         msg = message("a@example.com", "B@Bücher.example")
         accepted = await committer.commit(msg)
-    assert accepted == spool.Accepted(msg.id, duplicate=False)
+    assert accepted == commit.Accepted(msg.id, duplicate=False)
     [stored] = await query(database, "SELECT * FROM messages")
     assert stored["id"] == msg.id
     assert bytes(stored["body"]) == msg.body
@@ -63,7 +65,7 @@ async def test_a_commit_writes_message_deliveries_and_event_together(database: d
 
 
 async def test_concurrent_commits_share_transactions(database: db.Database) -> None:
-    committer = spool.GroupCommitter(database, window=0.05, max_batch=64)
+    committer = commit.GroupCommitter(database, window=0.05, max_batch=64)
     async with running(committer):
         results = await asyncio.gather(*(committer.commit(message()) for _ in range(150)))
     assert len({r.queue_id for r in results}) == 150
@@ -75,14 +77,14 @@ async def test_concurrent_commits_share_transactions(database: db.Database) -> N
 
 
 async def test_the_same_key_is_accepted_once_per_tenant(database: db.Database) -> None:
-    async with running(spool.GroupCommitter(database)) as committer:
+    async with running(commit.GroupCommitter(database)) as committer:
         first = await committer.commit(message(key="key:order-1"))
         again = await committer.commit(message(key="key:order-1"))
         other_tenant = await committer.commit(message(key="key:order-1", tenant="t2"))
         # Two submissions of one key in the same batch: one message.
         same_batch = await asyncio.gather(*(committer.commit(message(key="key:order-2")) for _ in range(3)))
     assert not first.duplicate
-    assert again == spool.Accepted(first.queue_id, duplicate=True)
+    assert again == commit.Accepted(first.queue_id, duplicate=True)
     assert not other_tenant.duplicate
     assert len({r.queue_id for r in same_batch}) == 1
     assert sorted(r.duplicate for r in same_batch) == [False, True, True]
@@ -94,7 +96,7 @@ async def test_the_same_key_is_accepted_once_per_tenant(database: db.Database) -
 
 async def test_a_key_is_free_again_after_its_window(database: db.Database) -> None:
     clock = [datetime.now(UTC)]
-    async with running(spool.GroupCommitter(database, now=lambda: clock[0])) as committer:  # 24 h by default
+    async with running(commit.GroupCommitter(database, now=lambda: clock[0])) as committer:  # 24 h by default
         first = await committer.commit(message(key="key:k"))
         clock[0] += timedelta(hours=23)
         assert (await committer.commit(message(key="key:k"))).duplicate
@@ -102,7 +104,7 @@ async def test_a_key_is_free_again_after_its_window(database: db.Database) -> No
         later = await committer.commit(message(key="key:k"))
     assert not later.duplicate
     assert later.queue_id != first.queue_id
-    async with running(spool.GroupCommitter(database, idempotency_window=60, now=lambda: clock[0])) as committer:
+    async with running(commit.GroupCommitter(database, idempotency_window=60, now=lambda: clock[0])) as committer:
         first = await committer.commit(message(key="key:m"))
         clock[0] += timedelta(seconds=59)
         assert (await committer.commit(message(key="key:m"))).duplicate
@@ -114,7 +116,7 @@ async def test_unreachable_database_fails_cleanly_and_accept_resumes(dsn: str) -
     with PgProxy(dsn) as proxy:
         database = await db.Database.connect(proxy.dsn, max_size=3)
         try:
-            async with running(spool.GroupCommitter(database)) as committer:
+            async with running(commit.GroupCommitter(database)) as committer:
                 assert not (await committer.commit(message())).duplicate
                 proxy.cut()
                 with pytest.raises(errors.DatabaseUnavailable):
@@ -133,7 +135,7 @@ async def test_unreachable_database_fails_cleanly_and_accept_resumes(dsn: str) -
 
 
 async def test_commit_after_close_is_refused(database: db.Database) -> None:
-    committer = spool.GroupCommitter(database)
+    committer = commit.GroupCommitter(database)
     async with running(committer):
         pass
     with pytest.raises(errors.DatabaseUnavailable, match="shutting down"):
@@ -141,14 +143,14 @@ async def test_commit_after_close_is_refused(database: db.Database) -> None:
 
 
 async def test_queue_queries(database: db.Database) -> None:
-    async with running(spool.GroupCommitter(database)) as committer:
+    async with running(commit.GroupCommitter(database)) as committer:
         msg = message("a@example.com", "b@example.com")
         await committer.commit(msg)
         await committer.commit(message("c@example.com"))
     everything = [d async for d in queue.deliveries(database)]
     assert [d["recipient"] for d in everything] == ["a@example.com", "b@example.com", "c@example.com"]
     assert [d async for d in queue.deliveries(database, state="delivered")] == []
-    assert await spool.depth(database) == {"queued": 3}
+    assert await commit.depth(database) == {"queued": 3}
 
     view = await queue.show(database, str(msg.id))
     assert view.message["sender"] == "app@example.org"
@@ -164,7 +166,7 @@ async def test_queue_queries(database: db.Database) -> None:
 
 
 async def test_run_until_idle_writes_what_is_queued(database: db.Database) -> None:
-    committer = spool.GroupCommitter(database, max_batch=3)
+    committer = commit.GroupCommitter(database, max_batch=3)
     waiting = [asyncio.ensure_future(committer.commit(message())) for _ in range(7)]
     await asyncio.sleep(0)  # let every commit() queue its message
     await committer.run_until_idle()
@@ -174,13 +176,13 @@ async def test_run_until_idle_writes_what_is_queued(database: db.Database) -> No
 
 
 async def timed(
-    committer: spool.GroupCommitter, msg: spool.NewMessage
-) -> tuple[float, spool.Accepted | errors.SpoolError]:
+    committer: commit.GroupCommitter, msg: commit.NewMessage
+) -> tuple[float, commit.Accepted | errors.SpoolError]:
     """How long commit() took, and what it returned or raised."""
     loop = asyncio.get_running_loop()
     submitted = loop.time()
     try:
-        outcome: spool.Accepted | errors.SpoolError = await committer.commit(msg)
+        outcome: commit.Accepted | errors.SpoolError = await committer.commit(msg)
     except errors.SpoolError as exc:
         outcome = exc
     return loop.time() - submitted, outcome
@@ -195,7 +197,7 @@ async def test_a_hung_commit_answers_each_message_within_the_timeout_of_its_own_
     after the batches ahead of it have timed out one by one); the queued batches
     whose messages all expired are never sent; a resubmission is accepted once."""
     timeout = 1.0
-    committer = spool.GroupCommitter(database, max_batch=2, timeout=timeout)
+    committer = commit.GroupCommitter(database, max_batch=2, timeout=timeout)
 
     keys = [f"key:{i}" for i in range(7)]
     locker = await db.connect_once(dsn)
@@ -225,7 +227,7 @@ async def test_a_hung_commit_answers_each_message_within_the_timeout_of_its_own_
     assert (stats.batches, stats.failures) == (0, 2), stats  # the first batch and the next one
     assert stats.expired == 4, stats  # the last two batches: their deadlines had passed when their turn came
 
-    async with running(spool.GroupCommitter(database)) as again:
+    async with running(commit.GroupCommitter(database)) as again:
         resubmitted = [await again.commit(message(key=key)) for key in keys]
     [count] = await query(database, "SELECT count(*) AS n FROM messages")
     assert count["n"] == 7  # each message once, whether its first submission committed or not
@@ -261,7 +263,7 @@ async def test_a_frozen_server_answers_each_message_within_the_timeout_of_its_ow
     is still answered 451 within the commit timeout of its submission, and once the
     server is back the committer writes again at once."""
     timeout = 1.0
-    committer = spool.GroupCommitter(database, max_batch=2, timeout=timeout)
+    committer = commit.GroupCommitter(database, max_batch=2, timeout=timeout)
 
     async with running(committer):
         await committer.commit(message())  # a pooled connection is open before the freeze

@@ -18,10 +18,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import mtad
-from mtad import accounts, db, dkim, events, leases, spool, vault
-from mtad.dkim import Algorithm, KeyState
-from mtad.lifecycle import TRANSITIONS, Reason, State
-from mtad.replies import Reply
+from mtad import db
+from mtad.base import events, vault
+from mtad.base.lifecycle import TRANSITIONS, Reason, State
+from mtad.base.replies import Reply
+from mtad.mailboxes import accounts
+from mtad.signing import dkim
+from mtad.signing.dkim import Algorithm, KeyState
+from mtad.spool import commit, leases
 from tests.conftest import query
 from tests.integration.test_accounts import make
 from tests.integration.test_leases import Collector, outcome, spool_messages
@@ -145,7 +149,7 @@ async def exercise(database: db.Database) -> None:
     await query(database, "INSERT INTO suppressions (tenant, address, reason, created_at) VALUES"
                           " ('t1', 'gone@example.com', '550 5.1.1', $1)", now)  # fmt: skip
     await spool_messages(database, *(f"r{i}@example.com" for i in range(20)), "gone@example.com")
-    async with running(spool.GroupCommitter(database, now=lambda: now, fast_path=Collector())) as committer:
+    async with running(commit.GroupCommitter(database, now=lambda: now, fast_path=Collector())) as committer:
         await committer.commit(message("fast@example.com"))
 
     # An attempt ends in each outcome; leases go back expired, reclaimed and released.

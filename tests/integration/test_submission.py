@@ -9,7 +9,10 @@ import ssl
 import aiosmtplib
 import pytest
 
-from mtad import db, delivery, leases, outcomes, routing, sessions, submission, tenants
+from mtad import db, submission
+from mtad.deliver import delivery
+from mtad.outbound import outcomes, routing, sessions
+from mtad.spool import leases, tenants
 from tests.conftest import query
 from tests.integration.conftest import Factory
 from tests.integration.test_delivery import PROVIDERS, RULES

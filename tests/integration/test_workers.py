@@ -1,4 +1,4 @@
-"""Submission processes started by mtad.workers.Processes, as real child processes."""
+"""Submission processes started by mtad.submission.processes.Processes, as real child processes."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from mtad import config, errors, metrics, spool, submission, workers
-from mtad.endpoints import HostPort
-from mtad.envelope import Address
+from mtad import config, daemon, submission
+from mtad.base import errors, metrics
+from mtad.base.endpoints import HostPort
+from mtad.base.envelope import Address
+from mtad.spool import commit
+from mtad.submission import processes
 
 
 async def test_a_child_that_cannot_start_fails_the_start(tmp_path: Path) -> None:
@@ -21,16 +24,16 @@ async def test_a_child_that_cannot_start_fails_the_start(tmp_path: Path) -> None
     path.write_text('[database]\ndsn = "postgresql://mtad@127.0.0.1:1/mtad"\n[submission]\nprocesses = 1\n')
     settings = config.load(path, environ={})
     listening = submission.bind([HostPort("127.0.0.1", 0)])
-    processes = workers.Processes(settings, listening, 1)
-    assert processes.addresses[0].port != 0
+    children = processes.Processes(daemon.port_settings(settings, settings.database.dsn or ""), listening, 1)
+    assert children.addresses[0].port != 0
     async with asyncio.TaskGroup() as tasks:
-        running = tasks.create_task(processes.run())
+        running = tasks.create_task(children.run())
         with pytest.raises(errors.ProcessError, match="submission process 1 exited"):
-            await processes.start()
-        await processes.stop()
+            await children.start()
+        await children.stop()
         await running
     assert all(sock.fileno() == -1 for sock in listening)  # stop() closed them
-    assert await processes.counts() == [[], []]
+    assert await children.counts() == [[], []]
 
 
 async def test_a_child_that_exits_during_a_scrape_is_counted_once(tmp_path: Path) -> None:
@@ -39,8 +42,10 @@ async def test_a_child_that_exits_during_a_scrape_is_counted_once(tmp_path: Path
     be added twice (a counter that jumps, then falls back, reads as a reset)."""
     path = tmp_path / "mtad.toml"
     path.write_text('[database]\ndsn = "postgresql://mtad@127.0.0.1:1/mtad"\n[submission]\nprocesses = 2\n')
-    processes = workers.Processes(config.load(path, environ={}), submission.bind([HostPort("127.0.0.1", 0)]), 2)
-    first, second = processes._children
+    settings = config.load(path, environ={})
+    handed = daemon.port_settings(settings, settings.database.dsn or "")
+    children = processes.Processes(handed, submission.bind([HostPort("127.0.0.1", 0)]), 2)
+    first, second = children._children
 
     def accepted(value: float) -> list[metrics.Counted]:
         name = "mtad_submission_accepted_messages"
@@ -51,26 +56,26 @@ async def test_a_child_that_exits_during_a_scrape_is_counted_once(tmp_path: Path
     with theirs:
         _, second.writer = await asyncio.open_connection(sock=ours)
         second.ready.set()
-        scrape = asyncio.create_task(processes.counts())
+        scrape = asyncio.create_task(children.counts())
         loop = asyncio.get_running_loop()
         theirs.setblocking(False)
         assert await loop.sock_recv(theirs, 64)  # the second child is being asked ...
-        processes._retire(first)  # ... when the first, which has answered, exits
-        processes._take(second, ("metrics", accepted(2)))
+        children._retire(first)  # ... when the first, which has answered, exits
+        children._take(second, ("metrics", accepted(2)))
         counted = await scrape
         second.writer.close()
-    processes.close()
+    children.close()
     assert sum(value for counts in counted for *_, value in counts) == 5 + 2
 
 
 def test_what_a_child_hands_over_arrives_whole() -> None:
-    message = spool.NewMessage(
-        id=spool.new_queue_id(), tenant="shop", sender="app@example.org",
+    message = commit.NewMessage(
+        id=commit.new_queue_id(), tenant="shop", sender="app@example.org",
         recipients=(Address("a", "example.com"), Address("bé", "xn--bcher-kva.example")), message_id="<m@x>",
         idempotency_key="msgid:<m@x>:d", body=b"Subject: x\r\n\r\nbody\r\n", client_address="127.0.0.1",
         received_at=datetime.now(UTC), smtputf8=True, priority=20, pool="bulk", account_pool="outreach",
     )  # fmt: skip
-    handed = [spool.NewDelivery(7, message, "a@example.com", "example.com"), spool.NewDelivery(8, message, "x", "y")]
+    handed = [commit.NewDelivery(7, message, "a@example.com", "example.com"), commit.NewDelivery(8, message, "x", "y")]
     back = pickle.loads(pickle.dumps(("accepted", handed), protocol=pickle.HIGHEST_PROTOCOL))
     assert back == ("accepted", handed)
     assert back[1][0].message is back[1][1].message  # the body travels once per message

@@ -1,7 +1,7 @@
 import pytest
 
-from mtad import envelope
-from mtad.replies import Reply
+from mtad.base import envelope
+from mtad.base.replies import Reply
 from mtad.submission import assembly
 
 ORIGIN = assembly.Origin(tenant="shop", client="192.0.2.7", helo="app.example", tls=True, authenticated=True)
@@ -16,7 +16,7 @@ def assemble(
     pools: frozenset[str] = POOLS,
     account_pools: frozenset[str] = frozenset({"outreach"}),
     defaults: assembly.TenantDefaults = assembly.NO_DEFAULTS,
-) -> assembly.spool.NewMessage | Reply:
+) -> assembly.commit.NewMessage | Reply:
     return assembly.spoolable(
         content,
         sender="app@example.org",
@@ -31,9 +31,9 @@ def assemble(
     )
 
 
-def spool(content: bytes, *recipients: str, **options: object) -> assembly.spool.NewMessage:
+def spool(content: bytes, *recipients: str, **options: object) -> assembly.commit.NewMessage:
     message = assemble(content, *recipients, **options)  # type: ignore[arg-type]
-    assert isinstance(message, assembly.spool.NewMessage), message
+    assert isinstance(message, assembly.commit.NewMessage), message
     return message
 
 
@@ -43,7 +43,7 @@ def refusal(content: bytes, **options: object) -> Reply:
     return reply
 
 
-def trace(message: assembly.spool.NewMessage) -> bytes:
+def trace(message: assembly.commit.NewMessage) -> bytes:
     """The Received header mtad put on top of the message."""
     recipients = message.recipients
     return assembly.received(

@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from mtad.batching import Batcher
+from mtad.base.batching import Batcher
 
 
 async def test_concurrent_items_share_flushes_and_get_their_own_results() -> None:

@@ -5,9 +5,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mtad import accounts, cli, dkim
+from mtad import cli
+from mtad.mailboxes import accounts
+from mtad.signing import dkim
 
-HEAVY = ("mtad.delivery", "mtad.submission", "mtad.sessions", "mtad.relay", "mtad.dkim", "aiosmtplib", "aiosmtpd")
+HEAVY = (
+    "mtad.deliver",
+    "mtad.submission",
+    "mtad.outbound.sessions",
+    "mtad.mailboxes",
+    "mtad.signing",
+    "aiosmtplib",
+    "aiosmtpd",
+)
 
 
 def loaded_after(code: str) -> set[str]:
@@ -19,14 +29,20 @@ def loaded_after(code: str) -> set[str]:
 
 def test_help_imports_no_domain_module() -> None:
     loaded = loaded_after("from mtad import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass")
-    assert not {m for m in loaded if m.startswith("mtad.")} - {"mtad.cli", "mtad.errors", "mtad.lifecycle"}
+    assert not {m for m in loaded if m.startswith("mtad.")} - {
+        "mtad.cli",
+        "mtad.base",
+        "mtad.base.errors",
+        "mtad.base.lifecycle",
+    }
     assert "asyncpg" not in loaded
 
 
 def test_a_tools_configuration_imports_no_delivery_code(tmp_path: Path) -> None:
     path = tmp_path / "mtad.toml"
     path.write_text('[database]\ndata_dir = "pgdata"\n[delivery]\nlease_duration = "1m"\n')
-    code = f"from pathlib import Path\nfrom mtad import config, queue\nconfig.load_basics(Path({str(path)!r}))"
+    code = "from pathlib import Path\nfrom mtad import config\nfrom mtad.spool import queue\n"
+    code += f"config.load_basics(Path({str(path)!r}))"
     loaded = loaded_after(code)
     assert not loaded & set(HEAVY)
 

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from mtad import config, errors, submission
-from mtad.endpoints import HostPort
+from mtad import config, submission
+from mtad.base import errors
+from mtad.base.endpoints import HostPort
 from tests.certs import self_signed
 
 REFERENCE = Path(__file__).parents[2] / "conf" / "mtad.toml"

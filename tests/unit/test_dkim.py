@@ -1,4 +1,4 @@
-"""DKIM signatures made by mtad.dkim, checked by dkimpy's verifier (keys from a dict, no DNS)."""
+"""DKIM signatures made by mtad.signing.dkim, checked by dkimpy's verifier (keys from a dict, no DNS)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import dkim as dkimpy
 import pytest
 from dkim.canonicalization import CanonicalizationPolicy
 
-from mtad import dkim
-from mtad.dkim import Algorithm
+from mtad.signing import dkim
+from mtad.signing.dkim import Algorithm
 
 RELAXED = CanonicalizationPolicy.from_c_value(b"relaxed/relaxed")  # dkimpy's, to compare with
 RSA = dkim.generate("example.com", "mtad-202611", Algorithm.RSA2048)

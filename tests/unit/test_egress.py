@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from mtad import egress, errors
-from mtad.egress import DAY, Egress, Policy, PoolSettings, SendOutcome, Warmup
+from mtad.base import errors
+from mtad.deliver import egress
+from mtad.deliver.egress import DAY, Egress, Policy, PoolSettings, SendOutcome, Warmup
 
 START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
 A, B, C = "192.0.2.1", "192.0.2.2", "192.0.2.3"

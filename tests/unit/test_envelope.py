@@ -1,6 +1,6 @@
 import pytest
 
-from mtad import envelope, errors
+from mtad.base import envelope, errors
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 import pytest
 
-from mtad import headers
+from mtad.base import headers
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import aiosmtplib.protocol
 import aiosmtplib.smtp
 from aiosmtpd.smtp import MISSING, SMTP, AuthResult, Envelope, Session, syntax
 
-from mtad import sessions
+from mtad.outbound import sessions
 from mtad.submission import policy, protocol
 
 
@@ -116,7 +116,7 @@ async def test_aiosmtpd_private_helpers_mtad_calls() -> None:
     assert server._strip_command_keyword("TO:", "from: <a@example.com>") is None
     assert server._getparams(["SIZE=10", "SMTPUTF8"]) == {"SIZE": "10", "SMTPUTF8": True}
     assert server._getparams(["SIZE="]) is None
-    assert parameters(SMTP._getaddr) == ["self", "arg"]  # overridden: VRFY parses with mtad.envelope
+    assert parameters(SMTP._getaddr) == ["self", "arg"]  # overridden: VRFY parses with mtad.base.envelope
     assert "self._getaddr(arg)" in source(SMTP.smtp_VRFY)
     assert parameters(SMTP.check_helo_needed) == ["self", "helo"]
     assert parameters(SMTP.check_auth_needed) == ["self", "caller_method"]

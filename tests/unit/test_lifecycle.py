@@ -1,7 +1,7 @@
 import pytest
 
-from mtad import errors, lifecycle
-from mtad.lifecycle import Reason, State
+from mtad.base import errors, lifecycle
+from mtad.base.lifecycle import Reason, State
 
 
 def test_every_state_has_a_row_and_final_states_lead_nowhere() -> None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import structlog
 
-from mtad import log
+from mtad.base import log
 
 
 @pytest.fixture(autouse=True)

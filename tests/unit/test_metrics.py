@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from mtad import metrics
+from mtad.base import metrics
 
 
 def values(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -6,10 +6,12 @@ import random
 
 import pytest
 
-from mtad import config, errors, outcomes
-from mtad.lifecycle import Reason, State
-from mtad.outcomes import Class, Failure
-from mtad.replies import Reply
+from mtad import config
+from mtad.base import errors
+from mtad.base.lifecycle import Reason, State
+from mtad.base.replies import Reply
+from mtad.outbound import outcomes
+from mtad.outbound.outcomes import Class, Failure
 
 RULES = outcomes.load_rules(config.shipped_table("replies"))
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mtad.ready import ReadyQueue
+from mtad.deliver.ready import ReadyQueue
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

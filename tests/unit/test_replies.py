@@ -1,7 +1,7 @@
 import pytest
 
-from mtad import replies
-from mtad.replies import Reply
+from mtad.base import replies
+from mtad.base.replies import Reply
 
 
 def test_reply_line_and_classes() -> None:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mtad import config, errors, retention
+from mtad import config
+from mtad.base import errors
+from mtad.spool import retention
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -7,8 +7,10 @@ import random
 
 import pytest
 
-from mtad import config, errors, limits, routing
-from mtad.endpoints import HostPort
+from mtad import config
+from mtad.base import errors
+from mtad.base.endpoints import HostPort
+from mtad.outbound import limits, routing
 from tests.zones import ZoneResolver
 
 ZONE = """

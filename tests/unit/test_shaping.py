@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mtad import limits, shaping
+from mtad.deliver import shaping
+from mtad.outbound import limits
 
 LIMITS = limits.Limits(
     rate=10.0, min_rate=1.0, max_rate=40.0, burst=5, sessions=4, min_sessions=1,

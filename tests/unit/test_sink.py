@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from mtad import errors, sink
-from mtad.endpoints import HostPort
-from mtad.replies import Reply
+from mtad import sink
+from mtad.base import errors
+from mtad.base.endpoints import HostPort
+from mtad.base.replies import Reply
 
 
 @pytest.mark.parametrize(

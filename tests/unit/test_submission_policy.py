@@ -1,4 +1,5 @@
-from mtad import spool, submission
+from mtad import submission
+from mtad.spool import commit
 
 
 class Clock:
@@ -24,7 +25,7 @@ def test_auth_throttle_blocks_after_max_failures_and_forgets_after_the_window() 
 
 
 def test_queue_ids_are_version_7_and_time_ordered() -> None:
-    ids = [spool.new_queue_id(1_700_000_000 + i) for i in range(50)]
+    ids = [commit.new_queue_id(1_700_000_000 + i) for i in range(50)]
     assert all(i.version == 7 for i in ids)
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids)

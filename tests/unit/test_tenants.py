@@ -1,4 +1,4 @@
-from mtad import tenants
+from mtad.spool import tenants
 
 
 def test_password_hash_round_trip() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mtad import errors, vault
+from mtad.base import errors, vault
 
 
 def test_a_sealed_secret_opens_with_its_key_only() -> None:

@@ -32,8 +32,9 @@ import dns.nameserver
 import dns.rdatatype
 import dns.resolver
 
-from mtad import datafiles, errors, limits
-from mtad.endpoints import HostPort
+from mtad.base import datafiles, errors
+from mtad.base.endpoints import HostPort
+from mtad.outbound import limits
 
 # How long to remember an answer that came with no usable TTL, and the bounds on any.
 DEFAULT_NEGATIVE_TTL = 300.0

@@ -6,7 +6,7 @@ smarthost, a login and an AUTH mechanism, and its limits (`Limits`: a daily cap,
 minimum gap between sends plus a jitter drawn per send, caps per second, minute and
 hour; each None means no limit). Accounts belong to named account pools, and
 `choose` picks one of a pool for a send. Secrets (passwords, tokens) are stored
-sealed (mtad.vault) by `set_secret` and read back sealed by `secret`; nothing
+sealed (mtad.base.vault) by `set_secret` and read back sealed by `secret`; nothing
 here opens them, and no listing returns them.
 
 Reserve before send. Every send through an account is first reserved in
@@ -67,7 +67,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from mtad import db, errors
+from mtad import db
+from mtad.base import errors
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")  # as the accounts.name CHECK
 POOL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # as the accounts.pool CHECK
@@ -217,7 +218,7 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class Credentials:
-    """What logging in as an account needs, sealed (mtad.vault): its secret (the
+    """What logging in as an account needs, sealed (mtad.base.vault): its secret (the
     password, or the refresh token for xoauth2) and, for xoauth2, its OAuth client."""
 
     secret: bytes | None  # None: none stored
@@ -352,7 +353,7 @@ async def add(database: db.Database, account: Account) -> Account:
 
 
 async def set_secret(database: db.Database, name: str, sealed: bytes) -> None:
-    """Store the account's secret, sealed by mtad.vault; NotFound if there is no such account."""
+    """Store the account's secret, sealed by mtad.base.vault; NotFound if there is no such account."""
     if await database.fetchval("accounts/set_secret", name, sealed) is None:
         raise errors.NotFound(f"no account {name!r}")
 
@@ -366,7 +367,7 @@ async def secret(database: db.Database, account_id: int) -> bytes | None:
 async def set_oauth(
     database: db.Database, name: str, token_url: str, client_id: str, client_secret: bytes | None, scope: str | None
 ) -> None:
-    """Store the OAuth client of an xoauth2 account (client_secret sealed by mtad.vault,
+    """Store the OAuth client of an xoauth2 account (client_secret sealed by mtad.base.vault,
     None for a public client); NotFound if there is no such account."""
     if await database.fetchval("accounts/set_oauth", name, token_url, client_id, client_secret, scope) is None:
         raise errors.NotFound(f"no account {name!r}")

@@ -6,7 +6,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from mtad import errors
+from mtad.base import errors
 
 
 def read_toml(path: Path) -> dict[str, Any]:

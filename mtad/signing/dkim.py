@@ -1,7 +1,7 @@
 """DKIM: keys per signing domain, and the signature a message gets at transmission.
 
 A key is an RSA-2048 (rsa-sha256, RFC 6376) or Ed25519 (ed25519-sha256, RFC 8463)
-private key under a (domain, selector), stored in PostgreSQL sealed by mtad.vault
+private key under a (domain, selector), stored in PostgreSQL sealed by mtad.base.vault
 (migration 0008), in one of the states pending (generated, waiting for its DNS
 record), active (signs), retiring (no longer signs; its record must stay published
 for a while) and revoked. `generate` makes one and `record` gives the DNS TXT
@@ -40,7 +40,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, padding, rsa, utils
 from dkim.canonicalization import CanonicalizationPolicy
 
-from mtad import db, errors, vault
+from mtad import db
+from mtad.base import errors, vault
 
 DOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$")
 SELECTOR = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")

@@ -29,8 +29,8 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mtad import errors
-from mtad.vault import Secret
+from mtad.base import errors
+from mtad.base.vault import Secret
 
 GOOGLE = "https://oauth2.googleapis.com/token"
 MICROSOFT = "https://login.microsoftonline.com/common/oauth2/v2.0/token"

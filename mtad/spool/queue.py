@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from mtad import db, errors
+from mtad import db
+from mtad.base import errors
 
 
 async def deliveries(

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtad import datafiles, errors
-from mtad.lifecycle import Reason, State
-from mtad.replies import Reply
+from mtad.base import datafiles, errors
+from mtad.base.lifecycle import Reason, State
+from mtad.base.replies import Reply
 
 
 class Class(enum.StrEnum):

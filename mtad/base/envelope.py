@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import idna
 
-from mtad.errors import AddressError
+from mtad.base.errors import AddressError
 
 MAX_LOCAL_OCTETS = 64  # RFC 5321 4.5.3.1.1
 MAX_DOMAIN_OCTETS = 253  # RFC 1035, as an A-label without the root dot

@@ -19,7 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from mtad import db, errors
+from mtad import db
+from mtad.base import errors
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from mtad import db, metrics
-from mtad.limits import Limits
+from mtad import db
+from mtad.base import metrics
+from mtad.outbound.limits import Limits
 
 NEVER = datetime.min.replace(tzinfo=UTC)
 

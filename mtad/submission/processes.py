@@ -2,7 +2,7 @@
 (one Python process tops out near one CPU core).
 
 The daemon binds the listening sockets and starts `[submission] processes`
-children (`python -m mtad.workers`), handing each the sockets, the settings and
+children (`python -m mtad.submission.processes`), handing each the sockets, the settings and
 one end of a control socket. A child serves the port on its own event loop with
 its own database pool and group commit. When the daemon delivers, a child
 spools new deliveries already leased to the node and hands them over the
@@ -49,17 +49,20 @@ import pickle
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
 
-from mtad import config, db, errors, log, metrics, routing, spool, submission, tenants
-from mtad.endpoints import HostPort
+from mtad import db, submission
+from mtad.base import errors, log, metrics
+from mtad.base.endpoints import HostPort
+from mtad.outbound import routing
+from mtad.spool import commit, tenants
 
-logger = structlog.get_logger("mtad.workers")
+logger = structlog.get_logger("mtad.submission.processes")
 
 RESTART_FIRST = 1.0  # seconds before a child that exited is started again
 RESTART_MOST = 60.0
@@ -72,6 +75,33 @@ PR_SET_PDEATHSIG = 1  # prctl(2)
 EXIT_ORPHANED = 70  # a child's exit status when its daemon went away (EX_SOFTWARE)
 
 
+@dataclass(frozen=True, slots=True)
+class PortSettings:
+    """What serving the submission port needs, in the daemon or in a child: the
+    daemon makes it from the configuration (daemon.port_settings)."""
+
+    submission: submission.Settings
+    commit_window: float
+    commit_max_batch: int
+    commit_timeout: float
+    idempotency_window: float
+    log_format: str
+    log_level: str
+    dsn: str
+    pool_size: int
+    nameservers: tuple[HostPort, ...]  # the recipient domains' lookups at RCPT
+    dns_timeout: float
+    providers: routing.Providers
+    routes: Mapping[str, HostPort]
+    port: int  # what delivery connects to (a route's relay port)
+    node: str  # the fast path hands over leases of this node
+    lease_duration: float
+
+    def router(self) -> routing.Router:
+        resolver = routing.DnsResolver(self.nameservers, timeout=self.dns_timeout)
+        return routing.Router(resolver, self.providers, routes=self.routes, port=self.port)
+
+
 class InProcess:
     """The submission port served by the daemon's own process ([submission]
     processes = 0), which hands what it accepts to its delivery (the fast path).
@@ -80,20 +110,20 @@ class InProcess:
 
     def __init__(
         self,
-        settings: config.Settings,
+        settings: PortSettings,
         database: db.Database,
         router: routing.Router,
         *,
-        fast_path: spool.FastPath | None = None,
+        fast_path: commit.FastPath | None = None,
     ) -> None:
         sub = settings.submission
         self._within = sub.shutdown_timeout
-        self.committer = spool.GroupCommitter(
+        self.committer = commit.GroupCommitter(
             database,
-            window=settings.spool.commit_window,
-            max_batch=settings.spool.commit_max_batch,
-            timeout=settings.spool.commit_timeout,
-            idempotency_window=settings.spool.idempotency_window,
+            window=settings.commit_window,
+            max_batch=settings.commit_max_batch,
+            timeout=settings.commit_timeout,
+            idempotency_window=settings.idempotency_window,
             fast_path=fast_path,
         )
         tls = submission.tls_context(sub.tls_cert, sub.tls_key) if sub.tls_cert and sub.tls_key else None
@@ -133,7 +163,7 @@ class InProcess:
 class _Start:
     """What a child is handed on its stdin."""
 
-    settings: config.Settings
+    settings: PortSettings
     index: int
     listening: tuple[int, ...]  # file descriptors of the listening sockets, open in the child
     control: int  # file descriptor of the child's end of the control socket
@@ -161,11 +191,11 @@ class Processes:
 
     def __init__(
         self,
-        settings: config.Settings,
+        settings: PortSettings,
         listening: Sequence[socket.socket],
         count: int,
         *,
-        fast_path: spool.FastPath | None = None,
+        fast_path: commit.FastPath | None = None,
     ) -> None:
         sub = settings.submission
         # Each child counts AUTH failures on its own: together they allow at most
@@ -282,8 +312,8 @@ class Processes:
         environ = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}  # only the daemon talks to systemd
         try:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "mtad.workers", stdin=asyncio.subprocess.PIPE, pass_fds=(*fds, theirs.fileno()),
-                env=environ,
+                sys.executable, "-m", "mtad.submission.processes", stdin=asyncio.subprocess.PIPE,
+                pass_fds=(*fds, theirs.fileno()), env=environ,
             )  # fmt: skip
         except BaseException:
             ours.close()
@@ -332,7 +362,7 @@ class Processes:
             child.room = room
             _say(child.writer, ("room", room))
 
-    async def _tell_room(self, fast_path: spool.FastPath) -> None:
+    async def _tell_room(self, fast_path: commit.FastPath) -> None:
         """Tell the children when the delivery's room changes (it frees up as
         deliveries finish, which no message from a child reports)."""
         while True:
@@ -361,7 +391,7 @@ def main() -> int:
     _die_with_parent()
     start: _Start = pickle.load(sys.stdin.buffer)
     settings = start.settings
-    log.configure(settings.log.format, settings.log.level)
+    log.configure(settings.log_format, settings.log_level)
     try:
         uvloop.run(_serve(start))
     except (errors.MtadError, OSError) as exc:
@@ -390,12 +420,9 @@ async def _serve(start: _Start) -> None:
         loop.add_signal_handler(sig, stop.set)
     reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=start.control))
     listening = [socket.socket(fileno=fd) for fd in start.listening]
-    out = settings.delivery
-    resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)  # recipient domains at RCPT
-    router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
-    database = await db.Database.connect(settings.database.dsn or "", max_size=settings.database.pool_size)
-    handing = _Handing(out.engine.node, out.engine.lease_duration, writer) if start.fast_path else None
-    port = InProcess(settings, database, router, fast_path=handing)
+    database = await db.Database.connect(settings.dsn, max_size=settings.pool_size)
+    handing = _Handing(settings.node, settings.lease_duration, writer) if start.fast_path else None
+    port = InProcess(settings, database, settings.router(), fast_path=handing)
     try:
         async with asyncio.TaskGroup() as tasks:
             committing = tasks.create_task(port.run(), name="group-commit")
@@ -419,7 +446,7 @@ async def _serve(start: _Start) -> None:
 
 
 class _Handing:
-    """The daemon's delivery as a child's fast path (spool.FastPath): new
+    """The daemon's delivery as a child's fast path (commit.FastPath): new
     deliveries are leased to the node and handed over the control socket."""
 
     def __init__(self, node: str, lease_duration: float, writer: asyncio.StreamWriter) -> None:
@@ -434,7 +461,7 @@ class _Handing:
     def has_room(self) -> bool:
         return self.room and not self._writer.is_closing()
 
-    def accepted(self, deliveries: list[spool.NewDelivery]) -> None:
+    def accepted(self, deliveries: list[commit.NewDelivery]) -> None:
         _say(self._writer, ("accepted", deliveries))
 
 
@@ -473,7 +500,7 @@ async def _heard(reader: asyncio.StreamReader) -> tuple[Any, ...] | None:
     return message
 
 
-if __name__ == "__main__":  # `python -m mtad.workers`: run the module's code, not this copy's
-    from mtad import workers
+if __name__ == "__main__":  # `python -m mtad.submission.processes`: run the module's code, not this copy's
+    from mtad.submission import processes
 
-    sys.exit(workers.main())
+    sys.exit(processes.main())

@@ -75,7 +75,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from mtad import db, errors, values
+from mtad import db
+from mtad.base import errors, values
 
 DAY = 86400.0
 

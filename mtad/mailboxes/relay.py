@@ -2,7 +2,7 @@
 
 Mail that names an account pool (X-Mtad-Account-Pool, its tenant's, its route's)
 is not sent to MX: it is relayed through one of the pool's sending mailboxes
-(mtad.accounts). For each send, delivery asks `Mailboxes.take(pool)`: a
+(mtad.mailboxes.accounts). For each send, delivery asks `Mailboxes.take(pool)`: a
 reservation on the least-used account that may send now (reserve before send:
 the limits hold across every process and node), or how long to wait, and
 whether the pool is paused (no account can send: its mail waits, it is not
@@ -43,11 +43,14 @@ from pathlib import Path
 
 import structlog
 
-from mtad import accounts, db, errors, metrics, oauth, sessions, vault
-from mtad.accounts import Account, State
-from mtad.batching import Batcher
-from mtad.lifecycle import Reason
-from mtad.outcomes import Class, Verdict
+from mtad import db
+from mtad.base import errors, metrics, vault
+from mtad.base.batching import Batcher
+from mtad.base.lifecycle import Reason
+from mtad.mailboxes import accounts, oauth
+from mtad.mailboxes.accounts import Account, State
+from mtad.outbound import sessions
+from mtad.outbound.outcomes import Class, Verdict
 
 log = structlog.get_logger("mtad.relay")
 

@@ -37,9 +37,9 @@ import aiosmtplib
 import aiosmtplib.protocol
 import aiosmtplib.smtp
 
-from mtad import metrics
-from mtad.outcomes import Failure
-from mtad.replies import Reply
+from mtad.base import metrics
+from mtad.base.replies import Reply
+from mtad.outbound.outcomes import Failure
 
 _ENHANCED = re.compile(r"^([245]\.\d{1,3}\.\d{1,3})\s*")
 

@@ -31,8 +31,11 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from mtad import db, dkim, errors, metrics, routing, vault
-from mtad.dkim import KeyState
+from mtad import db
+from mtad.base import errors, metrics, vault
+from mtad.outbound import routing
+from mtad.signing import dkim
+from mtad.signing.dkim import KeyState
 
 log = structlog.get_logger("mtad.rotation")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from mtad import errors
+from mtad.base import errors
 
 NO_KEY = (
     "[accounts] key_file or key_env: account secrets and DKIM keys are sealed with a key mtad keeps outside "

@@ -27,7 +27,8 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from mtad import db, errors, lifecycle, values
+from mtad import db
+from mtad.base import errors, lifecycle, values
 
 logger = structlog.get_logger("mtad.retention")
 

@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable, Sequence
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from mtad import errors, metrics
-from mtad.endpoints import HostPort
+from mtad.base import errors, metrics
+from mtad.base.endpoints import HostPort
 
 log = structlog.get_logger("mtad.http")
 

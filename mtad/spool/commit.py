@@ -28,8 +28,9 @@ from typing import Any, Protocol
 
 import structlog
 
-from mtad import db, errors, metrics
-from mtad.envelope import Address
+from mtad import db
+from mtad.base import errors, metrics
+from mtad.base.envelope import Address
 
 log = structlog.get_logger("mtad.spool")
 

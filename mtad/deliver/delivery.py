@@ -35,30 +35,19 @@ from typing import Any
 
 import structlog
 
-from mtad import (
-    accounts,
-    db,
-    dkim,
-    egress,
-    errors,
-    events,
-    headers,
-    leases,
-    metrics,
-    nodes,
-    outcomes,
-    relay,
-    routing,
-    sessions,
-    shaping,
-    spool,
-)
-from mtad.batching import Batcher
-from mtad.leases import Leased, Outcome
-from mtad.lifecycle import Reason, State
-from mtad.outcomes import Failure, Verdict
-from mtad.ready import ReadyQueue
-from mtad.replies import Reply
+from mtad import db
+from mtad.base import errors, events, headers, metrics
+from mtad.base.batching import Batcher
+from mtad.base.lifecycle import Reason, State
+from mtad.base.replies import Reply
+from mtad.deliver import egress, shaping
+from mtad.deliver.ready import ReadyQueue
+from mtad.mailboxes import accounts, relay
+from mtad.outbound import outcomes, routing, sessions
+from mtad.outbound.outcomes import Failure, Verdict
+from mtad.signing import dkim
+from mtad.spool import commit, leases, nodes
+from mtad.spool.leases import Leased, Outcome
 
 log = structlog.get_logger("mtad.delivery")
 
@@ -183,7 +172,7 @@ class DeliveryStats:
 
 
 class Delivery:
-    """One node's delivery engine; also the accept path's fast path (spool.FastPath)."""
+    """One node's delivery engine; also the accept path's fast path (commit.FastPath)."""
 
     def __init__(
         self,
@@ -245,7 +234,7 @@ class Delivery:
         self._stats.body_bytes = self._body_bytes
         return self._stats
 
-    # --- spool.FastPath ------------------------------------------------------------------
+    # --- commit.FastPath ------------------------------------------------------------------
 
     def lease_until(self, now: datetime) -> datetime:
         return now + timedelta(seconds=self.settings.lease_duration)
@@ -254,7 +243,7 @@ class Delivery:
         """Whether to take newly accepted deliveries (else they are queued for anyone)."""
         return not self._stopping and len(self._held) < self.settings.max_held
 
-    def accepted(self, deliveries: list[spool.NewDelivery]) -> None:
+    def accepted(self, deliveries: list[commit.NewDelivery]) -> None:
         """Deliveries the accept path just leased to this node: straight to routing."""
         if self._stopping:
             return  # their leases expire and the reaper requeues them

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
-from mtad import errors
+from mtad.base import errors
 
 
 class State(enum.StrEnum):

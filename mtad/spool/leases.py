@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from mtad import db, errors, events, lifecycle
-from mtad.lifecycle import Reason, State
-from mtad.replies import Reply
+from mtad import db
+from mtad.base import errors, events, lifecycle
+from mtad.base.lifecycle import Reason, State
+from mtad.base.replies import Reply
 
 
 @dataclass(frozen=True, slots=True)
