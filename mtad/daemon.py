@@ -41,7 +41,7 @@ from mtad.mailboxes import relay
 from mtad.outbound import routing, sessions
 from mtad.signing import dkim, rotation
 from mtad.spool import commit, leases, nodes, retention
-from mtad.submission import processes
+from mtad.submission import port, processes
 
 logger = structlog.get_logger("mtad.daemon")
 
@@ -116,23 +116,23 @@ class Daemon:
                 mailboxes=mailboxes, signer=signer,
             )  # fmt: skip
         sub = settings.submission
-        port: processes.InProcess | processes.Processes
+        accepting: port.InProcess | processes.Processes
         handed = port_settings(settings, database.dsn)
         if sub.processes:
-            port = processes.Processes(handed, submission.bind(sub.listen), sub.processes, fast_path=engine)
+            accepting = processes.Processes(handed, submission.bind(sub.listen), sub.processes, fast_path=engine)
         else:
-            port = processes.InProcess(handed, database, router, fast_path=engine)
+            accepting = port.InProcess(handed, database, router, fast_path=engine)
         web = None
         if settings.http.listen is not None:
             web = http.Server(
                 settings.http.listen,
                 depth=lambda: commit.depth(database),
                 healthy=lambda: _healthy(database),
-                others=port.counts,
+                others=accepting.counts,
             )
         try:
             async with asyncio.TaskGroup() as tasks:
-                serving = tasks.create_task(port.run(), name="submission")
+                serving = tasks.create_task(accepting.run(), name="submission")
                 delivering = tasks.create_task(engine.run(), name="delivery") if engine else None
                 background = [
                     tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),
@@ -149,10 +149,10 @@ class Daemon:
                     rotating = rotation.Rotation(database, resolver, sealer, settings.dkim, now=_now)
                     reload = functools.partial(self._dkim_keys, database, signer, sealer)
                     background.append(tasks.create_task(rotating.run(reload), name="dkim-rotation"))
-                await port.start()
+                await accepting.start()
                 if web is not None:
                     await web.start()
-                addresses = [str(a) for a in port.addresses]
+                addresses = [str(a) for a in accepting.addresses]
                 logger.info(
                     "ready",
                     node=node_id,
@@ -166,7 +166,7 @@ class Daemon:
 
                 logger.info("stopping")
                 notify("STOPPING=1")
-                await port.stop()  # steps 1-4, here or in each submission process
+                await accepting.stop()  # steps 1-4, here or in each submission process
                 await serving
                 if engine is not None and delivering is not None:
                     engine.stop()  # stop leasing; finish what is on the wire; hand back the rest
@@ -174,7 +174,7 @@ class Daemon:
                 for task in background:
                     task.cancel()
         finally:
-            port.close()
+            accepting.close()
             if web is not None:
                 await web.close()
             for pool in self._closing:
@@ -260,10 +260,10 @@ async def _healthy(database: db.Database) -> bool:
     return True
 
 
-def port_settings(settings: config.Settings, dsn: str) -> processes.PortSettings:
+def port_settings(settings: config.Settings, dsn: str) -> port.PortSettings:
     """What the submission port needs of the configuration (all a child is handed)."""
     out = settings.delivery
-    return processes.PortSettings(
+    return port.PortSettings(
         submission=settings.submission,
         commit_window=settings.spool.commit_window,
         commit_max_batch=settings.spool.commit_max_batch,

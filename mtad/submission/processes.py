@@ -1,26 +1,16 @@
-"""Submission processes: the submission port served by several Python processes
+"""The supervisor of the submission processes: the port served by several Python processes
 (one Python process tops out near one CPU core).
 
 The daemon binds the listening sockets and starts `[submission] processes`
-children (`python -m mtad.submission.processes`), handing each the sockets, the settings and
-one end of a control socket. A child serves the port on its own event loop with
-its own database pool and group commit. When the daemon delivers, a child
-spools new deliveries already leased to the node and hands them over the
-control socket to the daemon's delivery (the fast path, as in one process);
-when the daemon holds all it may, or only accepts, they are spooled queued and
-the accept statement's NOTIFY wakes the delivering nodes.
+children (`python -m mtad.submission.child`), handing each a control.Start (the
+sockets, its port.PortSettings and one end of a control socket). A child serves
+the port on its own event loop with its own database pool and group commit. When
+the daemon delivers, a child spools new deliveries already leased to the node
+and hands them over the control socket to the daemon's delivery (the fast path,
+as in one process); when the daemon holds all it may, or only accepts, they are
+spooled queued and the accept statement's NOTIFY wakes the delivering nodes. The
+messages on the control socket are control's typed values.
 
-The control socket carries pickled tuples, each after its length (4 octets):
-  child -> daemon   ("ready",) once it serves the port
-                    ("accepted", [NewDelivery, ...]) after each commit that
-                    leased deliveries to the node
-                    ("metrics", [Counted, ...]) in answer to a request, and
-                    once more as it exits cleanly
-  daemon -> child   ("metrics",) send your counts now
-                    ("room", bool) whether to lease new deliveries to the node
-                    (sent when that changes)
-Both ends are this program: unpickling what the other end sent is no more
-trust than running it.
 A child dies with its daemon (kill -9 included) as if the node had crashed: it
 exits at once when the daemon's end of the control socket closes, and on Linux
 the kernel kills it too (PR_SET_PDEATHSIG), should it be stuck. Nothing is
@@ -42,25 +32,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import math
 import os
 import pickle
 import signal
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
-from typing import Any
 
 import structlog
 
-from mtad import db, submission
-from mtad.base import errors, log, metrics
+from mtad.base import errors, metrics
 from mtad.base.endpoints import HostPort
-from mtad.outbound import routing
-from mtad.spool import commit, tenants
+from mtad.spool import commit
+from mtad.submission import control
+from mtad.submission.port import PortSettings
 
 logger = structlog.get_logger("mtad.submission.processes")
 
@@ -71,103 +58,6 @@ START_TIMEOUT = 60.0  # for every child to say it is ready
 ANSWER_TIMEOUT = 2.0  # for a child's counts, at a scrape
 ROOM_INTERVAL = 0.5  # seconds between looks at whether the delivery has room
 KILL_AFTER = 10.0
-PR_SET_PDEATHSIG = 1  # prctl(2)
-EXIT_ORPHANED = 70  # a child's exit status when its daemon went away (EX_SOFTWARE)
-
-
-@dataclass(frozen=True, slots=True)
-class PortSettings:
-    """What serving the submission port needs, in the daemon or in a child: the
-    daemon makes it from the configuration (daemon.port_settings)."""
-
-    submission: submission.Settings
-    commit_window: float
-    commit_max_batch: int
-    commit_timeout: float
-    idempotency_window: float
-    log_format: str
-    log_level: str
-    dsn: str
-    pool_size: int
-    nameservers: tuple[HostPort, ...]  # the recipient domains' lookups at RCPT
-    dns_timeout: float
-    providers: routing.Providers
-    routes: Mapping[str, HostPort]
-    port: int  # what delivery connects to (a route's relay port)
-    node: str  # the fast path hands over leases of this node
-    lease_duration: float
-
-    def router(self) -> routing.Router:
-        resolver = routing.DnsResolver(self.nameservers, timeout=self.dns_timeout)
-        return routing.Router(resolver, self.providers, routes=self.routes, port=self.port)
-
-
-class InProcess:
-    """The submission port served by the daemon's own process ([submission]
-    processes = 0), which hands what it accepts to its delivery (the fast path).
-    The same interface as Processes: run() owned by the daemon's TaskGroup,
-    start(), addresses, stop() (then run() returns), counts(), close()."""
-
-    def __init__(
-        self,
-        settings: PortSettings,
-        database: db.Database,
-        router: routing.Router,
-        *,
-        fast_path: commit.FastPath | None = None,
-    ) -> None:
-        sub = settings.submission
-        self._within = sub.shutdown_timeout
-        self.committer = commit.GroupCommitter(
-            database,
-            window=settings.commit_window,
-            max_batch=settings.commit_max_batch,
-            timeout=settings.commit_timeout,
-            idempotency_window=settings.idempotency_window,
-            fast_path=fast_path,
-        )
-        tls = submission.tls_context(sub.tls_cert, sub.tls_key) if sub.tls_cert and sub.tls_key else None
-        handler = submission.Handler(sub, self.committer, tenants.Authenticator(database), router=router)
-        self.server = submission.Server(sub, handler, tls)
-
-    async def run(self) -> None:
-        await self.committer.run()
-
-    async def start(self, listening: Sequence[socket.socket] | None = None) -> None:
-        """Serve the given sockets, or bind the listen addresses; raises OSError."""
-        await self.server.start(listening)
-
-    @property
-    def addresses(self) -> list[HostPort]:
-        return self.server.addresses
-
-    async def stop(self) -> None:
-        """Steps 1-4 of the daemon's shutdown: no new sessions, DATA in flight
-        finishes (bounded), 421 to the rest, what the committer holds is committed."""
-        server = self.server
-        if not await server.shutdown(self._within):
-            logger.warning("shutdown_timeout", in_data=sum(s.in_data for s in server.sessions()))
-        self.committer.close()
-
-    async def counts(self) -> list[list[metrics.Counted]]:
-        return []  # this process's own metrics are all there is
-
-    def close(self) -> None:
-        self.committer.close()
-
-
-# --- the daemon's side of the submission processes --------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Start:
-    """What a child is handed on its stdin."""
-
-    settings: PortSettings
-    index: int
-    listening: tuple[int, ...]  # file descriptors of the listening sockets, open in the child
-    control: int  # file descriptor of the child's end of the control socket
-    fast_path: bool  # lease new deliveries to the node and hand them over
 
 
 @dataclass(slots=True)
@@ -277,7 +167,7 @@ class Processes:
                 return child.last, child.retired
             child.answer = asyncio.get_running_loop().create_future()
             try:
-                _say(writer, ("metrics",))
+                control.say(writer, control.AskCounts())
                 async with asyncio.timeout(ANSWER_TIMEOUT):
                     return await child.answer
             except (TimeoutError, ConnectionError):
@@ -308,11 +198,11 @@ class Processes:
         and return its exit status (killing it if this task is cancelled)."""
         ours, theirs = socket.socketpair()
         fds = tuple(sock.fileno() for sock in self._listening)
-        start = _Start(self._settings, child.index, fds, theirs.fileno(), self._fast_path is not None)
+        start = control.Start(self._settings, child.index, fds, theirs.fileno(), self._fast_path is not None)
         environ = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}  # only the daemon talks to systemd
         try:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "mtad.submission.processes", stdin=asyncio.subprocess.PIPE,
+                sys.executable, "-m", "mtad.submission.child", stdin=asyncio.subprocess.PIPE,
                 pass_fds=(*fds, theirs.fileno()), env=environ,
             )  # fmt: skip
         except BaseException:
@@ -332,7 +222,7 @@ class Processes:
             process.stdin.close()
             child.writer = writer
             child.room = True
-            while (message := await _heard(reader)) is not None:
+            while (message := await control.heard(reader)) is not None:
                 self._take(child, message)
             child.writer = None
             return await process.wait()
@@ -345,22 +235,24 @@ class Processes:
             child.process = None
             self._retire(child)
 
-    def _take(self, child: _Child, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "accepted" and self._fast_path is not None:
-            self._fast_path.accepted(message[1])
-            self._room(child, self._fast_path.has_room())
-        elif kind == "metrics":
-            child.last = message[1]
-            if child.answer is not None and not child.answer.done():
-                child.answer.set_result((child.last, child.retired))
-        elif kind == "ready":
-            child.ready.set()
+    def _take(self, child: _Child, message: control.Message) -> None:
+        match message:
+            case control.Accepted(deliveries) if self._fast_path is not None:
+                self._fast_path.accepted(deliveries)
+                self._room(child, self._fast_path.has_room())
+            case control.Counts(counts):
+                child.last = counts
+                if child.answer is not None and not child.answer.done():
+                    child.answer.set_result((child.last, child.retired))
+            case control.Ready():
+                child.ready.set()
+            case _:
+                logger.warning("control_message_unexpected", process=child.index, message=type(message).__name__)
 
     def _room(self, child: _Child, room: bool) -> None:
         if child.writer is not None and child.room != room:
             child.room = room
-            _say(child.writer, ("room", room))
+            control.say(child.writer, control.Room(room))
 
     async def _tell_room(self, fast_path: commit.FastPath) -> None:
         """Tell the children when the delivery's room changes (it frees up as
@@ -379,128 +271,3 @@ class Processes:
                 self._gone[key] = self._gone.get(key, 0.0) + value
         child.last = []
         child.retired += 1
-
-
-# --- the child's side -------------------------------------------------------------
-
-
-def main() -> int:
-    """A child: read what the daemon hands over, serve the port until told to stop."""
-    import uvloop
-
-    _die_with_parent()
-    start: _Start = pickle.load(sys.stdin.buffer)
-    settings = start.settings
-    log.configure(settings.log_format, settings.log_level)
-    try:
-        uvloop.run(_serve(start))
-    except (errors.MtadError, OSError) as exc:
-        logger.error("submission_process_failed", process=start.index, error=str(exc))
-        return 1
-    finally:
-        log.flush()
-    return 0
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel sends SIGKILL to this process when the daemon dies (the
-    control socket's end says so too, unless the process is stuck)."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        logger.warning("parent_death_signal_not_set", error=os.strerror(ctypes.get_errno()))
-
-
-async def _serve(start: _Start) -> None:
-    settings = start.settings
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=start.control))
-    listening = [socket.socket(fileno=fd) for fd in start.listening]
-    database = await db.Database.connect(settings.dsn, max_size=settings.pool_size)
-    handing = _Handing(settings.node, settings.lease_duration, writer) if start.fast_path else None
-    port = InProcess(settings, database, settings.router(), fast_path=handing)
-    try:
-        async with asyncio.TaskGroup() as tasks:
-            committing = tasks.create_task(port.run(), name="group-commit")
-            control = tasks.create_task(_answer(reader, writer, handing), name="control")
-            await port.start(listening)
-            logger.info("submission_process_ready", process=start.index, pid=os.getpid())
-            log.flush()  # on stdout before the daemon's own "ready" line, which this message lets it write
-            _say(writer, ("ready",))
-            await stop.wait()
-
-            await port.stop()
-            await committing
-            _say(writer, ("metrics", metrics.snapshot()))
-            control.cancel()
-    finally:
-        port.close()
-        writer.close()
-        await database.close()
-    committed = port.committer.statistics().messages
-    logger.info("submission_process_stopped", process=start.index, committed=committed)
-
-
-class _Handing:
-    """The daemon's delivery as a child's fast path (commit.FastPath): new
-    deliveries are leased to the node and handed over the control socket."""
-
-    def __init__(self, node: str, lease_duration: float, writer: asyncio.StreamWriter) -> None:
-        self.node = node
-        self._lease = timedelta(seconds=lease_duration)
-        self._writer = writer
-        self.room = True
-
-    def lease_until(self, now: datetime) -> datetime:
-        return now + self._lease
-
-    def has_room(self) -> bool:
-        return self.room and not self._writer.is_closing()
-
-    def accepted(self, deliveries: list[commit.NewDelivery]) -> None:
-        _say(self._writer, ("accepted", deliveries))
-
-
-async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handing: _Handing | None) -> None:
-    """Answer the daemon; when it is gone, exit at once, as if the node had crashed.
-    (Its files close before the kernel sends the parent-death signal: a child that
-    stopped gracefully meanwhile would tell some sessions 421.)"""
-    while (message := await _heard(reader)) is not None:
-        if message[0] == "metrics":
-            _say(writer, ("metrics", metrics.snapshot()))
-        elif message[0] == "room" and handing is not None:
-            handing.room = message[1]
-    logger.error("daemon_gone", pid=os.getpid())
-    log.flush()
-    os._exit(EXIT_ORPHANED)
-
-
-# --- the control socket -----------------------------------------------------------
-
-_LENGTH = 4
-
-
-def _say(writer: asyncio.StreamWriter, message: tuple[Any, ...]) -> None:
-    if not writer.is_closing():
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        writer.write(len(data).to_bytes(_LENGTH, "big") + data)
-
-
-async def _heard(reader: asyncio.StreamReader) -> tuple[Any, ...] | None:
-    """The next message, or None once the other end has closed."""
-    try:
-        length = int.from_bytes(await reader.readexactly(_LENGTH), "big")
-        message: tuple[Any, ...] = pickle.loads(await reader.readexactly(length))
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return None
-    return message
-
-
-if __name__ == "__main__":  # `python -m mtad.submission.processes`: run the module's code, not this copy's
-    from mtad.submission import processes
-
-    sys.exit(processes.main())

@@ -1,9 +1,9 @@
-"""Submission processes started by mtad.submission.processes.Processes, as real child processes."""
+"""Submission processes started by mtad.submission.processes.Processes, as real child processes,
+and the control socket between them (mtad.submission.control)."""
 
 from __future__ import annotations
 
 import asyncio
-import pickle
 import socket
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,7 +15,7 @@ from mtad.base import errors, metrics
 from mtad.base.endpoints import HostPort
 from mtad.base.envelope import Address
 from mtad.spool import commit
-from mtad.submission import processes
+from mtad.submission import control, processes
 
 
 async def test_a_child_that_cannot_start_fails_the_start(tmp_path: Path) -> None:
@@ -61,14 +61,14 @@ async def test_a_child_that_exits_during_a_scrape_is_counted_once(tmp_path: Path
         theirs.setblocking(False)
         assert await loop.sock_recv(theirs, 64)  # the second child is being asked ...
         children._retire(first)  # ... when the first, which has answered, exits
-        children._take(second, ("metrics", accepted(2)))
+        children._take(second, control.Counts(accepted(2)))
         counted = await scrape
         second.writer.close()
     children.close()
     assert sum(value for counts in counted for *_, value in counts) == 5 + 2
 
 
-def test_what_a_child_hands_over_arrives_whole() -> None:
+async def test_what_a_child_hands_over_arrives_whole() -> None:
     message = commit.NewMessage(
         id=commit.new_queue_id(), tenant="shop", sender="app@example.org",
         recipients=(Address("a", "example.com"), Address("bé", "xn--bcher-kva.example")), message_id="<m@x>",
@@ -76,6 +76,13 @@ def test_what_a_child_hands_over_arrives_whole() -> None:
         received_at=datetime.now(UTC), smtputf8=True, priority=20, pool="bulk", account_pool="outreach",
     )  # fmt: skip
     handed = [commit.NewDelivery(7, message, "a@example.com", "example.com"), commit.NewDelivery(8, message, "x", "y")]
-    back = pickle.loads(pickle.dumps(("accepted", handed), protocol=pickle.HIGHEST_PROTOCOL))
-    assert back == ("accepted", handed)
-    assert back[1][0].message is back[1][1].message  # the body travels once per message
+    ours, theirs = socket.socketpair()
+    reader, reading = await asyncio.open_unix_connection(sock=ours)
+    _, writer = await asyncio.open_unix_connection(sock=theirs)
+    control.say(writer, control.Accepted(handed))  # over the control socket, as a child says it
+    back = await control.heard(reader)
+    writer.close()
+    reading.close()
+    assert back == control.Accepted(handed)
+    assert isinstance(back, control.Accepted)
+    assert back.deliveries[0].message is back.deliveries[1].message  # the body travels once per message

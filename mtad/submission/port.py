@@ -1,0 +1,99 @@
+"""The submission port served in one process: the daemon's ([submission] processes
+= 0), or a child's; and the settings it needs, all a child is handed."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from mtad import db, submission
+from mtad.base import metrics
+from mtad.base.endpoints import HostPort
+from mtad.outbound import routing
+from mtad.spool import commit, tenants
+
+logger = structlog.get_logger("mtad.submission.port")
+
+
+@dataclass(frozen=True, slots=True)
+class PortSettings:
+    """What serving the submission port needs, in the daemon or in a child: the
+    daemon makes it from the configuration (daemon.port_settings)."""
+
+    submission: submission.Settings
+    commit_window: float
+    commit_max_batch: int
+    commit_timeout: float
+    idempotency_window: float
+    log_format: str
+    log_level: str
+    dsn: str
+    pool_size: int
+    nameservers: tuple[HostPort, ...]  # the recipient domains' lookups at RCPT
+    dns_timeout: float
+    providers: routing.Providers
+    routes: Mapping[str, HostPort]
+    port: int  # what delivery connects to (a route's relay port)
+    node: str  # the fast path hands over leases of this node
+    lease_duration: float
+
+    def router(self) -> routing.Router:
+        resolver = routing.DnsResolver(self.nameservers, timeout=self.dns_timeout)
+        return routing.Router(resolver, self.providers, routes=self.routes, port=self.port)
+
+
+class InProcess:
+    """The submission port served by the daemon's own process ([submission]
+    processes = 0), which hands what it accepts to its delivery (the fast path).
+    The same interface as Processes: run() owned by the daemon's TaskGroup,
+    start(), addresses, stop() (then run() returns), counts(), close()."""
+
+    def __init__(
+        self,
+        settings: PortSettings,
+        database: db.Database,
+        router: routing.Router,
+        *,
+        fast_path: commit.FastPath | None = None,
+    ) -> None:
+        sub = settings.submission
+        self._within = sub.shutdown_timeout
+        self.committer = commit.GroupCommitter(
+            database,
+            window=settings.commit_window,
+            max_batch=settings.commit_max_batch,
+            timeout=settings.commit_timeout,
+            idempotency_window=settings.idempotency_window,
+            fast_path=fast_path,
+        )
+        tls = submission.tls_context(sub.tls_cert, sub.tls_key) if sub.tls_cert and sub.tls_key else None
+        handler = submission.Handler(sub, self.committer, tenants.Authenticator(database), router=router)
+        self.server = submission.Server(sub, handler, tls)
+
+    async def run(self) -> None:
+        await self.committer.run()
+
+    async def start(self, listening: Sequence[socket.socket] | None = None) -> None:
+        """Serve the given sockets, or bind the listen addresses; raises OSError."""
+        await self.server.start(listening)
+
+    @property
+    def addresses(self) -> list[HostPort]:
+        return self.server.addresses
+
+    async def stop(self) -> None:
+        """Steps 1-4 of the daemon's shutdown: no new sessions, DATA in flight
+        finishes (bounded), 421 to the rest, what the committer holds is committed."""
+        server = self.server
+        if not await server.shutdown(self._within):
+            logger.warning("shutdown_timeout", in_data=sum(s.in_data for s in server.sessions()))
+        self.committer.close()
+
+    async def counts(self) -> list[list[metrics.Counted]]:
+        return []  # this process's own metrics are all there is
+
+    def close(self) -> None:
+        self.committer.close()
