@@ -934,10 +934,7 @@ class Delivery:
         """Decide each delivery's next state, record it with its event, let go of it."""
         self._started.update(d.id for d in job.deliveries)  # being recorded: kept if its lease is lost
         now = self._now()
-        try:
-            tenant = (await self._message(job.message)).tenant
-        except errors.NotFound:
-            tenant = ""
+        tenant = job.tenant  # travels with the job: no second read of the message
         recorded: list[Outcome] = []
         lines: dict[Reply, str] = {}
         if group is not None:

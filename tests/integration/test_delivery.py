@@ -89,8 +89,9 @@ async def test_a_message_reaches_the_first_mx_and_is_recorded(database: db.Datab
     assert {r["state"] for r in rows.values()} == {"delivered"}
     assert rows["a@sink.test"]["route_group"] == "mx:mx1.sink.test,mx2.sink.test"
     assert (rows["a@sink.test"]["last_code"], rows["a@sink.test"]["attempts"]) == (250, 1)
-    [event] = await query(database, "SELECT data FROM events WHERE kind = 'delivered' AND delivery = $1",
+    [event] = await query(database, "SELECT data, tenant FROM events WHERE kind = 'delivered' AND delivery = $1",
                           rows["a@sink.test"]["id"])  # fmt: skip
+    assert event["tenant"] == "t1"  # the job's, carried from the spool
     assert '"mx": "mx1.sink.test"' in event["data"]
     assert '"reply": "250 2.0.0 Ok: queued"' in event["data"]
 
