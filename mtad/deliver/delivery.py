@@ -41,6 +41,7 @@ from mtad.base.batching import Batcher
 from mtad.base.lifecycle import Reason, State
 from mtad.base.replies import Reply
 from mtad.deliver import egress, shaping
+from mtad.deliver.holdings import Holdings, Message
 from mtad.deliver.ready import ReadyQueue
 from mtad.mailboxes import accounts, relay
 from mtad.outbound import outcomes, routing, sessions
@@ -122,22 +123,6 @@ class _Feedback:
 
 
 @dataclass(slots=True)
-class _Message:
-    """What sending needs of a message, held while any of its jobs is pending."""
-
-    id: uuid.UUID
-    tenant: str
-    sender: str
-    smtputf8: bool
-    pool: str | None  # chosen at submission (X-Mtad-Pool, the tenant's), None: not chosen
-    account_pool: str | None  # chosen at submission (X-Mtad-Account-Pool, the tenant's): relayed
-    body: bytes | None  # None: not held (the body cache was full): read when it is sent
-    jobs: int = 0
-    # (header digest, keys) -> the signature fields, or their making by another transaction
-    signatures: dict[tuple[bytes, tuple[int, ...]], bytes | asyncio.Future[bytes]] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
 class _Job:
     message: uuid.UUID
     tenant: str
@@ -202,13 +187,10 @@ class Delivery:
         self._source = pool.settings.source_address or ""  # the source of mail without a pool
         self._now = now
         self._rng = rng or random.Random()
-        self._held: dict[int, Leased] = {}
-        self._messages: dict[uuid.UUID, _Message] = {}
-        self._body_bytes = 0  # of the bodies in _messages (bounded by settings.body_cache, but for those sending)
+        self._holdings = Holdings(settings.body_cache)  # what this node holds; changed only through it
         self._groups: dict[str, _Group] = {}
         self._tasks: asyncio.TaskGroup | None = None
         self._work: set[asyncio.Task[None]] = set()  # routing and attempts, cancelled at the end of a drain
-        self._started: set[int] = set()  # deliveries of attempts under way
         self._wake = asyncio.Event()  # NOTIFY, or room to lease again
         self._idle = asyncio.Event()  # nothing held any more
         self._progress = asyncio.Event()  # an attempt ended
@@ -230,8 +212,8 @@ class Delivery:
         self._stats = DeliveryStats()
 
     def statistics(self) -> DeliveryStats:
-        self._stats.held = len(self._held)
-        self._stats.body_bytes = self._body_bytes
+        self._stats.held = len(self._holdings)
+        self._stats.body_bytes = self._holdings.body_bytes
         return self._stats
 
     # --- commit.FastPath ------------------------------------------------------------------
@@ -241,7 +223,7 @@ class Delivery:
 
     def has_room(self) -> bool:
         """Whether to take newly accepted deliveries (else they are queued for anyone)."""
-        return not self._stopping and len(self._held) < self.settings.max_held
+        return not self._stopping and len(self._holdings) < self.settings.max_held
 
     def accepted(self, deliveries: list[commit.NewDelivery]) -> None:
         """Deliveries the accept path just leased to this node: straight to routing."""
@@ -250,14 +232,13 @@ class Delivery:
         held = []
         for d in deliveries:
             m = d.message
-            if m.id not in self._messages:
-                self._messages[m.id] = _Message(
-                    m.id, m.tenant, m.sender, m.smtputf8, m.pool, m.account_pool, self._hold(m.body)
-                )
+            if self._holdings.message(m.id) is None:
+                self._holdings.add(Message(
+                    m.id, m.tenant, m.sender, m.smtputf8, m.pool, m.account_pool, self._holdings.keep_body(m.body)
+                ))  # fmt: skip
             held.append(Leased(d.id, m.id, d.recipient, d.domain, m.priority, 0, 0, m.received_at, False))
         if self._tasks is None:
-            for leased in held:  # accepted while run() is starting: held now, routed once it runs
-                self._held[leased.id] = leased
+            self._holdings.hold(held)  # accepted while run() is starting: held now, routed once it runs
             self._early.extend(held)
         else:
             self._admit(held)
@@ -317,24 +298,24 @@ class Delivery:
 
     async def wait_idle(self) -> None:
         """Until this node holds no delivery (every attempt recorded); for tests and tools."""
-        while self._held:
+        while self._holdings:
             self._idle.clear()
             await self._idle.wait()
 
     async def _drain(self) -> None:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.settings.shutdown_timeout):
-                while self._started:
+                while self._holdings.worked_on:
                     self._progress.clear()
                     await self._progress.wait()
         for task in self._work:  # still on the wire after the timeout: their leases expire
             task.cancel()
-        unstarted = sorted(i for i in self._held if i not in self._started)
+        unstarted = self._holdings.unstarted()
         try:
             released = await leases.release(self._db, self.node, unstarted, self._now())
             if released:
                 await self._db.execute("leases/notify_due")
-            log.info("leases_released", count=len(released), cut_short=len(self._started))
+            log.info("leases_released", count=len(released), cut_short=self._holdings.worked_on)
         except errors.SpoolError as exc:
             log.warning("release_failed", error=str(exc))  # they expire and are reaped
         try:
@@ -386,7 +367,7 @@ class Delivery:
 
     async def _lease_once(self) -> bool:
         """Lease one batch; True when it was full (more may be due)."""
-        room = min(self.settings.lease_batch, self.settings.max_held - len(self._held))
+        room = min(self.settings.lease_batch, self.settings.max_held - len(self._holdings))
         if room <= 0:
             return False
         now = self._now()
@@ -401,16 +382,14 @@ class Delivery:
     async def _renew(self) -> None:
         """Extend the lease of every delivery held, those on the wire included: a send
         slower than the lease must not be reaped and sent again, nor free its mailbox."""
-        asked = list(self._held)
+        asked = list(self._holdings)
         if not asked:
             return
         now = self._now()
         kept = await leases.renew(self._db, self.node, asked, self.lease_until(now))
         # Lost: taken over after our lease expired, or recorded meanwhile (then already
         # let go of). Only what we still hold and nobody is working on counts.
-        lost = [i for i in asked if i not in kept and i in self._held and i not in self._started]
-        for delivery in lost:
-            self._held.pop(delivery, None)
+        lost = self._holdings.lost(asked, kept)
         if lost:
             log.warning("leases_lost", count=len(lost))
 
@@ -448,18 +427,16 @@ class Delivery:
         jobs: dict[tuple[uuid.UUID, str], list[_Job]] = {}
         limit = self.settings.max_recipients_per_transaction
         for d in deliveries:
-            self._held[d.id] = d
+            self._holdings.hold([d])
             batch = jobs.setdefault((d.message, d.domain), [])
             if not batch or len(batch[-1].deliveries) >= limit:
-                message = self._messages.get(d.message)
+                message = self._holdings.message(d.message)
                 tenant = message.tenant if message is not None else ""
                 batch.append(_Job(d.message, tenant, d.domain, [], d.priority, d.created_at))
             batch[-1].deliveries.append(d)
         for per_domain in jobs.values():
             for job in per_domain:
-                message = self._messages.get(job.message)
-                if message is not None:
-                    message.jobs += 1
+                self._holdings.job_added(job.message)
                 self._spawn(self._route(job))
 
     async def _route(self, job: _Job) -> None:
@@ -480,7 +457,7 @@ class Delivery:
     def _account_pool(self, job: _Job) -> str | None:
         """The account pool a job is relayed through: the message's (its header, its
         tenant's), else its route's; None: it goes to MX."""
-        message = self._messages.get(job.message)
+        message = self._holdings.message(job.message)
         chosen = (message and message.account_pool) or self.settings.route_account_pools.get(job.domain)
         if chosen and self._mailboxes is None:
             log.warning("relay_not_configured", account_pool=chosen, queue_id=str(job.message))
@@ -510,7 +487,7 @@ class Delivery:
                 assert route is not None
                 if self._expired(job):  # bounced without taking a token or a session
                     group.ready.pop()
-                    self._started.update(d.id for d in job.deliveries)
+                    self._holdings.working(job.deliveries)
                     self._spawn(self._attempt(job, route, group, None))
                     continue
                 out = self._egress_for(job, group.name)
@@ -524,7 +501,7 @@ class Delivery:
                 group.ready.pop()
                 if out.pool is not None:  # counted now, so the next choice sees it (warm-up caps, rotation)
                     self._egress.sent(out.pool, group.name, out.source)
-                self._started.update(d.id for d in job.deliveries)
+                self._holdings.working(job.deliveries)
                 self._spawn(self._attempt(job, route, group, out))
         finally:
             group.dispatching = False
@@ -532,7 +509,7 @@ class Delivery:
     def _egress_for(self, job: _Job, provider: str) -> _Egress:
         """The source of a job: from its pool (a route's, else the message's, else the
         default pool), or the configured source_address when there is no pool."""
-        message = self._messages.get(job.message)
+        message = self._holdings.message(job.message)
         pool = self.settings.route_pools.get(job.domain) or (message and message.pool) or self.settings.default_pool
         if pool is None:
             return _Egress(self._source)
@@ -572,7 +549,7 @@ class Delivery:
             self._forget(job)  # the leases expire and the reaper requeues them
         finally:
             answered()  # when the attempt ended before the receiver answered
-            self._started.difference_update(d.id for d in job.deliveries)
+            self._holdings.waiting(job.deliveries)
             metrics.ATTEMPT_LATENCY.labels(group=group.name).observe(time.perf_counter() - started)
             self._progress.set()
 
@@ -649,7 +626,7 @@ class Delivery:
         answered()
         await self._finish(job, route.group, verdicts, data)
 
-    async def _sign(self, message: _Message, body: bytes) -> tuple[bytes, str]:
+    async def _sign(self, message: Message, body: bytes) -> tuple[bytes, str]:
         """The body with its DKIM signatures, made just before it is sent, with the keys
         active now: the tenant's signing domain, else the From field's. A message sent
         again with the same header and keys reuses its signatures. Returns it and what
@@ -701,12 +678,10 @@ class Delivery:
         lost = [d for d in job.deliveries if d.id not in owned]
         if lost:
             log.warning("leases_lost_before_sending", count=len(lost))
-            for d in lost:
-                self._held.pop(d.id, None)
-                self._started.discard(d.id)
+            self._holdings.let_go(d.id for d in lost)
             job.deliveries = [d for d in job.deliveries if d.id in owned]
             if not job.deliveries:
-                self._release_message(job.message)
+                self._holdings.job_done(job.message)
                 return False
         return True
 
@@ -735,7 +710,7 @@ class Delivery:
                 batch: list[_Job] = []
                 while group.ready and len(batch) < RESERVE_BATCH:
                     job, _ = group.ready.pop()
-                    self._started.update(d.id for d in job.deliveries)  # in hand: renewed, kept if lost, not released
+                    self._holdings.working(job.deliveries)  # in hand: renewed, kept if lost, not released
                     if self._expired(job):  # bounced without taking a reservation
                         self._spawn(self._attempt_relay(job, group, None))
                     else:
@@ -779,15 +754,13 @@ class Delivery:
             waiting += [group.ready.pop()[0] for _ in range(len(group.ready))]
             waiting = await self._hand_back(waiting, group, due)
         for job in waiting:
-            self._started.difference_update(d.id for d in job.deliveries)
+            self._holdings.waiting(job.deliveries)
             self._queue(job, None, group.name, group.account_pool)
         self._progress.set()  # a drain waits for what is in hand
 
     def _split(self, job: _Job, deliveries: list[Leased]) -> _Job:
         """A job of the same message for `deliveries`, taken off `job`."""
-        message = self._messages.get(job.message)
-        if message is not None:
-            message.jobs += 1
+        self._holdings.job_added(job.message)
         return _Job(job.message, job.tenant, job.domain, deliveries, job.priority, job.created_at)
 
     def _hand_back_due(self, wait: relay.Wait) -> datetime | None:
@@ -814,18 +787,15 @@ class Delivery:
             return jobs
         kept = []
         for job in jobs:
-            for d in job.deliveries:
-                if d.id in released:
-                    self._held.pop(d.id, None)
-                    self._started.discard(d.id)
+            self._holdings.let_go(d.id for d in job.deliveries if d.id in released)
             job.deliveries = [d for d in job.deliveries if d.id not in released]
             if job.deliveries:
                 kept.append(job)
             else:
-                self._release_message(job.message)
+                self._holdings.job_done(job.message)
         if released:
             log.info("handed_back", account_pool=group.account_pool, count=len(released), due=due.isoformat())
-        if not self._held:
+        if not self._holdings:
             self._idle.set()
         self._wake.set()  # room to lease other mail
         return kept
@@ -844,7 +814,7 @@ class Delivery:
             self._forget(job)  # the leases expire and the reaper requeues them; a reservation stays counted
         finally:
             group.freed.set()
-            self._started.difference_update(d.id for d in job.deliveries)
+            self._holdings.waiting(job.deliveries)
             metrics.ATTEMPT_LATENCY.labels(group=group.name).observe(time.perf_counter() - started)
             self._progress.set()
 
@@ -914,7 +884,7 @@ class Delivery:
             job.deliveries = [d for d in job.deliveries if d not in rerouted]
             self._reroute(job, rerouted, group, account, verdicts[rerouted[0].id][0])
             if not job.deliveries:
-                self._release_message(job.message)
+                self._holdings.job_done(job.message)
                 return
         await self._finish(job, group.name, verdicts, data)
 
@@ -922,7 +892,7 @@ class Delivery:
         self, job: _Job, deliveries: list[Leased], group: _Group, account: accounts.Account, verdict: Verdict
     ) -> None:
         """Back to the pool's queue, for another account, without spending an attempt."""
-        self._started.difference_update(d.id for d in deliveries)  # waiting again: renewed, released at a stop
+        self._holdings.waiting(deliveries)  # waiting again: renewed, released at a stop
         again = self._split(job, deliveries)
         log.info("rerouted", queue_id=str(job.message), count=len(deliveries), account=account.name,
                  account_pool=account.pool, **{"class": verdict.cls.value})  # fmt: skip
@@ -932,7 +902,7 @@ class Delivery:
         self, job: _Job, group: str | None, verdicts: dict[int, tuple[Verdict, Any]], data: dict[str, Any]
     ) -> None:
         """Decide each delivery's next state, record it with its event, let go of it."""
-        self._started.update(d.id for d in job.deliveries)  # being recorded: kept if its lease is lost
+        self._holdings.working(job.deliveries)  # being recorded: kept if its lease is lost
         now = self._now()
         tenant = job.tenant  # travels with the job: no second read of the message
         recorded: list[Outcome] = []
@@ -957,7 +927,7 @@ class Delivery:
         try:
             await self._record.submit(recorded)
         finally:
-            self._started.difference_update(d.id for d in job.deliveries)
+            self._holdings.waiting(job.deliveries)
         counted = collections.Counter((o.state.value, o.route_group or "-") for o in recorded)
         for (name, route_group), count in counted.items():
             setattr(self._stats, name, getattr(self._stats, name) + count)
@@ -1004,61 +974,43 @@ class Delivery:
         )
 
     def _forget(self, job: _Job) -> None:
-        for d in job.deliveries:
-            self._held.pop(d.id, None)
-        self._release_message(job.message)
-        if not self._held:
+        self._holdings.let_go(d.id for d in job.deliveries)
+        self._holdings.job_done(job.message)
+        if not self._holdings:
             self._idle.set()
             self._wake.set()  # room to lease again
-
-    def _release_message(self, message_id: uuid.UUID) -> None:
-        message = self._messages.get(message_id)
-        if message is not None:
-            message.jobs -= 1
-            if message.jobs <= 0:
-                del self._messages[message_id]
-                if message.body is not None:
-                    self._body_bytes -= len(message.body)
-
-    def _hold(self, body: bytes | None) -> bytes | None:
-        """The body, if the body cache has room for it (else None: read when sent)."""
-        if body is None or self._body_bytes + len(body) > self.settings.body_cache:
-            return None
-        self._body_bytes += len(body)
-        return body
 
     async def _load_messages(self, ids: set[uuid.UUID]) -> None:
         """Read the messages of a leased batch in one query (else one each as it is sent),
         their bodies as far as the body cache has room."""
-        missing = [i for i in ids if i not in self._messages]
+        missing = self._holdings.missing(ids)
         if not missing:
             return
         try:
-            rows = await leases.messages(self._db, missing, self.settings.body_cache - self._body_bytes)
+            rows = await leases.messages(self._db, missing, self._holdings.body_room)
         except errors.SpoolError as exc:
             log.warning("messages_not_read", count=len(missing), error=str(exc))
             return
         for row in rows:  # counted as their jobs are admitted
-            self._messages[row["id"]] = self._message_of(row)
+            self._holdings.add(self._message_of(row))
 
-    async def _message(self, message_id: uuid.UUID) -> _Message:
+    async def _message(self, message_id: uuid.UUID) -> Message:
         """The message with its body, for sending (read now if it is not held)."""
-        message = self._messages.get(message_id)
+        message = self._holdings.message(message_id)
         if message is None or message.body is None:
             row = await leases.message(self._db, message_id)
             if message is None:
                 message = self._message_of(row)
                 message.jobs = 1
-                self._messages[message_id] = message
+                self._holdings.add(message)
             if message.body is None:  # held from now on, for the message's other jobs
-                message.body = bytes(row["body"])
-                self._body_bytes += len(message.body)
+                self._holdings.set_body(message, bytes(row["body"]))
         return message
 
-    def _message_of(self, row: Mapping[str, Any]) -> _Message:
+    def _message_of(self, row: Mapping[str, Any]) -> Message:
         body = bytes(row["body"]) if row["body"] is not None else None
-        message = _Message(row["id"], row["tenant"], row["sender"], row["smtputf8"], row["pool"],
-                           row["account_pool"], self._hold(body))  # fmt: skip
+        message = Message(row["id"], row["tenant"], row["sender"], row["smtputf8"], row["pool"],
+                           row["account_pool"], self._holdings.keep_body(body))  # fmt: skip
         if row["dkim_fields"] is not None:  # the signatures of an earlier attempt, for a retry to reuse
             cache = (bytes(row["dkim_header"]), tuple(row["dkim_keys"]))
             message.signatures[cache] = bytes(row["dkim_fields"])
