@@ -490,37 +490,58 @@ class Delivery:
                     self._holdings.working(job.deliveries)
                     self._spawn(self._attempt(job, route, group, None))
                     continue
-                out = self._egress_for(job, group.name)
-                decision = self._shaper.take(group.name, out.source, route.limits)
-                if not decision.go:
+                out, wait = self._permission(job, route, group.name)
+                if out is None:
                     group.freed.clear()
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(decision.retry_after):
+                        async with asyncio.timeout(wait):
                             await group.freed.wait()
                     continue
                 group.ready.pop()
-                if out.pool is not None:  # counted now, so the next choice sees it (warm-up caps, rotation)
+                if out.pool is not None and out.choice is not None:  # counted now, so the next choice sees it
+                    self._egress.taken(out.pool, group.name, out.choice)  # (cursors, warm-up caps, rotation)
                     self._egress.sent(out.pool, group.name, out.source)
+                    metrics.EGRESS_CHOICES.labels(pool=out.pool, kind=_kind(out.choice)).inc()
                 self._holdings.working(job.deliveries)
                 self._spawn(self._attempt(job, route, group, out))
         finally:
             group.dispatching = False
 
-    def _egress_for(self, job: _Job, provider: str) -> _Egress:
+    def _permission(self, job: _Job, route: routing.Route, provider: str) -> tuple[_Egress | None, float | None]:
+        """A source for the job whose bucket lets it go now (a token and a session are
+        taken), or None and how long to wait (None: until a session ends). One
+        throttled or busy address does not hold the job back while another address
+        of its pool could send it: each refused one is left out of the next choice,
+        which changes nothing in the pool until the send goes. Sync."""
+        refused: set[str] = set()
+        waits: list[float | None] = []
+        while True:
+            out = self._egress_for(job, provider, frozenset(refused))
+            if refused and (out.choice is None or out.choice.fallback or out.source in refused):
+                break  # every address the pool could use now has been refused
+            decision = self._shaper.take(provider, out.source, route.limits)
+            if decision.go:
+                return out, None
+            waits.append(decision.retry_after)
+            if out.choice is None or out.choice.fallback:
+                break  # no pool (or none usable): its one source
+            refused.add(out.source)
+        timed = [w for w in waits if w is not None]
+        return None, (min(timed) if timed else None)  # the first token, or a session freed (freed is set)
+
+    def _egress_for(self, job: _Job, provider: str, refused: frozenset[str] = frozenset()) -> _Egress:
         """The source of a job: from its pool (a route's, else the message's, else the
-        default pool), or the configured source_address when there is no pool."""
+        default pool), none of `refused`, or the configured source_address when there is
+        no pool. Changes nothing in the pool (Egress.taken does, when the send goes)."""
         message = self._holdings.message(job.message)
         pool = self.settings.route_pools.get(job.domain) or (message and message.pool) or self.settings.default_pool
         if pool is None:
             return _Egress(self._source)
         try:
-            choice = self._egress.choose(pool, provider)
+            choice = self._egress.choose(pool, provider, excluding=refused)
         except errors.ConfigError as exc:  # a pool removed from the configuration since the mail was accepted
             log.warning("unknown_pool", pool=pool, queue_id=str(job.message), error=str(exc))
             return _Egress(self._source)
-        metrics.EGRESS_CHOICES.labels(
-            pool=pool, kind="fallback" if choice.fallback else "spill" if choice.why else "ordinary"
-        ).inc()
         return _Egress(choice.address, pool, choice)
 
     # --- one attempt -------------------------------------------------------------------------
@@ -1015,6 +1036,11 @@ class Delivery:
             cache = (bytes(row["dkim_header"]), tuple(row["dkim_keys"]))
             message.signatures[cache] = bytes(row["dkim_fields"])
         return message
+
+
+def _kind(choice: egress.Choice) -> str:
+    """How a source was chosen, for mtad_egress_choices."""
+    return "fallback" if choice.fallback else "spill" if choice.why else "ordinary"
 
 
 def _failed(job: _Job, failure: Failure) -> dict[int, tuple[Verdict, Any]]:

@@ -8,9 +8,11 @@ provider does not hold back the mail people are waiting for. An address belongs
 to exactly one pool: its reputation is the pool's.
 
 Before each send the delivery path asks `Egress.choose(pool, provider)` and gets a
-`Choice` at once (sync, no I/O, never sleeps, O(addresses of the pool)). It then
-calls `sent(...)` when the transaction is handed to the receiver (at DATA, also
-when the outcome is unknown) and `report(...)` with what came of it. A send is
+`Choice` at once (sync, no I/O, never sleeps, O(addresses of the pool)); choosing
+changes nothing. When the address's bucket refuses, it asks again with that
+address excluded; when one lets the send go, it calls `taken(...)` (the policy
+moves on: cursor, sticky address, rotation) and `sent(...)` (the send counted,
+also when its outcome will be unknown), and `report(...)` with what came of it. A send is
 never blocked for want of an address: when no address is eligible the choice is
 the primary with `fallback=True` and a `why` for the delivery event. The choice
 carries the address's EHLO name: its entry in the pool's `ehlo` table, else the
@@ -149,12 +151,16 @@ class PoolSettings:
 @dataclass(frozen=True, slots=True)
 class Choice:
     """The address for one send. `why` is None on the ordinary path; it explains a
-    spill past a full warming address, or (with fallback=True) what was exhausted."""
+    spill past a full warming address, or (with fallback=True) what was exhausted.
+    What choosing it would change (a policy's cursor, sticky address or rotation)
+    is carried here and applied only by Egress.taken, when the send goes."""
 
     address: str
     ehlo: str | None  # None: the node's hostname
     fallback: bool
     why: str | None
+    moves_to: str | None = None  # where the policy moves on to when the send goes (None: it stays)
+    budget: int | None = None  # rotate: the sends drawn for a newly picked current address
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,86 +308,120 @@ class Egress:
 
     # --- selection
 
-    def choose(self, pool: str, provider: str) -> Choice:
-        """The address for one send of `pool` to `provider`. Raises ConfigError for
-        a pool that is not configured."""
+    def choose(self, pool: str, provider: str, *, excluding: frozenset[str] = frozenset()) -> Choice:
+        """The address for one send of `pool` to `provider`, none of `excluding` (those
+        the shaper has just refused) unless it falls back to the primary. Changes
+        nothing: `taken` does, once the send goes. Raises ConfigError for a pool that
+        is not configured."""
         state = self._pool(pool)
         settings = state.settings
         now = self.now()
         self._roll_today(now)
-        pick = self._pick(state, provider, now)
+        pick, moves_to, budget = self._pick(state, provider, now, excluding)
         if pick is None:
             return self._fallback(state, provider, now)
         if self._has_room(settings, pick, provider):
-            return Choice(pick, settings.ehlo_for(pick), False, None)
-        spill = self._spill(state, provider, now, pick)
+            return Choice(pick, settings.ehlo_for(pick), False, None, moves_to, budget)
+        spill = self._spill(state, provider, now, pick, excluding)
         if spill is None:
             return self._fallback(state, provider, now)
-        state.spills += 1
         cap = self._cap_share(settings, self._days[(pick, provider)].day)
         why = f"{pick} is at its warm-up cap of {cap} sends to {provider} today; spilled to {spill}"
-        return Choice(spill, settings.ehlo_for(spill), False, why)
+        return Choice(spill, settings.ehlo_for(spill), False, why, moves_to, budget)
 
-    def _pick(self, state: _Pool, provider: str, now: float) -> str | None:
-        """The policy's address among the usable ones (healthy, not parked), or None."""
+    def taken(self, pool: str, provider: str, choice: Choice) -> None:
+        """The send of `choice` goes: the policy moves on (round-robin's cursor, the
+        sticky address, rotate's current address and its budget), spills and
+        fallbacks are counted. Then `sent` counts the send itself."""
+        state = self._pool(pool)
+        policy = state.settings.policy
+        if choice.fallback:
+            state.fallbacks += 1
+            return
+        if choice.why is not None:
+            state.spills += 1
+        pick = choice.moves_to
+        if pick is None:
+            return
+        if policy is Policy.STICKY:
+            state.sticky[provider] = pick
+        elif policy is Policy.ROUND_ROBIN:
+            state.cursor[provider] = (state.index[pick] + 1) % len(state.settings.addresses)
+        elif policy is Policy.ROTATE and choice.budget is not None:
+            state.current, state.budget = pick, choice.budget
+
+    def _pick(
+        self, state: _Pool, provider: str, now: float, excluding: frozenset[str]
+    ) -> tuple[str | None, str | None, int | None]:
+        """The policy's address among the usable ones (healthy, not parked, not
+        excluded), or None; where the policy moves on to if the send goes (None: it
+        stays: an address refused by its bucket keeps its turn); rotate's newly drawn
+        budget when it picks a new current address."""
         addresses = state.settings.addresses
         policy = state.settings.policy
         if policy is Policy.STICKY:
             current = state.sticky.get(provider)
-            if current is not None and self._usable(state, current, provider, now):
-                return current
+            usable = current is not None and self._usable(state, current, provider, now)
+            if usable and current not in excluding:
+                return current, current, None
             start = state.index[current] + 1 if current is not None else zlib.crc32(provider.encode())
-            found = self._first_usable(state, provider, now, start)
-            if found is not None:
-                state.sticky[provider] = found
-            return found
+            found = self._first_usable(state, provider, now, start, excluding)
+            return found, (None if usable else found), None
         if policy is Policy.ROUND_ROBIN:
-            found = self._first_usable(state, provider, now, state.cursor.get(provider, 0))
-            if found is not None:
-                state.cursor[provider] = (state.index[found] + 1) % len(addresses)
-            return found
+            found = self._first_usable(state, provider, now, state.cursor.get(provider, 0), excluding)
+            return found, found, None
         if policy is Policy.LEAST_USED:
-            return self._least_used(state, provider, now, addresses)
-        return self._rotate(state, provider, now)
+            return self._least_used(state, provider, now, addresses, excluding), None, None
+        return self._rotate(state, provider, now, excluding)
 
-    def _rotate(self, state: _Pool, provider: str, now: float) -> str | None:
+    def _rotate(
+        self, state: _Pool, provider: str, now: float, excluding: frozenset[str]
+    ) -> tuple[str | None, str | None, int | None]:
         current = state.current
         if current is not None:
-            if self._usable(state, current, provider, now):
-                return current
-            # Unhealthy at this provider only: another address for this send, and
-            # the current one keeps its turn for the other providers.
-            return self._least_used(state, provider, now, state.settings.addresses)
-        candidates = [a for a in state.settings.addresses if self._usable(state, a, provider, now)]
+            if current not in excluding and self._usable(state, current, provider, now):
+                return current, None, None
+            # Unhealthy at this provider only (or refused by its bucket): another
+            # address for this send, and the current one keeps its turn.
+            return self._least_used(state, provider, now, state.settings.addresses, excluding), None, None
+        candidates = [
+            a for a in state.settings.addresses if a not in excluding and self._usable(state, a, provider, now)
+        ]
         if not candidates:
-            return None
+            return None, None, None
         low, high = state.settings.rotate_after
-        state.current = self._rng.choice(candidates)
-        state.budget = self._rng.randint(low, high)
-        return state.current
+        drawn = self._rng.choice(candidates)
+        return drawn, drawn, self._rng.randint(low, high)
 
-    def _first_usable(self, state: _Pool, provider: str, now: float, start: int) -> str | None:
+    def _first_usable(
+        self, state: _Pool, provider: str, now: float, start: int, excluding: frozenset[str]
+    ) -> str | None:
         addresses = state.settings.addresses
         for step in range(len(addresses)):
             address = addresses[(start + step) % len(addresses)]
-            if self._usable(state, address, provider, now):
+            if address not in excluding and self._usable(state, address, provider, now):
                 return address
         return None
 
-    def _least_used(self, state: _Pool, provider: str, now: float, among: tuple[str, ...]) -> str | None:
-        usable = [a for a in among if self._usable(state, a, provider, now)]
+    def _least_used(
+        self, state: _Pool, provider: str, now: float, among: tuple[str, ...], excluding: frozenset[str]
+    ) -> str | None:
+        usable = [a for a in among if a not in excluding and self._usable(state, a, provider, now)]
         if not usable:
             return None
         return min(usable, key=lambda a: (self._sent_today.get((a, provider), 0), state.index[a]))
 
-    def _spill(self, state: _Pool, provider: str, now: float, full: str) -> str | None:
+    def _spill(self, state: _Pool, provider: str, now: float, full: str, excluding: frozenset[str]) -> str | None:
         """Where a send goes when `full` is at its cap: a usable address with room,
         warm ones first, then the fewest sends to this provider today."""
         settings = state.settings
         candidates = [
             a
             for a in settings.addresses
-            if a != full and self._usable(state, a, provider, now) and self._has_room(settings, a, provider)
+            if a != full
+            and a not in excluding
+            and self._usable(state, a, provider, now)
+            and self._has_room(settings, a, provider)
         ]
         if not candidates:
             return None
@@ -396,7 +436,6 @@ class Egress:
 
     def _fallback(self, state: _Pool, provider: str, now: float) -> Choice:
         settings = state.settings
-        state.fallbacks += 1
         reasons = [self._unavailable(state, a, provider, now) for a in settings.addresses]
         why = (
             f"no address of pool {settings.name} can send to {provider} now"

@@ -3,6 +3,7 @@ address's EHLO name and its own bucket; warm-up caps that spill; the fallback.""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections import Counter
@@ -107,3 +108,25 @@ async def test_the_pool_a_message_named_at_submission_is_used(database: db.Datab
     await accept(database, named, new_message("unnamed@sink.test"))
     await engine(database, sink, pools, default_pool="transactional").run_until_idle()
     assert {m.recipients[0]: m.peer for m in sink.received} == {"named@sink.test": A, "unnamed@sink.test": B}
+
+
+async def test_an_address_out_of_tokens_does_not_hold_back_mail_another_could_send(
+    database: db.Database, sink: Sink
+) -> None:
+    """Sticky on A, whose bucket (1 a minute) the first message empties: the second
+    leaves at once from B instead of waiting a minute behind A, and A keeps its turn."""
+    slow = routing.parse_providers(
+        {"default": {"rate": "1/min", "min_rate": "1/min", "max_rate": "1/min", "burst": 1, "sessions": 4}}, "test"
+    )
+    router = routing.Router(ZoneResolver(ZONE), slow, port=sink.port)
+    pool = sessions.Pool(sessions.Settings(port=sink.port, ehlo_hostname="mtad.test"))
+    settings = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0), default_pool="p")
+    pools = egress.Egress({"p": egress.PoolSettings("p", (A, B), egress.Policy.STICKY)})
+    provider = GROUP
+    sticky = pools.choose("p", provider).address
+    await accept(database, *(new_message(f"r{i}@sink.test") for i in range(2)))
+    mtad = delivery.Delivery(settings, database, router, pool, RULES, pools=pools)
+    async with asyncio.timeout(30):  # a minute's wait behind the sticky address would end this
+        await mtad.run_until_idle()
+    assert sorted(m.peer for m in sink.received) == [A, B]
+    assert pools.choose("p", provider).address == sticky  # the spill moved nothing: A is still the sticky one

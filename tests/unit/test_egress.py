@@ -47,6 +47,7 @@ def send(e: Egress, pool: str, provider: str, times: int = 1) -> list[egress.Cho
     choices = []
     for _ in range(times):
         choice = e.choose(pool, provider)
+        e.taken(pool, provider, choice)
         e.sent(pool, provider, choice.address)
         choices.append(choice)
     return choices
@@ -100,6 +101,28 @@ def test_a_delivery_does_not_end_a_cool_off() -> None:
     assert e.choose("p", provider).address == B
 
 
+# --- choosing changes nothing until the send goes
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+def test_choosing_changes_nothing_until_the_send_is_taken(policy: Policy) -> None:
+    e = make(PoolSettings("p", (A, B, C), policy=policy, rotate_after=(2, 2)))
+    before = e.statistics()
+    first = e.choose("p", "gmail")
+    again = [e.choose("p", "gmail") for _ in range(5)]  # the bucket refused it: no turn spent
+    if policy is not Policy.ROTATE:  # rotate draws its next current address afresh until one is taken
+        assert all(choice == first for choice in again)
+    assert e.statistics() == before
+    other = e.choose("p", "gmail", excluding=frozenset({first.address}))
+    assert other.address != first.address
+    assert not other.fallback
+    assert e.choose("p", "gmail", excluding=frozenset({A, B, C})).fallback  # nothing left but the primary
+    e.taken("p", "gmail", other)
+    e.sent("p", "gmail", other.address)
+    if policy in (Policy.STICKY, Policy.ROTATE):
+        assert e.choose("p", "gmail").address == other.address  # the policy moved on to it
+
+
 # --- round-robin and least-used
 
 
@@ -149,6 +172,7 @@ def test_rotate_retires_an_address_after_a_count_in_range_and_parks_it(seed: int
     e = make(PoolSettings("p", (A, B, C), policy=Policy.ROTATE, rotate_after=(3, 5), park=600), clock=clock, seed=seed)
     choices = []
     while not (choice := e.choose("p", "gmail")).fallback:
+        e.taken("p", "gmail", choice)
         e.sent("p", "gmail", choice.address)
         choices.append(choice)
     # Three runs, one per address (a parked address is not chosen), each of 3 to 5 sends.
@@ -189,7 +213,8 @@ def test_rotate_parked_address_returns_after_park() -> None:
 
 def test_rotate_sends_around_an_address_unhealthy_at_one_provider() -> None:
     e = make(PoolSettings("p", (A, B), policy=Policy.ROTATE, rotate_after=(10, 10), unhealthy_after=1))
-    current = e.choose("p", "gmail").address
+    [first] = send(e, "p", "gmail")
+    current = first.address
     e.report("p", "gmail", current, SendOutcome.THROTTLED)
     assert e.choose("p", "gmail").address != current
     assert e.choose("p", "yahoo").address == current  # still the current one elsewhere
@@ -241,9 +266,11 @@ def test_a_spill_prefers_a_warm_address_over_another_warming_one() -> None:
     for _ in range(5):
         e.sent("p", "gmail", W)
     assert e.choose("p", "gmail").address == A  # W is full: A, not B
+    e.taken("p", "gmail", e.choose("p", "gmail"))
     for _ in range(3):
         e.report("p", "gmail", A, SendOutcome.CONNECT_FAILED)
     assert e.choose("p", "gmail").address == B  # B's turn
+    e.taken("p", "gmail", e.choose("p", "gmail"))
     spilled = e.choose("p", "gmail")  # A is unhealthy, W's turn: W is full, and B still has room
     assert (spilled.address, spilled.why) == (B, f"{W} is at its warm-up cap of 5 sends to gmail today; spilled to {B}")
 
@@ -255,6 +282,7 @@ def test_when_nothing_is_eligible_the_primary_is_used_and_the_reason_given() -> 
         e.sent("p", provider, W)
     throttle(e, "p", provider, A)
     choice = e.choose("p", provider)
+    e.taken("p", provider, choice)
     assert (choice.address, choice.ehlo, choice.fallback) == (W, "new.example.com", True)
     assert choice.why == (
         f"no address of pool p can send to {provider} now ({W} at its warm-up cap of 5 to {provider};"
