@@ -188,7 +188,7 @@ class Delivery:
         self._now = now
         self._rng = rng or random.Random()
         self._holdings = Holdings(settings.body_cache)  # what this node holds; changed only through it
-        self._groups: dict[str, _Group] = {}
+        self._groups: dict[tuple[str, str | None], _Group] = {}  # (provider group, source pool): its queue
         self._tasks: asyncio.TaskGroup | None = None
         self._work: set[asyncio.Task[None]] = set()  # routing and attempts, cancelled at the end of a drain
         self._wake = asyncio.Event()  # NOTIFY, or room to lease again
@@ -465,10 +465,13 @@ class Delivery:
         return chosen or None
 
     def _queue(self, job: _Job, route: routing.Route | None, name: str, account_pool: str | None) -> None:
-        """Into its group's ready queue; the group's dispatcher runs while it has jobs."""
-        group = self._groups.get(name)
+        """Into its ready queue, one per provider group and source pool (so that a pool
+        whose addresses all wait holds back no mail of another pool); its dispatcher
+        runs while it has jobs."""
+        key = (name, None if account_pool is not None else self._pool_of(job))
+        group = self._groups.get(key)
         if group is None:
-            group = self._groups[name] = _Group(
+            group = self._groups[key] = _Group(
                 name, ReadyQueue(self.settings.tenant_weights), account_pool=account_pool
             )
         group.ready.push(job.tenant, job.priority, job.created_at, (job, route))
@@ -529,12 +532,16 @@ class Delivery:
         timed = [w for w in waits if w is not None]
         return None, (min(timed) if timed else None)  # the first token, or a session freed (freed is set)
 
+    def _pool_of(self, job: _Job) -> str | None:
+        """The source pool of a job: its route's, else its message's, else the default."""
+        message = self._holdings.message(job.message)
+        return self.settings.route_pools.get(job.domain) or (message and message.pool) or self.settings.default_pool
+
     def _egress_for(self, job: _Job, provider: str, refused: frozenset[str] = frozenset()) -> _Egress:
         """The source of a job: from its pool (a route's, else the message's, else the
         default pool), none of `refused`, or the configured source_address when there is
         no pool. Changes nothing in the pool (Egress.taken does, when the send goes)."""
-        message = self._holdings.message(job.message)
-        pool = self.settings.route_pools.get(job.domain) or (message and message.pool) or self.settings.default_pool
+        pool = self._pool_of(job)
         if pool is None:
             return _Egress(self._source)
         try:

@@ -130,3 +130,29 @@ async def test_an_address_out_of_tokens_does_not_hold_back_mail_another_could_se
         await mtad.run_until_idle()
     assert sorted(m.peer for m in sink.received) == [A, B]
     assert pools.choose("p", provider).address == sticky  # the spill moved nothing: A is still the sticky one
+
+
+async def test_a_pool_whose_addresses_all_wait_holds_back_no_mail_of_another_pool(
+    database: db.Database, sink: Sink
+) -> None:
+    """One provider group, two pools: the bulk pool's only address is out of tokens
+    (1 a minute) after its first message; the transactional message queued behind
+    the second bulk one leaves at once, from its own pool's queue."""
+    slow = routing.parse_providers(
+        {"default": {"rate": "1/min", "min_rate": "1/min", "max_rate": "1/min", "burst": 1, "sessions": 4}}, "test"
+    )
+    router = routing.Router(ZoneResolver(ZONE), slow, port=sink.port)
+    pool = sessions.Pool(sessions.Settings(port=sink.port, ehlo_hostname="mtad.test"))
+    settings = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0), shutdown_timeout=5)
+    pools = egress.Egress(
+        {"bulk": egress.PoolSettings("bulk", (A,)), "transactional": egress.PoolSettings("transactional", (B,))}
+    )
+    bulk = [dataclasses.replace(new_message(f"bulk{i}@sink.test"), pool="bulk") for i in range(2)]
+    await accept(database, *bulk, dataclasses.replace(new_message("reset@sink.test"), pool="transactional"))
+    mtad = delivery.Delivery(settings, database, router, pool, RULES, pools=pools)
+    async with asyncio.TaskGroup() as tasks:
+        running = tasks.create_task(mtad.run())
+        received = await sink.wait_for(2, within=30)  # a minute's wait behind bulk1 would end this
+        mtad.stop()
+        await running
+    assert sorted((m.recipients[0], m.peer) for m in received) == [("bulk0@sink.test", A), ("reset@sink.test", B)]
