@@ -21,7 +21,9 @@ from tests.acceptance.test_run import email
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).parents[2]
-NOT_SHIPPED = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "var", "__pycache__", ".*_cache")
+NOT_SHIPPED = shutil.ignore_patterns(
+    ".git", ".venv", ".venv-tools", "build", "*.egg-info", "var", "__pycache__", ".*_cache"
+)
 
 
 @pytest.fixture(scope="module")
