@@ -113,8 +113,11 @@ async def prune(
             return None
         pruned = Pruned()
         await _messages(conn, cutoffs.messages, batch, pause, pruned)
-        await _events(conn, cutoffs, batch, pause, pruned)
-        await _reservations(conn, cutoffs.account_history, batch, pause, pruned)
+        accounts = min(cutoffs.events, cutoffs.account_history)  # account events: no sooner than the limits allow
+        pruned.events += await _by_id(conn, "retention/events", cutoffs.events, accounts, batch=batch, pause=pause,
+                                      pruned=pruned)  # fmt: skip
+        pruned.reservations += await _by_id(conn, "retention/reservations", cutoffs.account_history, batch=batch,
+                                            pause=pause, pruned=pruned)  # fmt: skip
         pruned.days = int(await conn.fetchval("retention/days", cutoffs.account_history))
         await _keys(conn, cutoffs.keys, batch, pause, pruned)
         if reindex:  # still holding the lock: one node rebuilds
@@ -163,29 +166,18 @@ async def _messages(conn: db.Connection, before: datetime, batch: int, pause: fl
         await _paused(pause)
 
 
-async def _events(conn: db.Connection, cutoffs: Cutoffs, batch: int, pause: float, pruned: Pruned) -> None:
-    after = _NO_ID
-    accounts = min(cutoffs.events, cutoffs.account_history)
+async def _by_id(conn: db.Connection, statement: str, *args: object, batch: int, pause: float, pruned: Pruned) -> int:
+    """Run a batch statement over a table whose ids follow time (events.sql,
+    reservations.sql: after an id, `args`, a batch size) until it runs out of rows or
+    reaches young ones; returns how many rows went."""
+    after, deleted = _NO_ID, 0
     while True:
-        row = await conn.fetchrow("retention/events", after, cutoffs.events, accounts, batch)
+        row = await conn.fetchrow(statement, after, *args, batch)
         assert row is not None
         pruned.batches += 1
-        pruned.events += row["deleted"]
+        deleted += int(row["deleted"])
         if row["last"] is None or row["young"]:
-            return
-        after = row["last"]
-        await _paused(pause)
-
-
-async def _reservations(conn: db.Connection, before: datetime, batch: int, pause: float, pruned: Pruned) -> None:
-    after = _NO_ID
-    while True:
-        row = await conn.fetchrow("retention/reservations", after, before, batch)
-        assert row is not None
-        pruned.batches += 1
-        pruned.reservations += row["deleted"]
-        if row["last"] is None or row["young"]:
-            return
+            return deleted
         after = row["last"]
         await _paused(pause)
 
