@@ -2,23 +2,25 @@
 
 Deliveries this node holds (leased from the queue, or handed over by the accept
 path already leased) are grouped into jobs: the recipients of one message at one
-domain, sent in one SMTP transaction. A job is routed (MX, provider group) and
-put in its group's ready queue, priority first, then age. A dispatcher per group
-starts a job when the group's bucket (shaping: rate, burst, session cap per
-provider group and source address) lets it; the single place where a delivery
-waits for permission to send. An attempt writes its attempt id before DATA,
-sends through the session pool, classifies each recipient's reply or the local
-failure once (outcomes), records the outcomes with their events, and tells the
-bucket what the receiver said (a throttling reply slows it down, deliveries
-speed it up). Deferred mail comes back through the same queues and buckets.
+domain, sent in one SMTP transaction. A job is routed (MX, provider group; or an
+account pool) and put in the ready queue of its (group, source pool), priority
+first, then tenants' turns, then age. A dispatcher per queue starts a job when
+the bucket of a source address lets it (shaping: rate, burst, session cap per
+provider group and source address), or when a mailbox of its account pool is
+reserved for it: the single place where a delivery waits for permission. The
+send leaves from an address the node holds a lease on (egress), taken first
+when it is not. Then one attempt pipeline for both ways out (strategies): write
+the attempt id before DATA, plan, sign, send through the session pool, classify
+each recipient's reply or the local failure once (outcomes), settle what was
+taken for the send, record the outcomes with their events. Deferred mail comes
+back through the same queues.
 
 Around that: a lease loop (woken by NOTIFY on `mtad_due`, with a periodic poll as
-the fallback), lease renewal while deliveries are held, and a reaper that returns
-any node's expired leases to the queue, and the shaping checkpoint (the buckets'
-rates shared with the other nodes, divided by the number of live nodes). Every
-task belongs to one TaskGroup.
+the fallback), renewal of the delivery and source address leases held, a reaper
+that returns any node's expired leases to the queue, and the shaping checkpoint
+(the buckets' rates shared with the other nodes, divided by the number of live
+nodes). Every task belongs to one TaskGroup.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -36,11 +38,11 @@ from typing import Any
 import structlog
 
 from mtad import db
-from mtad.base import errors, events, headers, metrics
+from mtad.base import errors, events, metrics
 from mtad.base.batching import Batcher
 from mtad.base.lifecycle import Reason, State
 from mtad.base.replies import Reply
-from mtad.deliver import egress, shaping
+from mtad.deliver import egress, shaping, strategies
 from mtad.deliver.holdings import Holdings, Message
 from mtad.deliver.ready import ReadyQueue
 from mtad.mailboxes import accounts, relay
@@ -89,37 +91,10 @@ class Settings:
 
 
 @dataclass(frozen=True, slots=True)
-class _Egress:
-    """Where an attempt goes out from."""
+class _Wait:
+    """No source may send the job now: wait this long (None: until a session ends)."""
 
-    source: str  # the source address ("": the system's choice)
-    pool: str | None = None
-    choice: egress.Choice | None = None  # the pool's answer, with its EHLO name and any fallback
-
-
-@dataclass(slots=True)
-class _Feedback:
-    """What the receiver said to one attempt, for its bucket."""
-
-    delivered: int = 0  # recipients accepted
-    throttled: bool = False  # a reply classed as throttled (421, 4.7.x, provider wording)
-    deferred: bool = False  # a transient reply
-    connect_failed: bool = False  # no session through the source address
-    maybe_sent: bool = False  # the connection dropped after the data: it may have gone out
-    returned: bool = False  # the bucket has had its permission back, with this feedback
-
-    @property
-    def outcome(self) -> egress.SendOutcome | None:
-        """What the send says about its source address, for the pool (None: nothing)."""
-        if self.throttled:
-            return egress.SendOutcome.THROTTLED
-        if self.delivered:
-            return egress.SendOutcome.DELIVERED
-        if self.deferred or self.maybe_sent:
-            return egress.SendOutcome.DEFERRED
-        if self.connect_failed:
-            return egress.SendOutcome.CONNECT_FAILED
-        return None
+    seconds: float | None
 
 
 @dataclass(slots=True)
@@ -184,11 +159,12 @@ class Delivery:
         self._egress = pools or egress.Egress({})
         self._mailboxes = mailboxes
         self._signer = signer or dkim.Signer()
-        self._source = pool.settings.source_address or ""  # the source of mail without a pool
+        self._default_source = pool.settings.source_address or ""  # the source of mail without a pool
         self._now = now
         self._rng = rng or random.Random()
         self._holdings = Holdings(settings.body_cache)  # what this node holds; changed only through it
         self._groups: dict[tuple[str, str | None], _Group] = {}  # (provider group, source pool): its queue
+        self._taking: dict[str, asyncio.Lock] = {}  # source pool -> one lease take at a time
         self._tasks: asyncio.TaskGroup | None = None
         self._work: set[asyncio.Task[None]] = set()  # routing and attempts, cancelled at the end of a drain
         self._wake = asyncio.Event()  # NOTIFY, or room to lease again
@@ -322,6 +298,7 @@ class Delivery:
             await shaping.sync(self._db, self._shaper, self.node, self._now())  # the last checkpoint
             await shaping.leave(self._db, self.node)
             await egress.save(self._db, self._egress)
+            await egress.release_all(self._db, self._egress, self.node)
         except errors.SpoolError as exc:
             log.warning("checkpoint_failed", error=str(exc))  # the previous one stands
 
@@ -383,8 +360,6 @@ class Delivery:
         """Extend the lease of every delivery held, those on the wire included: a send
         slower than the lease must not be reaped and sent again, nor free its mailbox."""
         asked = list(self._holdings)
-        if not asked:
-            return
         now = self._now()
         kept = await leases.renew(self._db, self.node, asked, self.lease_until(now))
         # Lost: taken over after our lease expired, or recorded meanwhile (then already
@@ -392,6 +367,9 @@ class Delivery:
         lost = self._holdings.lost(asked, kept)
         if lost:
             log.warning("leases_lost", count=len(lost))
+        gone = await egress.renew(self._db, self._egress, self.node, self.lease_until(now).timestamp())
+        if gone:
+            log.warning("source_leases_lost", addresses=gone)
 
     async def _checkpoint(self) -> None:
         """Share the buckets and warm-up caps among the live nodes, checkpoint the buckets
@@ -491,28 +469,29 @@ class Delivery:
                 if self._expired(job):  # bounced without taking a token or a session
                     group.ready.pop()
                     self._holdings.working(job.deliveries)
-                    self._spawn(self._attempt(job, route, group, None))
+                    self._spawn(self._attempt(job, group, None))
                     continue
-                out, wait = self._permission(job, route, group.name)
-                if out is None:
+                out = self._permission(job, route, group.name)
+                if isinstance(out, egress.Wanted):
+                    await self._lease_source(out, len(group.ready), group)
+                    continue
+                if isinstance(out, _Wait):
                     group.freed.clear()
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(wait):
+                        async with asyncio.timeout(out.seconds):
                             await group.freed.wait()
                     continue
                 group.ready.pop()
-                if out.pool is not None and out.choice is not None:  # counted now, so the next choice sees it
-                    self._egress.taken(out.pool, group.name, out.choice)  # (cursors, warm-up caps, rotation)
-                    self._egress.sent(out.pool, group.name, out.source)
-                    metrics.EGRESS_CHOICES.labels(pool=out.pool, kind=_kind(out.choice)).inc()
+                self._taken(out, group.name)
                 self._holdings.working(job.deliveries)
-                self._spawn(self._attempt(job, route, group, out))
+                way = strategies.ToMx(route, out, self._shaper, self._rng, on_answer=self._on_answer(group))
+                self._spawn(self._attempt(job, group, way))
         finally:
             group.dispatching = False
 
-    def _permission(self, job: _Job, route: routing.Route, provider: str) -> tuple[_Egress | None, float | None]:
+    def _permission(self, job: _Job, route: routing.Route, provider: str) -> strategies.Source | _Wait | egress.Wanted:
         """A source for the job whose bucket lets it go now (a token and a session are
-        taken), or None and how long to wait (None: until a session ends). One
+        taken), or how long to wait, or the source address lease to take first. One
         throttled or busy address does not hold the job back while another address
         of its pool could send it: each refused one is left out of the next choice,
         which changes nothing in the pool until the send goes. Sync."""
@@ -520,139 +499,203 @@ class Delivery:
         waits: list[float | None] = []
         while True:
             out = self._egress_for(job, provider, frozenset(refused))
-            if refused and (out.choice is None or out.choice.fallback or out.source in refused):
+            if isinstance(out, egress.Wanted):
+                if refused and out.address is None:
+                    break  # a rotate pool waits for its turn's bucket rather than open another turn
+                return out
+            if refused and (out.choice is None or out.choice.fallback or out.address in refused):
                 break  # every address the pool could use now has been refused
-            decision = self._shaper.take(provider, out.source, route.limits)
+            decision = self._shaper.take(provider, out.address, route.limits)
             if decision.go:
-                return out, None
+                return out
             waits.append(decision.retry_after)
             if out.choice is None or out.choice.fallback:
                 break  # no pool (or none usable): its one source
-            refused.add(out.source)
+            refused.add(out.address)
         timed = [w for w in waits if w is not None]
-        return None, (min(timed) if timed else None)  # the first token, or a session freed (freed is set)
+        return _Wait(min(timed) if timed else None)  # the first token, or a session freed (freed is set)
 
     def _pool_of(self, job: _Job) -> str | None:
         """The source pool of a job: its route's, else its message's, else the default."""
         message = self._holdings.message(job.message)
         return self.settings.route_pools.get(job.domain) or (message and message.pool) or self.settings.default_pool
 
-    def _egress_for(self, job: _Job, provider: str, refused: frozenset[str] = frozenset()) -> _Egress:
+    def _egress_for(
+        self, job: _Job, provider: str, refused: frozenset[str] = frozenset()
+    ) -> strategies.Source | egress.Wanted:
         """The source of a job: from its pool (a route's, else the message's, else the
         default pool), none of `refused`, or the configured source_address when there is
-        no pool. Changes nothing in the pool (Egress.taken does, when the send goes)."""
+        no pool; or the lease on a pool's address to take first. Changes nothing in
+        the pool (Egress.taken does, when the send goes)."""
         pool = self._pool_of(job)
         if pool is None:
-            return _Egress(self._source)
+            return strategies.Source(self._default_source)
         try:
             choice = self._egress.choose(pool, provider, excluding=refused)
         except errors.ConfigError as exc:  # a pool removed from the configuration since the mail was accepted
             log.warning("unknown_pool", pool=pool, queue_id=str(job.message), error=str(exc))
-            return _Egress(self._source)
-        return _Egress(choice.address, pool, choice)
+            return strategies.Source(self._default_source)
+        if isinstance(choice, egress.Wanted):
+            return choice
+        return strategies.Source(choice.address, pool, choice)
+
+    async def _source(self, job: _Job, provider: str) -> strategies.Source:
+        """The source of a job whose send waits for no bucket (relayed mail), its
+        address leased first when it is not yet."""
+        for _ in range(3):  # a lease lost between the take and the choice: take it again
+            out = self._egress_for(job, provider)
+            if not isinstance(out, egress.Wanted):
+                return out
+            await self._lease_source(out, 1, None)
+        pool = self._pool_of(job)
+        raise errors.SpoolError(f"no lease on a source address of pool {pool} could be kept")
+
+    async def _release_source(self, pool: str, address: str) -> None:
+        """Give back this node's lease on an address whose turn it has sent."""
+        try:
+            parked = await egress.release(self._db, self._egress, self.node, pool, [address])
+        except errors.SpoolError as exc:  # it expires; the next take parks the address then
+            log.warning("source_release_failed", pool=pool, address=address, error=str(exc))
+            return
+        if parked:
+            log.info("source_parked", pool=pool, address=address, seconds=self._egress.pools[pool].park)
+
+    async def _lease_source(self, wanted: egress.Wanted, want: int, group: _Group | None) -> None:
+        """Take the lease `wanted` (one take per pool at a time on this node); when the
+        database cannot be reached, wait a poll interval (or until the group is freed)."""
+        lock = self._taking.setdefault(wanted.pool, asyncio.Lock())
+        async with lock:
+            now = self._now()
+            try:
+                granted = await egress.take(self._db, self._egress, self.node, wanted, want,
+                                            self.lease_until(now).timestamp())  # fmt: skip
+            except errors.SpoolError as exc:
+                log.warning("source_lease_failed", pool=wanted.pool, error=str(exc))
+                if group is None:
+                    raise
+                group.freed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.settings.poll_interval):
+                        await group.freed.wait()
+                return
+            if granted.address is not None and granted.sends is not None:
+                log.info("source_turn", pool=wanted.pool, address=granted.address, sends=granted.sends)
+            elif granted.address is None:
+                log.info("source_turn_none", pool=wanted.pool, parked=len(granted.parked))
+
+    def _taken(self, source: strategies.Source, provider: str) -> None:
+        """A send goes from `source`: counted now, so that the next choice sees it
+        (cursors, warm-up caps, rotation)."""
+        if source.pool is not None and source.choice is not None:
+            self._egress.taken(source.pool, provider, source.choice)
+            self._egress.sent(source.pool, provider, source.address)
+            metrics.EGRESS_CHOICES.labels(pool=source.pool, kind=_kind(source.choice)).inc()
+
+    def _on_answer(self, group: _Group) -> Callable[[strategies.Source, strategies.Feedback | None], None]:
+        def answered(source: strategies.Source, feedback: strategies.Feedback | None) -> None:
+            self._answered(group.name, source, feedback)
+            if source.pool is not None and self._egress.ended(source.pool, source.address):
+                self._spawn(self._release_source(source.pool, source.address))  # its turn is over here
+            group.freed.set()
+
+        return answered
 
     # --- one attempt -------------------------------------------------------------------------
 
-    async def _attempt(self, job: _Job, route: routing.Route, group: _Group, out: _Egress | None) -> None:
-        """One job's attempt; `out` is where it leaves from and the permission it took
-        (None: it expired in the queue and only its bounce is recorded)."""
+    async def _attempt(self, job: _Job, group: _Group, way: strategies.Strategy | None) -> None:
+        """One job's attempt along `way`, MX or mailbox (None: it expired in its queue,
+        and only its bounce is recorded)."""
         started = time.perf_counter()
-        feedback = _Feedback()
-
-        def answered() -> None:
-            """The permission back to the bucket with what the receiver said, as soon as
-            it has answered: recording the outcome takes no session of the receiver's."""
-            if out is None or feedback.returned:
-                return
-            feedback.returned = True
-            self._shaper.done(group.name, out.source, delivered=feedback.delivered, throttled=feedback.throttled)
-            if out.pool is not None and feedback.outcome is not None:
-                self._report_egress(out.pool, group.name, out.source, feedback)
-            group.freed.set()
-
         try:
-            await self._send(job, route, out, feedback, answered)
+            if way is None or self._expired(job):
+                if way is not None:
+                    await way.abandon()
+                verdict = Verdict(outcomes.Class.PERMANENT, Reason.EXPIRED, False)
+                await self._finish(job, group.name, {d.id: (verdict, None) for d in job.deliveries}, {"expired": True})
+            else:
+                await self._send(job, group, way)
         except errors.SpoolError as exc:
             log.warning("attempt_not_recorded", message=str(job.message), error=str(exc))
-            self._forget(job)  # the leases expire and the reaper requeues them
+            self._forget(job)  # the leases expire and the reaper requeues them; a reservation stays counted
         finally:
-            answered()  # when the attempt ended before the receiver answered
+            if way is not None:
+                way.answered(None)  # when the attempt ended before the receiver answered
+            group.freed.set()
             self._holdings.waiting(job.deliveries)
             metrics.ATTEMPT_LATENCY.labels(group=group.name).observe(time.perf_counter() - started)
             self._progress.set()
 
-    def _report_egress(self, pool: str, provider: str, address: str, feedback: _Feedback) -> None:
-        """What the receiver made of a send through a pool's address (warm-up, health)."""
-        assert feedback.outcome is not None
-        if self._egress.report(pool, provider, address, feedback.outcome):
-            log.warning("source_unhealthy", pool=pool, address=address, group=provider, outcome=feedback.outcome.value)
-
-    def _expired(self, job: _Job) -> bool:
-        return self._now() - job.created_at >= timedelta(seconds=self.settings.max_age)
-
-    async def _send(
-        self, job: _Job, route: routing.Route, out: _Egress | None, feedback: _Feedback, answered: Callable[[], None]
-    ) -> None:
-        if out is None or self._expired(job):
-            verdict = Verdict(outcomes.Class.PERMANENT, Reason.EXPIRED, False)
-            await self._finish(job, route.group, {d.id: (verdict, None) for d in job.deliveries}, {"expired": True})
-            return
+    async def _send(self, job: _Job, group: _Group, way: strategies.Strategy) -> None:
+        """Read, write the attempt id, plan, sign, send, classify, settle, record."""
         try:
             message = await self._message(job.message)
         except errors.NotFound:
-            await self._finish(job, route.group, _failed(job, Failure.MESSAGE_UNREADABLE), {"message": "missing"})
+            await way.abandon()
+            await self._finish(job, group.name, _failed(job, Failure.MESSAGE_UNREADABLE), {"message": "missing"})
             return
         attempt = uuid.uuid4()
-        if not await self._begin_attempt(job, attempt, route.group):
+        if not await self._begin_attempt(job, attempt, group.name):
+            await way.abandon()
             return
-        targets = [
-            sessions.Target(hop.name, address, hop.port)
-            for hop in route.attempt_order(self._rng)
-            for address in hop.addresses
-        ]
-        assert message.body is not None  # _message() reads it
-        body, signed = await self._sign(message, message.body)
-        tx = sessions.Transaction(message.sender, tuple(d.recipient for d in job.deliveries), body,
-                                  message.smtputf8)  # fmt: skip
-        self._stats.attempts += 1
-        ehlo = out.choice.ehlo if out.choice else None
-        result = await self._pool.deliver(targets, tx, out.source or None, label=route.group, ehlo=ehlo)
-        verdicts: dict[int, tuple[Verdict, Any]] = {}
+        data: dict[str, Any] = {"attempt": str(attempt), **way.describe()}
+        plan = await way.plan(message, data)
+        result = None
+        if isinstance(plan, Verdict):  # no way out now (a mailbox's login was refused)
+            verdicts: strategies.Verdicts = {d.id: (plan, None) for d in job.deliveries}
+        else:
+            body, data["dkim"] = await self._sign(message, plan.body)  # after the last change of a header
+            tx = sessions.Transaction(plan.sender, tuple(d.recipient for d in job.deliveries), body, message.smtputf8)
+            self._stats.attempts += 1
+            ehlo = plan.source.choice.ehlo if plan.source.choice else None
+            result = await self._pool.deliver(
+                plan.targets, tx, plan.source.address or None, label=group.name, ehlo=ehlo, login=plan.login
+            )
+            verdicts = self._classify(job, result)
+            data.update(address=result.address, source=result.source, tls=result.tls, reused=result.reused)
+            if result.failure is not None:
+                data["failure"] = result.failure.value
+            if result.maybe_sent:
+                data["maybe_delivered"] = True
+            metrics.SESSIONS_REUSED.labels(group=group.name).inc(result.reused)
+        way.answered(strategies.Feedback.of(result, verdicts))
+        again = await way.settle(job.deliveries, verdicts, result, data)
+        if again:  # nothing went out to them: back to the queue, for another way
+            await leases.unbegin(self._db, self.node, [d.id for d in again], self._now())
+            job.deliveries = [d for d in job.deliveries if d not in again]
+            self._holdings.waiting(again)  # waiting again: renewed, released at a stop
+            why = verdicts[again[0].id][0].cls.value
+            log.info("rerouted", queue_id=str(job.message), count=len(again), group=group.name,
+                     account=data.get("account"), account_pool=group.account_pool, **{"class": why})  # fmt: skip
+            self._queue(self._split(job, again), None, group.name, group.account_pool)
+            if not job.deliveries:
+                self._holdings.job_done(job.message)
+                return
+        await self._finish(job, group.name, verdicts, data)
+
+    def _classify(self, job: _Job, result: sessions.Result) -> strategies.Verdicts:
+        """Each recipient's verdict: the receiver's reply, else the local failure."""
+        verdicts: strategies.Verdicts = {}
         classified: dict[Reply, Verdict] = {}  # recipients accepted together share the reply to the data
         for d in job.deliveries:
             reply = result.replies.get(d.recipient)
             if reply is not None:
                 verdict = classified.get(reply) or classified.setdefault(reply, self._rules.classify(reply))
                 verdicts[d.id] = (verdict, reply)
-                # The receiver's own words are the only feedback shaping takes.
-                feedback.throttled |= verdict.cls is outcomes.Class.THROTTLED
-                feedback.delivered += verdict.cls is outcomes.Class.DELIVERED
-                feedback.deferred |= verdict.cls is outcomes.Class.TRANSIENT
             else:
                 verdicts[d.id] = (outcomes.classify_failure(result.failure or Failure.INTERNAL), None)
-        data = {
-            "attempt": str(attempt),
-            "dkim": signed,
-            "mx": result.host,
-            "address": result.address,
-            "source": result.source,
-            "tls": result.tls,
-            "reused": result.reused,
-        }
-        if out.pool is not None:
-            data["pool"] = out.pool
-        if out.choice is not None and out.choice.why is not None:
-            data["egress"] = out.choice.why  # a spill past a full warming address, or a fallback
-            data["egress_fallback"] = out.choice.fallback
-        if result.failure is not None:
-            data["failure"] = result.failure.value
-        feedback.connect_failed = result.failure is Failure.CONNECT_FAILED
-        if result.failure is Failure.DISCONNECTED_IN_DATA:
-            data["maybe_delivered"] = True
-            feedback.maybe_sent = True
-        metrics.SESSIONS_REUSED.labels(group=route.group).inc(result.reused)
-        answered()
-        await self._finish(job, route.group, verdicts, data)
+        return verdicts
+
+    def _answered(self, provider: str, source: strategies.Source, feedback: strategies.Feedback | None) -> None:
+        """What the receiver made of a send through a pool's address (warm-up, health)."""
+        outcome = feedback.outcome if feedback is not None else None
+        if source.pool is None or outcome is None:
+            return
+        if self._egress.report(source.pool, provider, source.address, outcome):
+            log.warning("source_unhealthy", pool=source.pool, address=source.address, group=provider,
+                        outcome=outcome.value)  # fmt: skip
+
+    def _expired(self, job: _Job) -> bool:
+        return self._now() - job.created_at >= timedelta(seconds=self.settings.max_age)
 
     async def _sign(self, message: Message, body: bytes) -> tuple[bytes, str]:
         """The body with its DKIM signatures, made just before it is sent, with the keys
@@ -740,7 +783,7 @@ class Delivery:
                     job, _ = group.ready.pop()
                     self._holdings.working(job.deliveries)  # in hand: renewed, kept if lost, not released
                     if self._expired(job):  # bounced without taking a reservation
-                        self._spawn(self._attempt_relay(job, group, None))
+                        self._spawn(self._attempt(job, group, None))
                     else:
                         batch.append(job)
                 if batch:
@@ -776,7 +819,8 @@ class Delivery:
                 rest = job.deliveries[reservation.recipients :]
                 job.deliveries = job.deliveries[: reservation.recipients]
                 waiting.append(self._split(job, rest))
-            self._spawn(self._attempt_relay(job, group, reservation))
+            self._spawn(self._attempt_through(job, group, reservation))
+
         due = self._hand_back_due(taken) if isinstance(taken, relay.Wait) and not self._stopping else None
         if due is not None:  # a long wait: this node's mail of the pool goes back to the spool
             waiting += [group.ready.pop()[0] for _ in range(len(group.ready))]
@@ -785,6 +829,23 @@ class Delivery:
             self._holdings.waiting(job.deliveries)
             self._queue(job, None, group.name, group.account_pool)
         self._progress.set()  # a drain waits for what is in hand
+
+    async def _attempt_through(self, job: _Job, group: _Group, reservation: accounts.Reservation) -> None:
+        """A relayed job's attempt on its reservation, from a leased address of its pool."""
+        assert self._mailboxes is not None
+        try:
+            source = await self._source(job, group.name)  # relayed mail leaves from its pool's address too
+        except errors.SpoolError as exc:  # the database is out of reach: the job waits in its queue
+            log.warning("source_not_leased", queue_id=str(job.message), error=str(exc))
+            with contextlib.suppress(errors.SpoolError):
+                await accounts.release(self._db, reservation.id)  # never used
+            self._holdings.waiting(job.deliveries)
+            self._queue(job, None, group.name, group.account_pool)
+            return
+        self._taken(source, group.name)
+        way = strategies.ThroughMailbox(reservation, source, self._mailboxes, self._db,
+                                        on_answer=self._on_answer(group))  # fmt: skip
+        await self._attempt(job, group, way)
 
     def _split(self, job: _Job, deliveries: list[Leased]) -> _Job:
         """A job of the same message for `deliveries`, taken off `job`."""
@@ -827,104 +888,6 @@ class Delivery:
             self._idle.set()
         self._wake.set()  # room to lease other mail
         return kept
-
-    async def _attempt_relay(self, job: _Job, group: _Group, reservation: accounts.Reservation | None) -> None:
-        """One relayed job's attempt on its reservation (None: it expired in the queue)."""
-        started = time.perf_counter()
-        try:
-            if reservation is None:
-                verdict = Verdict(outcomes.Class.PERMANENT, Reason.EXPIRED, False)
-                await self._finish(job, group.name, {d.id: (verdict, None) for d in job.deliveries}, {"expired": True})
-            else:
-                await self._relay(job, group, reservation)
-        except errors.SpoolError as exc:
-            log.warning("attempt_not_recorded", message=str(job.message), error=str(exc))
-            self._forget(job)  # the leases expire and the reaper requeues them; a reservation stays counted
-        finally:
-            group.freed.set()
-            self._holdings.waiting(job.deliveries)
-            metrics.ATTEMPT_LATENCY.labels(group=group.name).observe(time.perf_counter() - started)
-            self._progress.set()
-
-    async def _relay(self, job: _Job, group: _Group, reservation: accounts.Reservation) -> None:
-        assert self._mailboxes is not None
-        account = reservation.account
-        try:
-            message = await self._message(job.message)
-        except errors.NotFound:
-            await accounts.release(self._db, reservation.id)
-            await self._finish(job, group.name, _failed(job, Failure.MESSAGE_UNREADABLE), {"message": "missing"})
-            return
-        attempt = uuid.uuid4()
-        if not await self._begin_attempt(job, attempt, group.name):
-            await accounts.release(self._db, reservation.id)
-            return
-        data: dict[str, Any] = {
-            "attempt": str(attempt),
-            "account": account.name,
-            "account_pool": account.pool,
-            "smarthost": f"{account.host}:{account.port}",
-            "reservation": reservation.id,
-        }
-        verdicts: dict[int, tuple[Verdict, Any]] = {}
-        maybe_sent = False
-        try:
-            login = await self._mailboxes.login(account)
-        except relay.LoginFailed as failed:
-            data["login"] = failed.why
-            verdicts = {d.id: (failed.verdict, None) for d in job.deliveries}
-        else:
-            assert message.body is not None  # _message() reads it
-            sender, body = message.sender, message.body
-            if self._mailboxes.rewrites_from(account.pool):  # the mailbox sends as itself
-                sender, body = account.address, headers.rewrite_from(body, account.address)
-                data["from"] = account.address
-            body, data["dkim"] = await self._sign(message, body)  # after the last change of a header
-            tx = sessions.Transaction(sender, tuple(d.recipient for d in job.deliveries), body, message.smtputf8)
-            self._stats.attempts += 1
-            result = await self._pool.deliver([relay.target(account)], tx, None, label=group.name, login=login)
-            for d in job.deliveries:
-                reply = result.replies.get(d.recipient)
-                verdict = self._rules.classify(reply) if reply is not None else None
-                verdicts[d.id] = (verdict or outcomes.classify_failure(result.failure or Failure.INTERNAL), reply)
-            data.update(address=result.address, tls=result.tls, reused=result.reused)
-            if result.failure is not None:
-                data["failure"] = result.failure.value
-            maybe_sent = result.failure is Failure.DISCONNECTED_IN_DATA or (
-                result.data_sent and result.failure is not None
-            )
-            if maybe_sent:
-                data["maybe_delivered"] = True
-        replies = [reply for _, reply in verdicts.values() if reply is not None]
-        delivered = next((d.id for d in job.deliveries if verdicts[d.id][0].cls is outcomes.Class.DELIVERED), None)
-        detail = {"queue_id": str(job.message), "reply": replies[-1].line() if replies else None,
-                  "failure": data.get("failure"), "login": data.get("login")}  # fmt: skip
-        settled = await self._mailboxes.settle(
-            reservation, [verdicts[d.id][0] for d in job.deliveries], maybe_sent=maybe_sent, delivery=delivered,
-            detail={k: v for k, v in detail.items() if v is not None},
-        )  # fmt: skip
-        data["reservation_kept"] = settled.slot is not relay.Slot.RELEASE
-        if settled.moved_to is not None:
-            data["account_state"] = settled.moved_to.value
-        rerouted = [d for i, d in enumerate(job.deliveries) if i in settled.reroute]
-        if rerouted:
-            await leases.unbegin(self._db, self.node, [d.id for d in rerouted], self._now())  # nothing went out
-            job.deliveries = [d for d in job.deliveries if d not in rerouted]
-            self._reroute(job, rerouted, group, account, verdicts[rerouted[0].id][0])
-            if not job.deliveries:
-                self._holdings.job_done(job.message)
-                return
-        await self._finish(job, group.name, verdicts, data)
-
-    def _reroute(
-        self, job: _Job, deliveries: list[Leased], group: _Group, account: accounts.Account, verdict: Verdict
-    ) -> None:
-        """Back to the pool's queue, for another account, without spending an attempt."""
-        self._holdings.waiting(deliveries)  # waiting again: renewed, released at a stop
-        again = self._split(job, deliveries)
-        log.info("rerouted", queue_id=str(job.message), count=len(deliveries), account=account.name,
-                 account_pool=account.pool, **{"class": verdict.cls.value})  # fmt: skip
-        self._queue(again, None, group.name, group.account_pool)
 
     async def _finish(
         self, job: _Job, group: str | None, verdicts: dict[int, tuple[Verdict, Any]], data: dict[str, Any]

@@ -11,10 +11,11 @@ Before each send the delivery path asks `Egress.choose(pool, provider)` and gets
 `Choice` at once (sync, no I/O, never sleeps, O(addresses of the pool)); choosing
 changes nothing. When the address's bucket refuses, it asks again with that
 address excluded; when one lets the send go, it calls `taken(...)` (the policy
-moves on: cursor, sticky address, rotation) and `sent(...)` (the send counted,
-also when its outcome will be unknown), and `report(...)` with what came of it. A send is
-never blocked for want of an address: when no address is eligible the choice is
-the primary with `fallback=True` and a `why` for the delivery event. The choice
+moves on: cursor, sticky address), `sent(...)` (the send counted, also when its
+outcome will be unknown), and, once the receiver has answered, `report(...)` with
+what came of it and `ended(...)`. A send is never blocked for want of an
+address: when no address is eligible the choice is the primary with
+`fallback=True` and a `why` for the delivery event. The choice
 carries the address's EHLO name: its entry in the pool's `ehlo` table, else the
 pool's `ehlo_default`, else None (the caller uses the node's hostname). A pool
 name that is not configured raises ConfigError.
@@ -26,9 +27,19 @@ Policies, per pool:
 - round-robin: each provider cycles through the addresses.
 - least-used: the address with the fewest sends to this provider today (UTC),
   ties by the order in `addresses`.
-- rotate: one address is used for a random number of sends drawn from
-  `rotate_after`, then parked (rests) for `park` seconds; the next is drawn at
-  random among the unparked addresses.
+- rotate: an address has a turn of a random number of sends drawn from
+  `rotate_after`, counted across every node; once the turn is given out and no
+  send of it is in flight on any node, it is parked (rests) for `park` seconds.
+  The next turn goes to an address drawn at random among the rested ones.
+
+Leases: a node sends through an address only while it holds a lease on it in
+PostgreSQL (`source_leases`, taken by `take`, renewed by `renew`, given back by
+`release`), so that every node sees where mail leaves from. When the address a
+policy picks is not leased, `choose` returns `Wanted` instead of a `Choice`: the
+caller takes the lease (one round trip) and chooses again. A rotate pool's lease
+carries the sends of a turn this node may make; its turns are drawn and counted
+in PostgreSQL (`mtad_source_take`), so that ten nodes rotate as one. A node
+learns from each take which addresses rest and until when.
 
 Every policy skips an address that is unhealthy at the provider: `unhealthy_after`
 throttling replies or connection failures in a row (with no delivery in between)
@@ -57,7 +68,7 @@ backwards (an older day is not written over a newer one, and within a day the
 larger counts win), so a restarted node resumes with at least its own count.
 
 Memory: an entry per (address, provider) sent to today, per warming address and
-provider sent to while warming, and per provider for sticky and round-robin.
+provider sent to while warming, and per provider for sticky and round-robin, per address leased.
 The clock `now` is wall-clock seconds (time.time), since warm-up days are stored
 as timestamps.
 """
@@ -72,15 +83,16 @@ import random
 import re
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mtad import db
 from mtad.base import errors, values
 
 DAY = 86400.0
+ASK_AGAIN = 5.0  # seconds before a rotate pool whose take found no turn asks again
 
 
 class Policy(enum.StrEnum):
@@ -131,8 +143,8 @@ class PoolSettings:
     name: str
     addresses: tuple[str, ...]  # the first is the primary
     policy: Policy = Policy.STICKY
-    rotate_after: tuple[int, int] = (8, 15)  # rotate: retire after this many sends (inclusive range)
-    park: float = 1800.0  # rotate: seconds a retired address rests
+    rotate_after: tuple[int, int] = (8, 15)  # rotate: sends in a turn (inclusive range)
+    park: float = 900.0  # rotate: seconds an address rests after its turn
     ehlo: Mapping[str, str] = field(default_factory=dict)  # address -> EHLO hostname
     ehlo_default: str | None = None  # None: the node's hostname (the caller's choice)
     warming: frozenset[str] = frozenset()  # new addresses, a subset of addresses
@@ -160,7 +172,25 @@ class Choice:
     fallback: bool
     why: str | None
     moves_to: str | None = None  # where the policy moves on to when the send goes (None: it stays)
-    budget: int | None = None  # rotate: the sends drawn for a newly picked current address
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """The lease to take before a send of `pool` can be chosen: on `address`, or for
+    a rotate pool (address None) on the turn of any address but `excluding`."""
+
+    pool: str
+    address: str | None
+    excluding: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """What a take gave this node, and what it learnt of the pool's addresses."""
+
+    address: str | None  # None: no address had a turn to give
+    sends: int | None  # rotate: the sends of the turn given; None: a lease without a count
+    parked: Mapping[str, float]  # address -> resting until (wall-clock seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +239,10 @@ class AddressStatistics:
     warming: bool  # listed in `warming` (it may be warm at some providers already)
     sent_today: int  # to every provider, this UTC day, by this node
     sent_today_by_provider: Mapping[str, int]
-    parked_until: float | None  # rotate
+    parked_until: float | None  # rotate: resting until then, as this node last learnt
+    leased: bool  # this node holds a lease on it
+    turn_left: int | None  # rotate: sends of its turn this node may still make
+    in_flight: int  # sends through it on the wire, on this node
     unhealthy_until: Mapping[str, float]  # provider -> end of the cool-off, for cool-offs not over
     warmup: tuple[WarmupStatistics, ...]  # per provider, for a warming address
 
@@ -249,14 +282,20 @@ class _Health:
 
 
 @dataclass(slots=True)
+class _Lease:
+    left: int | None  # rotate: sends of the turn still to make; None: a lease without a count
+    in_flight: int = 0
+
+
+@dataclass(slots=True)
 class _Pool:
     settings: PoolSettings
     index: dict[str, int]  # address -> position in addresses
     sticky: dict[str, str] = field(default_factory=dict)  # provider -> address
     cursor: dict[str, int] = field(default_factory=dict)  # provider -> next position (round-robin)
-    current: str | None = None  # rotate: the address in use
-    budget: int = 0  # rotate: sends left on current
-    parked: dict[str, float] = field(default_factory=dict)  # rotate: address -> resting until
+    leases: dict[str, _Lease] = field(default_factory=dict)  # address -> this node's lease
+    parked: dict[str, float] = field(default_factory=dict)  # rotate: address -> resting until (as last learnt)
+    ask_after: float = -math.inf  # rotate: a take found no turn to give; ask again then
     spills: int = 0
     fallbacks: int = 0
 
@@ -308,31 +347,33 @@ class Egress:
 
     # --- selection
 
-    def choose(self, pool: str, provider: str, *, excluding: frozenset[str] = frozenset()) -> Choice:
+    def choose(self, pool: str, provider: str, *, excluding: frozenset[str] = frozenset()) -> Choice | Wanted:
         """The address for one send of `pool` to `provider`, none of `excluding` (those
-        the shaper has just refused) unless it falls back to the primary. Changes
-        nothing: `taken` does, once the send goes. Raises ConfigError for a pool that
-        is not configured."""
+        the shaper has just refused) unless it falls back to the primary; or the lease
+        to take first. Changes nothing: `taken` does, once the send goes. Raises
+        ConfigError for a pool that is not configured."""
         state = self._pool(pool)
         settings = state.settings
         now = self.now()
         self._roll_today(now)
-        pick, moves_to, budget = self._pick(state, provider, now, excluding)
+        if settings.policy is Policy.ROTATE:
+            return self._rotate(state, provider, now, excluding)
+        pick, moves_to = self._pick(state, provider, now, excluding)
         if pick is None:
-            return self._fallback(state, provider, now)
+            return self._leased(state, self._fallback(state, provider, now))
         if self._has_room(settings, pick, provider):
-            return Choice(pick, settings.ehlo_for(pick), False, None, moves_to, budget)
+            return self._leased(state, Choice(pick, settings.ehlo_for(pick), False, None, moves_to))
         spill = self._spill(state, provider, now, pick, excluding)
         if spill is None:
-            return self._fallback(state, provider, now)
+            return self._leased(state, self._fallback(state, provider, now))
         cap = self._cap_share(settings, self._days[(pick, provider)].day)
         why = f"{pick} is at its warm-up cap of {cap} sends to {provider} today; spilled to {spill}"
-        return Choice(spill, settings.ehlo_for(spill), False, why, moves_to, budget)
+        return self._leased(state, Choice(spill, settings.ehlo_for(spill), False, why, moves_to))
 
     def taken(self, pool: str, provider: str, choice: Choice) -> None:
         """The send of `choice` goes: the policy moves on (round-robin's cursor, the
-        sticky address, rotate's current address and its budget), spills and
-        fallbacks are counted. Then `sent` counts the send itself."""
+        sticky address), spills and fallbacks are counted. Then `sent` counts the
+        send itself."""
         state = self._pool(pool)
         policy = state.settings.policy
         if choice.fallback:
@@ -347,51 +388,54 @@ class Egress:
             state.sticky[provider] = pick
         elif policy is Policy.ROUND_ROBIN:
             state.cursor[provider] = (state.index[pick] + 1) % len(state.settings.addresses)
-        elif policy is Policy.ROTATE and choice.budget is not None:
-            state.current, state.budget = pick, choice.budget
+
+    def _leased(self, state: _Pool, choice: Choice) -> Choice | Wanted:
+        """The choice once its address is leased by this node; else the lease to take."""
+        if choice.address in state.leases:
+            return choice
+        return Wanted(state.settings.name, choice.address)
 
     def _pick(
         self, state: _Pool, provider: str, now: float, excluding: frozenset[str]
-    ) -> tuple[str | None, str | None, int | None]:
-        """The policy's address among the usable ones (healthy, not parked, not
-        excluded), or None; where the policy moves on to if the send goes (None: it
-        stays: an address refused by its bucket keeps its turn); rotate's newly drawn
-        budget when it picks a new current address."""
+    ) -> tuple[str | None, str | None]:
+        """The policy's address among the usable ones (healthy, not excluded), or None;
+        and where the policy moves on to if the send goes (None: it stays: an address
+        refused by its bucket keeps its turn)."""
         addresses = state.settings.addresses
         policy = state.settings.policy
         if policy is Policy.STICKY:
             current = state.sticky.get(provider)
             usable = current is not None and self._usable(state, current, provider, now)
             if usable and current not in excluding:
-                return current, current, None
+                return current, current
             start = state.index[current] + 1 if current is not None else zlib.crc32(provider.encode())
             found = self._first_usable(state, provider, now, start, excluding)
-            return found, (None if usable else found), None
+            return found, (None if usable else found)
         if policy is Policy.ROUND_ROBIN:
             found = self._first_usable(state, provider, now, state.cursor.get(provider, 0), excluding)
-            return found, found, None
-        if policy is Policy.LEAST_USED:
-            return self._least_used(state, provider, now, addresses, excluding), None, None
-        return self._rotate(state, provider, now, excluding)
+            return found, found
+        return self._least_used(state, provider, now, addresses, excluding), None
 
-    def _rotate(
-        self, state: _Pool, provider: str, now: float, excluding: frozenset[str]
-    ) -> tuple[str | None, str | None, int | None]:
-        current = state.current
-        if current is not None:
-            if current not in excluding and self._usable(state, current, provider, now):
-                return current, None, None
-            # Unhealthy at this provider only (or refused by its bucket): another
-            # address for this send, and the current one keeps its turn.
-            return self._least_used(state, provider, now, state.settings.addresses, excluding), None, None
-        candidates = [
-            a for a in state.settings.addresses if a not in excluding and self._usable(state, a, provider, now)
+    def _rotate(self, state: _Pool, provider: str, now: float, excluding: frozenset[str]) -> Choice | Wanted:
+        """A send of this node's turns (the one nearest its end first); else a new turn
+        to ask for, leaving out the addresses that cannot send to the provider now;
+        else, while no address has a turn to give, the primary as a fallback."""
+        settings = state.settings
+        turns = [
+            (lease.left, address)
+            for address, lease in state.leases.items()
+            if lease.left and address not in excluding and self._can_send(state, address, provider, now)
         ]
-        if not candidates:
-            return None, None, None
-        low, high = state.settings.rotate_after
-        drawn = self._rng.choice(candidates)
-        return drawn, drawn, self._rng.randint(low, high)
+        if turns:
+            pick = min(turns)[1]
+            return Choice(pick, settings.ehlo_for(pick), False, None)
+        if now >= state.ask_after:
+            cannot = frozenset(a for a in settings.addresses if not self._can_send(state, a, provider, now))
+            return Wanted(settings.name, None, cannot | excluding)
+        return self._leased(state, self._fallback(state, provider, now))
+
+    def _can_send(self, state: _Pool, address: str, provider: str, now: float) -> bool:
+        return self._usable(state, address, provider, now) and self._has_room(state.settings, address, provider)
 
     def _first_usable(
         self, state: _Pool, provider: str, now: float, start: int, excluding: frozenset[str]
@@ -454,6 +498,8 @@ class Egress:
         if not self._has_room(state.settings, address, provider):
             cap = self._cap_share(state.settings, self._days[(address, provider)].day)
             return f"{address} at its warm-up cap of {cap} to {provider}"
+        if state.settings.policy is Policy.ROTATE:
+            return f"{address} has no turn to give (its turn is given out, or another's is ending)"
         return None
 
     def _usable(self, state: _Pool, address: str, provider: str, now: float) -> bool:
@@ -496,11 +542,58 @@ class Egress:
             day = self._days.setdefault(key, _Day(1, now))
             if not settings.warmup.warm(day.day):
                 day.sent += count
-        if settings.policy is Policy.ROTATE and address == state.current:
-            state.budget -= count
-            if state.budget <= 0:
-                state.parked[address] = now + settings.park
-                state.current = None
+        lease = state.leases.get(address)
+        if lease is not None:
+            lease.in_flight += count
+            if lease.left is not None:
+                lease.left = max(0, lease.left - count)
+
+    def ended(self, pool: str, address: str, count: int = 1) -> bool:
+        """`count` sends through `address` have ended (the receiver answered, or it
+        never will). True when that spent this node's lease on it: its turn given out
+        and nothing of it in flight; the caller then releases it (`release`)."""
+        state = self._pool(pool)
+        lease = state.leases.get(address)
+        if lease is None:
+            return False
+        lease.in_flight = max(0, lease.in_flight - count)
+        if lease.left == 0 and lease.in_flight == 0:
+            del state.leases[address]
+            return True
+        return False
+
+    # --- leases
+
+    def granted(self, pool: str, granted: Granted) -> None:
+        """What a take gave this node (see `take`)."""
+        state = self._pool(pool)
+        now = self.now()
+        state.parked = {a: t for a, t in granted.parked.items() if t > now and a in state.index}
+        if granted.address is None:
+            state.ask_after = min([now + ASK_AGAIN, *state.parked.values()])
+            return
+        self._check_address(state, granted.address)
+        if granted.sends is not None:
+            state.ask_after = -math.inf
+        lease = state.leases.get(granted.address)
+        if lease is None:
+            state.leases[granted.address] = _Lease(granted.sends)
+        elif granted.sends is not None:
+            lease.left = (lease.left or 0) + granted.sends
+
+    def leases(self) -> dict[str, list[str]]:
+        """pool -> the addresses this node holds a lease on."""
+        return {name: list(state.leases) for name, state in self._pools.items() if state.leases}
+
+    def kept(self, pool: str, addresses: Iterable[str]) -> list[str]:
+        """Only `addresses` of the pool are still leased (a renewal found the others
+        gone: this node's lease expired and another node took over); returns the lost."""
+        state = self._pool(pool)
+        keep = set(addresses)
+        lost = [a for a in state.leases if a not in keep]
+        for address in lost:
+            del state.leases[address]
+        return lost
 
     def report(self, pool: str, provider: str, address: str, outcome: SendOutcome) -> bool:
         """Feed what came of a send back; returns True when this report made the
@@ -566,6 +659,10 @@ class Egress:
             for (address, provider), d in self._days.items()
         ]
 
+    def draw(self, low: int, high: int) -> int:
+        """The sends of a rotate turn, should a take open one."""
+        return self._rng.randint(low, high)
+
     def warming_addresses(self) -> list[str]:
         return sorted({a for pool in self._pools.values() for a in pool.settings.warming})
 
@@ -609,6 +706,7 @@ class Egress:
             for address in settings.addresses:
                 sent = by_address.get(address, {})
                 parked = state.parked.get(address)
+                lease = state.leases.get(address)
                 addresses.append(
                     AddressStatistics(
                         address=address,
@@ -617,6 +715,9 @@ class Egress:
                         sent_today=sum(sent.values()),
                         sent_today_by_provider=dict(sent),
                         parked_until=parked if parked is not None and parked > now else None,
+                        leased=lease is not None,
+                        turn_left=lease.left if lease is not None else None,
+                        in_flight=lease.in_flight if lease is not None else 0,
                         unhealthy_until=unhealthy.get(address, {}),
                         warmup=tuple(days.get(address, ())),
                     )
@@ -703,6 +804,59 @@ async def save(database: db.Database, egress: Egress) -> int:
         _timestamp(egress.now()),
     )
     return len(written)
+
+
+async def take(database: db.Database, egress: Egress, node: str, wanted: Wanted, want: int, until: float) -> Granted:
+    """Take the lease `wanted` for `node` (a rotate pool's: up to `want` sends of a
+    turn, a new one drawn when none is open) in one round trip, and tell `egress`;
+    the lease lasts until `until` unless renewed. See mtad_source_take.sql."""
+    settings = egress.pools[wanted.pool]
+    low, high = settings.rotate_after
+    rows = await database.fetch(
+        "egress/take",
+        wanted.pool,
+        list(settings.addresses),
+        wanted.address,
+        sorted(wanted.excluding),
+        node,
+        max(1, want),
+        egress.draw(low, high),
+        timedelta(seconds=settings.park),
+        _timestamp(egress.now()),
+        _timestamp(until),
+    )
+    parked = {r["address"]: r["parked_until"].timestamp() for r in rows if r["parked_until"] is not None}
+    given = next((r for r in rows if r["given"]), None)
+    granted = Granted(given["address"] if given else None, given["sends"] if given else None, parked)
+    egress.granted(wanted.pool, granted)
+    return granted
+
+
+async def release(database: db.Database, egress: Egress, node: str, pool: str, addresses: list[str]) -> list[str]:
+    """Give back `node`'s leases on `addresses` of `pool`; a turn given out whose
+    sends have all ended everywhere is parked now. Returns the addresses parked."""
+    park = timedelta(seconds=egress.pools[pool].park)
+    rows = await database.fetch("egress/release", pool, addresses, node, park, _timestamp(egress.now()))
+    return [r["address"] for r in rows]
+
+
+async def release_all(database: db.Database, egress: Egress, node: str) -> None:
+    """Every lease this node holds, given back (at a stop)."""
+    for pool, addresses in egress.leases().items():
+        egress.kept(pool, ())
+        await release(database, egress, node, pool, addresses)
+
+
+async def renew(database: db.Database, egress: Egress, node: str, until: float) -> list[str]:
+    """Extend this node's leases to `until`; returns those found lost (expired and
+    taken over meanwhile), which the node no longer sends through."""
+    held = egress.leases()
+    if not held:
+        return []
+    addresses = [a for listed in held.values() for a in listed]
+    rows = await database.fetch("egress/renew", node, addresses, _timestamp(until))
+    kept = {r["address"] for r in rows}
+    return [a for pool in held for a in egress.kept(pool, kept)]
 
 
 # --- settings: the [pools.NAME] tables of mtad.toml

@@ -100,6 +100,11 @@ class Result:
     data_sent: bool = False  # the message went out: an unknown outcome may be a delivery
     reused: bool = False  # over a session opened for an earlier transaction
 
+    @property
+    def maybe_sent(self) -> bool:
+        """The data went out and no reply to it came: it may have been delivered."""
+        return self.data_sent and self.failure is not None
+
 
 @dataclass(frozen=True, slots=True)
 class Login:

@@ -141,22 +141,61 @@ def test_deliver_defer_then_deliver_bounce_and_expire(
     assert daemon.stop() == 0
 
 
-def test_two_nodes_share_the_queue_and_never_send_a_delivery_twice(
-    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink
-) -> None:
-    options = delivering(dns, sink, lease_batch="10")
+def through_two_nodes(
+    mtad_factory: Any, dsn: str, sink: ThreadedSink, options: dict[str, str], count: int
+) -> list[Mtad]:
+    """`count` messages accepted by a node that does not deliver, delivered by two
+    that do, all three on one database; returns the delivering nodes, stopped."""
     senders = [mtad_factory(f'dsn = "{dsn}"', node=f"node-{n}", **options).start() for n in (1, 2)]
     accepting: Mtad = mtad_factory(f'dsn = "{dsn}"', node="accept-only").start()  # delivery off
     with smtplib.SMTP("127.0.0.1", accepting.smtp_port, timeout=30) as client:
-        for i in range(200):
+        for i in range(count):
             client.sendmail("app@example.org", [f"r{i}@sink.test"], email(f"n{i}").as_bytes(policy=SMTP))
-    sink.wait_for(200)
+    sink.wait_for(count)
     for daemon in [*senders, accepting]:
         assert daemon.stop() == 0  # the senders record what is on the wire before they exit
+    return senders
+
+
+def test_two_nodes_share_the_queue_and_never_send_a_delivery_twice(
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink
+) -> None:
+    senders = through_two_nodes(mtad_factory, dsn, sink, delivering(dns, sink, lease_batch="10"), 200)
     counts = Counter(r for m in sink.received for r in m.recipients)
     assert len(counts) == 200
     assert max(counts.values()) == 1  # no delivery sent twice
     assert sum(len(d.events("delivered")) for d in senders) == 200
+
+
+def test_two_nodes_rotate_the_source_addresses_of_a_pool_as_one(
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink
+) -> None:
+    """A rotate pool of three loopback addresses (turns of 8 to 15 sends, a rest of 15
+    minutes) shared by two delivering nodes: each address sends one turn, counted
+    across both nodes, and then rests; what is left leaves from the primary, and its
+    delivery event says why."""
+    addresses = ["127.0.0.10", "127.0.0.11", "127.0.0.12"]
+    options = delivering(dns, sink, default_pool='"bulk"', lease_batch="10")
+    options["extra"] += f'[pools.bulk]\naddresses = {json.dumps(addresses)}\npolicy = "rotate"\n'
+    through_two_nodes(mtad_factory, dsn, sink, options, 60)
+
+    async def delivered() -> list[dict[str, Any]]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            found = await conn.fetch("SELECT data FROM events WHERE kind = 'delivered'")
+            return [json.loads(r["data"]) for r in found]
+        finally:
+            await conn.close()
+
+    sent = run_sync(delivered)
+    assert len(sent) == 60
+    turns = Counter(e["source"] for e in sent if not e.get("egress_fallback"))
+    assert set(turns) == set(addresses)  # one turn each, then a rest
+    assert all(8 <= n <= 15 for n in turns.values()), turns
+    fallbacks = [e for e in sent if e.get("egress_fallback")]
+    assert len(fallbacks) == 60 - sum(turns.values())
+    assert all(e["source"] == addresses[0] and "fell back to the primary" in e["egress"] for e in fallbacks)
+    assert Counter(m.peer for m in sink.received) == Counter(e["source"] for e in sent)
 
 
 @pytest.mark.parametrize("processes", [0, 2], ids=["accepting in the daemon", "in submission processes"])

@@ -156,3 +156,24 @@ async def test_a_pool_whose_addresses_all_wait_holds_back_no_mail_of_another_poo
         mtad.stop()
         await running
     assert sorted((m.recipients[0], m.peer) for m in received) == [("bulk0@sink.test", A), ("reset@sink.test", B)]
+
+
+async def test_a_rotate_pool_sends_a_turn_from_each_address_then_rests_them(database: db.Database, sink: Sink) -> None:
+    """Each address's turn (2 or 3 sends, counted in PostgreSQL) is sent from it; once
+    both turns are given out and answered, both rest, and the rest leaves from the
+    primary as a fallback that says so."""
+    pool = egress.PoolSettings("p", (A, B), egress.Policy.ROTATE, rotate_after=(2, 3), park=600)
+    pools = egress.Egress({"p": pool})
+    await accept(database, *(new_message(f"r{i}@sink.test") for i in range(8)))
+    await engine(database, sink, pools, default_pool="p").run_until_idle()
+    assert len(sink.received) == 8
+    sent = await events(database)
+    turns = Counter(e["source"] for e in sent if not e.get("egress_fallback"))
+    assert set(turns) == {A, B}
+    assert all(2 <= n <= 3 for n in turns.values()), turns
+    fallbacks = [e for e in sent if e.get("egress_fallback")]
+    assert len(fallbacks) == 8 - sum(turns.values())
+    assert all(e["source"] == A and "fell back to the primary" in e["egress"] for e in fallbacks)
+    assert "has no turn to give" in fallbacks[0]["egress"]
+    stored = await query(database, "SELECT address, turn, turn_sends FROM source_addresses ORDER BY address")
+    assert [(r["address"], r["turn"]) for r in stored] == [(A, None), (B, None)]  # both turns over

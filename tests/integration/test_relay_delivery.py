@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY
 from mtad import db
 from mtad.base import vault
 from mtad.base.vault import Secret
-from mtad.deliver import delivery
+from mtad.deliver import delivery, egress
 from mtad.mailboxes import accounts, relay
 from mtad.mailboxes.accounts import State
 from mtad.outbound import outcomes, routing, sessions
@@ -58,7 +58,7 @@ def relaying(
     database: db.Database, tls_files: tuple[Path, Path], *, now: Callable[[], datetime] | None = None,
     settings: relay.Settings | None = None, token_tls: Any = None, routes: dict[str, str] | None = None,
     lease_duration: float = 300.0, signer: dkim.Signer | None = None, poll_interval: float = 5.0,
-    max_held: int = 20_000,
+    max_held: int = 20_000, pools: egress.Egress | None = None, default_pool: str | None = None,
 ) -> delivery.Delivery:  # fmt: skip
     clock = now or (lambda: datetime.now(UTC))
     pool = sessions.Pool(sessions.Settings(ehlo_hostname="mtad.test"), relay_tls=trusting(tls_files[0]))
@@ -67,8 +67,9 @@ def relaying(
     router = routing.Router(ZoneResolver(""), PROVIDERS)  # relayed mail asks no DNS
     engine = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0),
                                route_account_pools=routes or {}, lease_duration=lease_duration,
-                               poll_interval=poll_interval, max_held=max_held)  # fmt: skip
-    return delivery.Delivery(engine, database, router, pool, RULES, mailboxes=mailboxes, now=clock, signer=signer)
+                               poll_interval=poll_interval, max_held=max_held, default_pool=default_pool)  # fmt: skip
+    return delivery.Delivery(engine, database, router, pool, RULES, mailboxes=mailboxes, now=clock, signer=signer,
+                             pools=pools)  # fmt: skip
 
 
 def relayed(*recipients: str, pool: str = "p", body: bytes = b"Subject: t\r\n\r\nhello\r\n") -> commit.NewMessage:
@@ -135,6 +136,21 @@ async def test_rewrite_from_sends_as_the_chosen_mailbox_and_keeps_the_display_na
     assert message.sender == "a@example.com"
     assert message.data.startswith(b"From: Shop Team <a@example.com>\r\nSubject: t\r\n")
     assert b"news@shop.example" not in message.data
+
+
+async def test_relayed_mail_leaves_from_a_leased_address_of_its_source_pool(
+    database: db.Database, smarthost: Sink, tls_files: tuple[Path, Path]
+) -> None:
+    await add(database, smarthost, "a")
+    source = egress.PoolSettings("out", ("127.0.0.10", "127.0.0.11"), egress.Policy.ROUND_ROBIN)
+    await accept(database, *(relayed(f"r{i}@example.net") for i in range(4)))
+    engine = relaying(database, tls_files, pools=egress.Egress({"out": source}), default_pool="out")
+    await engine.run_until_idle()
+    assert collections.Counter(m.peer for m in smarthost.received) == {"127.0.0.10": 2, "127.0.0.11": 2}
+    sources = {(e["source"], e["pool"]) for e in await account_events(database, "delivered")}
+    assert sources == {("127.0.0.10", "out"), ("127.0.0.11", "out")}
+    held = await query(database, "SELECT address, node, sends FROM source_leases ORDER BY address")
+    assert [tuple(r) for r in held] == [("127.0.0.10", "n1", None), ("127.0.0.11", "n1", None)]
 
 
 def frozen() -> datetime:

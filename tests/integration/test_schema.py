@@ -58,6 +58,8 @@ EXPECTED_COLUMNS = {
                              "recipients"},
     "suppressions": {"tenant", "address", "reason", "delivery", "created_at"},
     "account_days": {"account", "day", "sends"},
+    "source_addresses": {"address", "pool", "turn", "turn_sends", "parked_until", "updated_at"},
+    "source_leases": {"address", "node", "sends", "taken_at", "expires_at"},
     "dkim_keys": {
         "id", "domain", "selector", "algorithm", "private_key", "record", "state", "created_at", "changed_at",
         "published_at", "published_ttl",

@@ -15,7 +15,7 @@ import pytest
 
 from mtad.base import errors
 from mtad.deliver import egress
-from mtad.deliver.egress import DAY, Egress, Policy, PoolSettings, SendOutcome, Warmup
+from mtad.deliver.egress import DAY, Egress, Granted, Policy, PoolSettings, SendOutcome, Wanted, Warmup
 
 START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
 A, B, C = "192.0.2.1", "192.0.2.2", "192.0.2.3"
@@ -34,7 +34,13 @@ class Clock:
 
 
 def make(*pools: PoolSettings, clock: Clock | None = None, seed: int = 7) -> Egress:
-    return Egress({p.name: p for p in pools}, now=clock or Clock(), rng=random.Random(seed))
+    """Pools whose every address this node holds a lease on (as a take would give it,
+    tests/integration/test_source_leases.py takes them from PostgreSQL)."""
+    e = Egress({p.name: p for p in pools}, now=clock or Clock(), rng=random.Random(seed))
+    for pool in pools:
+        for address in pool.addresses:
+            e.granted(pool.name, Granted(address, None, {}))
+    return e
 
 
 def providers_at(index: int, count: int) -> Iterator[str]:
@@ -104,14 +110,13 @@ def test_a_delivery_does_not_end_a_cool_off() -> None:
 # --- choosing changes nothing until the send goes
 
 
-@pytest.mark.parametrize("policy", list(Policy))
+@pytest.mark.parametrize("policy", [p for p in Policy if p is not Policy.ROTATE])
 def test_choosing_changes_nothing_until_the_send_is_taken(policy: Policy) -> None:
-    e = make(PoolSettings("p", (A, B, C), policy=policy, rotate_after=(2, 2)))
+    e = make(PoolSettings("p", (A, B, C), policy=policy))
     before = e.statistics()
     first = e.choose("p", "gmail")
     again = [e.choose("p", "gmail") for _ in range(5)]  # the bucket refused it: no turn spent
-    if policy is not Policy.ROTATE:  # rotate draws its next current address afresh until one is taken
-        assert all(choice == first for choice in again)
+    assert all(choice == first for choice in again)
     assert e.statistics() == before
     other = e.choose("p", "gmail", excluding=frozenset({first.address}))
     assert other.address != first.address
@@ -119,7 +124,7 @@ def test_choosing_changes_nothing_until_the_send_is_taken(policy: Policy) -> Non
     assert e.choose("p", "gmail", excluding=frozenset({A, B, C})).fallback  # nothing left but the primary
     e.taken("p", "gmail", other)
     e.sent("p", "gmail", other.address)
-    if policy in (Policy.STICKY, Policy.ROTATE):
+    if policy is Policy.STICKY:
         assert e.choose("p", "gmail").address == other.address  # the policy moved on to it
 
 
@@ -152,72 +157,50 @@ def test_least_used_picks_the_fewest_sends_to_the_provider_today() -> None:
     assert e.statistics().pools[0].addresses[0].sent_today == 0
 
 
-# --- rotate
+# --- leases (the PostgreSQL side: tests/integration/test_source_leases.py)
 
 
-def runs(choices: list[egress.Choice]) -> list[tuple[str, int]]:
-    """(address, sends in a row) for each run of the same address."""
-    out: list[tuple[str, int]] = []
-    for choice in choices:
-        if out and out[-1][0] == choice.address:
-            out[-1] = (choice.address, out[-1][1] + 1)
-        else:
-            out.append((choice.address, 1))
-    return out
+def test_an_address_is_chosen_only_once_leased() -> None:
+    e = Egress({"p": PoolSettings("p", (A, B))}, now=Clock())
+    provider = next(providers_at(1, 2))  # sticky on B
+    assert e.choose("p", provider) == Wanted("p", B)
+    e.granted("p", Granted(B, None, {}))
+    assert e.choose("p", provider).address == B
+    assert e.kept("p", [A]) == [B]  # a renewal found it lost: leased again before the next send
+    assert e.choose("p", provider) == Wanted("p", B)
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_rotate_retires_an_address_after_a_count_in_range_and_parks_it(seed: int) -> None:
+def test_a_rotate_pool_sends_its_turn_then_its_lease_is_spent() -> None:
     clock = Clock()
-    e = make(PoolSettings("p", (A, B, C), policy=Policy.ROTATE, rotate_after=(3, 5), park=600), clock=clock, seed=seed)
-    choices = []
-    while not (choice := e.choose("p", "gmail")).fallback:
-        e.taken("p", "gmail", choice)
-        e.sent("p", "gmail", choice.address)
-        choices.append(choice)
-    # Three runs, one per address (a parked address is not chosen), each of 3 to 5 sends.
-    found = runs(choices)
-    assert sorted(a for a, _ in found) == [A, B, C]
-    assert all(3 <= n <= 5 for _, n in found)
-    assert (choice.address, choice.why) == (
-        A,
-        f"no address of pool p can send to gmail now ({A} parked for 600s more; {B} parked for 600s more;"
-        f" {C} parked for 600s more); fell back to the primary {A}",
+    e = Egress({"p": PoolSettings("p", (A, B, C), policy=Policy.ROTATE, unhealthy_after=1)}, now=clock)
+    assert e.choose("p", "gmail") == Wanted("p", None)  # no turn yet: ask for one
+    e.report("p", "yahoo", C, SendOutcome.THROTTLED)
+    assert e.choose("p", "yahoo") == Wanted("p", None, frozenset({C}))  # not a turn of C for yahoo
+    e.granted("p", Granted(B, 2, {A: START + 60}))
+    first = send(e, "p", "gmail")[0]
+    assert (first.address, first.fallback) == (B, False)
+    assert e.ended("p", B) is False  # one send of the turn left
+    send(e, "p", "gmail")
+    assert e.statistics().pools[0].addresses[1].turn_left == 0
+    assert e.choose("p", "gmail") == Wanted("p", None, frozenset({A}))  # the turn is given out; A rests
+    assert e.ended("p", B) is True  # the last send of the turn ended: release the lease
+    assert e.leases() == {}
+
+
+def test_a_rotate_pool_with_no_turn_to_give_falls_back_until_it_asks_again() -> None:
+    clock = Clock()
+    e = Egress({"p": PoolSettings("p", (A, B), policy=Policy.ROTATE, park=600)}, now=clock)
+    e.granted("p", Granted(None, None, {A: START + 3, B: START + 600}))  # both resting
+    assert e.choose("p", "gmail") == Wanted("p", A)  # the fallback, the primary, leased without a count
+    e.granted("p", Granted(A, None, {A: START + 3, B: START + 600}))
+    choice = e.choose("p", "gmail")
+    assert (choice.address, choice.fallback) == (A, True)
+    assert choice.why == (
+        f"no address of pool p can send to gmail now ({A} parked for 3s more; {B} parked for 600s more);"
+        f" fell back to the primary {A}"
     )
-    parked = {s.address: s.parked_until for s in e.statistics().pools[0].addresses}
-    assert parked == {A: START + 600, B: START + 600, C: START + 600}
-    clock.advance(599)
-    assert e.choose("p", "gmail").fallback
-    clock.advance(1)  # the rest is over: every address may be chosen again
-    assert not any(c.fallback for c in send(e, "p", "gmail", 3))
-
-
-def test_rotate_draws_every_count_of_its_range() -> None:
-    lengths = set()
-    for seed in range(40):
-        e = make(PoolSettings("p", (A, B), policy=Policy.ROTATE, rotate_after=(2, 4), park=60), seed=seed)
-        lengths.add(runs(send(e, "p", "gmail", 4))[0][1])
-    assert lengths == {2, 3, 4}
-
-
-def test_rotate_parked_address_returns_after_park() -> None:
-    clock = Clock()
-    e = make(PoolSettings("p", (A, B), policy=Policy.ROTATE, rotate_after=(2, 2), park=30), clock=clock)
-    first = runs(send(e, "p", "gmail", 2))[0][0]
-    second = send(e, "p", "gmail")[0].address
-    assert second != first  # first is parked
-    clock.advance(30)
-    e.sent("p", "gmail", second)  # second retires
-    assert send(e, "p", "gmail")[0].address == first
-
-
-def test_rotate_sends_around_an_address_unhealthy_at_one_provider() -> None:
-    e = make(PoolSettings("p", (A, B), policy=Policy.ROTATE, rotate_after=(10, 10), unhealthy_after=1))
-    [first] = send(e, "p", "gmail")
-    current = first.address
-    e.report("p", "gmail", current, SendOutcome.THROTTLED)
-    assert e.choose("p", "gmail").address != current
-    assert e.choose("p", "yahoo").address == current  # still the current one elsewhere
+    clock.advance(3)  # the first rest is over: ask for a turn again
+    assert e.choose("p", "gmail") == Wanted("p", None, frozenset({B}))
 
 
 # --- warm-up
@@ -292,7 +275,7 @@ def test_when_nothing_is_eligible_the_primary_is_used_and_the_reason_given() -> 
 
 
 def test_every_policy_falls_back_when_every_address_is_unhealthy() -> None:
-    for policy in Policy:
+    for policy in (p for p in Policy if p is not Policy.ROTATE):  # rotate: test_source_leases.py
         e = make(PoolSettings("p", (A, B), policy=policy, unhealthy_after=1))
         for address in (A, B):
             e.report("p", "gmail", address, SendOutcome.THROTTLED)

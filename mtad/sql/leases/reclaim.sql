@@ -1,7 +1,8 @@
 -- Node $1 starts again, and its previous life is gone: every delivery still leased
 -- to it goes back to the queue, due at $2 at the latest, each with a `requeued`
 -- event (maybe_sent when an attempt id is set: it may have gone out). A mailbox
--- send in flight on such a lease counts as settled at $2 (it keeps its slot).
+-- send in flight on such a lease counts as settled at $2 (it keeps its slot), and
+-- its source address leases are gone (a turn they held parks at the next take).
 -- Returns how many. Through the lease-expiry index (state = 'leased').
 WITH reclaimed AS (
     UPDATE deliveries d
@@ -20,5 +21,8 @@ settled AS (
     UPDATE account_reservations r SET settled_at = $2
     FROM reclaimed
     WHERE r.delivery = reclaimed.id AND r.settled_at IS NULL
+),
+sources AS (
+    DELETE FROM source_leases WHERE node = $1
 )
 SELECT count(*) FROM reclaimed

@@ -1,0 +1,245 @@
+"""The two ways an attempt leaves: straight to the domain's MX, or through a sending
+mailbox. The attempt pipeline (Delivery._attempt) is one for both: read the
+message, write the attempt id, plan, sign, send, classify, settle, record. A
+strategy fills in what differs: what the event says of the way out, where to
+connect and how to log in (`plan`), what the receiver's answer means for what
+was taken before the send (`answered`: a bucket's permission and the source
+address's health; `settle`: a mailbox's reservation and account), and what to
+give back when nothing went out (`abandon`)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from mtad import db
+from mtad.base import headers
+from mtad.deliver import egress, shaping
+from mtad.deliver.holdings import Message
+from mtad.mailboxes import accounts, relay
+from mtad.outbound import routing, sessions
+from mtad.outbound.outcomes import Class, Failure, Verdict
+from mtad.spool.leases import Leased
+
+Verdicts = dict[int, tuple[Verdict, Any]]  # delivery id -> (verdict, the receiver's reply or None)
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """The address an attempt leaves from, and why that one."""
+
+    address: str  # "": the system's choice
+    pool: str | None = None
+    choice: egress.Choice | None = None  # the pool's answer, with its EHLO name and any fallback
+
+    def describe(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        if self.pool is not None:
+            data["pool"] = self.pool
+        if self.choice is not None and self.choice.why is not None:
+            data["egress"] = self.choice.why  # a spill past a full warming address, or a fallback
+            data["egress_fallback"] = self.choice.fallback
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Where one transaction goes and what it carries, before signing."""
+
+    targets: list[sessions.Target]  # tried in order
+    sender: str
+    body: bytes
+    source: Source
+    login: sessions.Login | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Feedback:
+    """What the receiver said to one attempt, as far as its source address goes."""
+
+    delivered: int = 0  # recipients accepted
+    throttled: bool = False  # a reply classed as throttled (421, 4.7.x, provider wording)
+    deferred: bool = False  # a transient reply
+    connect_failed: bool = False  # no session through the source address
+    maybe_sent: bool = False  # the connection dropped after the data: it may have gone out
+
+    @classmethod
+    def of(cls, result: sessions.Result | None, verdicts: Verdicts) -> Feedback:
+        """From the receiver's own words: the only feedback shaping takes."""
+        classes = [verdict.cls for verdict, reply in verdicts.values() if reply is not None]
+        return cls(
+            delivered=classes.count(Class.DELIVERED),
+            throttled=Class.THROTTLED in classes,
+            deferred=Class.TRANSIENT in classes,
+            connect_failed=result is not None and result.failure is Failure.CONNECT_FAILED,
+            maybe_sent=result is not None and result.maybe_sent,
+        )
+
+    @property
+    def outcome(self) -> egress.SendOutcome | None:
+        """What the send says about its source address, for the pool (None: nothing)."""
+        if self.throttled:
+            return egress.SendOutcome.THROTTLED
+        if self.delivered:
+            return egress.SendOutcome.DELIVERED
+        if self.deferred or self.maybe_sent:
+            return egress.SendOutcome.DEFERRED
+        if self.connect_failed:
+            return egress.SendOutcome.CONNECT_FAILED
+        return None
+
+
+class Strategy(Protocol):
+    """One attempt's way out; see the module docstring. Each method is called at most
+    once, `answered` exactly once (with None when nothing was sent)."""
+
+    def describe(self) -> dict[str, Any]:
+        """What the attempt's events say of the way out, before anything is sent."""
+        ...
+
+    async def plan(self, message: Message, data: dict[str, Any]) -> Plan | Verdict:
+        """Where to connect, how to log in, what to send; or the verdict of every
+        recipient when there is no way out now (a mailbox's login was refused)."""
+        ...
+
+    def answered(self, feedback: Feedback | None) -> None:
+        """The receiver answered (None: the attempt ended before it did)."""
+        ...
+
+    async def settle(
+        self, deliveries: Sequence[Leased], verdicts: Verdicts, result: sessions.Result | None, data: dict[str, Any]
+    ) -> list[Leased]:
+        """Apply the outcome to what was taken for the send; returns the deliveries to
+        send again another way without spending an attempt."""
+        ...
+
+    async def abandon(self) -> None:
+        """Nothing went out: give back what was taken for the send."""
+        ...
+
+
+class ToMx:
+    """Straight to the domain's MX hosts, from a pool's source address, on a permission
+    of its (provider group, source address) bucket."""
+
+    def __init__(
+        self,
+        route: routing.Route,
+        source: Source,
+        shaper: shaping.Shaper,
+        rng: random.Random,
+        *,
+        on_answer: Callable[[Source, Feedback | None], None],
+    ) -> None:
+        self.route = route
+        self.source = source
+        self._shaper = shaper
+        self._rng = rng
+        self._on_answer = on_answer
+        self._answered = False
+
+    def describe(self) -> dict[str, Any]:
+        return self.source.describe()
+
+    async def plan(self, message: Message, data: dict[str, Any]) -> Plan | Verdict:
+        assert message.body is not None  # read for sending
+        targets = [
+            sessions.Target(hop.name, address, hop.port)
+            for hop in self.route.attempt_order(self._rng)
+            for address in hop.addresses
+        ]
+        return Plan(targets, message.sender, message.body, self.source)
+
+    def answered(self, feedback: Feedback | None) -> None:
+        """The permission back to the bucket with what the receiver said, as soon as it
+        has answered: recording the outcome takes no session of the receiver's."""
+        if self._answered:
+            return
+        self._answered = True
+        given = feedback or Feedback()
+        self._shaper.done(self.route.group, self.source.address, delivered=given.delivered, throttled=given.throttled)
+        self._on_answer(self.source, feedback)
+
+    async def settle(
+        self, deliveries: Sequence[Leased], verdicts: Verdicts, result: sessions.Result | None, data: dict[str, Any]
+    ) -> list[Leased]:
+        if result is not None:
+            data["mx"] = result.host
+        return []
+
+    async def abandon(self) -> None:
+        pass  # the permission goes back with `answered`
+
+
+class ThroughMailbox:
+    """Through a sending mailbox of an account pool, on a reservation taken before the
+    send, from a pool's source address."""
+
+    def __init__(
+        self,
+        reservation: accounts.Reservation,
+        source: Source,
+        mailboxes: relay.Mailboxes,
+        database: db.Database,
+        *,
+        on_answer: Callable[[Source, Feedback | None], None],
+    ) -> None:
+        self.reservation = reservation
+        self.source = source
+        self._mailboxes = mailboxes
+        self._db = database
+        self._on_answer = on_answer
+        self._answered = False
+
+    def describe(self) -> dict[str, Any]:
+        account = self.reservation.account
+        return {
+            "account": account.name,
+            "account_pool": account.pool,
+            "smarthost": f"{account.host}:{account.port}",
+            "reservation": self.reservation.id,
+            **self.source.describe(),
+        }
+
+    async def plan(self, message: Message, data: dict[str, Any]) -> Plan | Verdict:
+        account = self.reservation.account
+        try:
+            login = await self._mailboxes.login(account)
+        except relay.LoginFailed as failed:
+            data["login"] = failed.why
+            return failed.verdict
+        assert message.body is not None  # read for sending
+        sender, body = message.sender, message.body
+        if self._mailboxes.rewrites_from(account.pool):  # the mailbox sends as itself
+            sender, body = account.address, headers.rewrite_from(body, account.address)
+            data["from"] = account.address
+        return Plan([relay.target(account)], sender, body, self.source, login)
+
+    def answered(self, feedback: Feedback | None) -> None:
+        if not self._answered:
+            self._answered = True
+            self._on_answer(self.source, feedback)
+
+    async def settle(
+        self, deliveries: Sequence[Leased], verdicts: Verdicts, result: sessions.Result | None, data: dict[str, Any]
+    ) -> list[Leased]:
+        """The reservation confirmed, kept or released and the account's state moved, as
+        the outcome says (relay.RESPONSES)."""
+        replies = [reply for _, reply in verdicts.values() if reply is not None]
+        delivered = next((d.id for d in deliveries if verdicts[d.id][0].cls is Class.DELIVERED), None)
+        detail = {"queue_id": str(deliveries[0].message), "reply": replies[-1].line() if replies else None,
+                  "failure": data.get("failure"), "login": data.get("login")}  # fmt: skip
+        settled = await self._mailboxes.settle(
+            self.reservation, [verdicts[d.id][0] for d in deliveries],
+            maybe_sent=result is not None and result.maybe_sent, delivery=delivered,
+            detail={k: v for k, v in detail.items() if v is not None},
+        )  # fmt: skip
+        data["reservation_kept"] = settled.slot is not relay.Slot.RELEASE
+        if settled.moved_to is not None:
+            data["account_state"] = settled.moved_to.value
+        return [d for i, d in enumerate(deliveries) if i in settled.reroute]
+
+    async def abandon(self) -> None:
+        await accounts.release(self._db, self.reservation.id)  # never used
