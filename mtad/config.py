@@ -17,7 +17,7 @@ import re
 import socket
 import ssl
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -578,6 +578,33 @@ def _did_you_mean(word: str, options: Mapping[str, Any]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _named_tables(
+    table: dict[str, Any],
+    where: str,
+    check: Callable[[str], object],
+    example: str,
+    known: Mapping[str, Any],
+    problems: list[str],
+) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(name, where, keys) of each table of a section of named tables (`where` formats
+    the name), past the checks they share: the name (`check` raises ValueError or an
+    MtadError), a table, and each unknown key named (the table is still given)."""
+    for name, keys in table.items():
+        here = where.format(name)
+        try:
+            check(name)
+        except (ValueError, errors.MtadError) as exc:
+            problems.append(f"{here}: {exc}")
+            continue
+        if not isinstance(keys, dict):
+            problems.append(f"{here}: expected a table such as {example}")
+            continue
+        for key in keys:
+            if key not in known:
+                problems.append(f"{here} {key}: unknown key{_did_you_mean(key, known)}")
+        yield name, here, keys
+
+
 def _load_delivery_data(
     values: dict[str, dict[str, Any]], routes: Any, pools: Any, account_pools: Any, problems: list[str]
 ) -> dict[str, Any]:
@@ -673,18 +700,14 @@ def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.Pool
         return {}
     found: dict[str, relay.PoolSettings] = {}
     cap = _integer(1, 10_000_000)
-    for name, keys in table.items():
-        where = f"[account_pools.{name}]"
+
+    def check(name: str) -> None:
         if not accounts.POOL.match(name):
-            problems.append(f"{where}: a pool name is 1-64 letters, digits, '.', '_' and '-'")
-            continue
-        if not isinstance(keys, dict):
-            problems.append(f"{where}: expected a table such as rewrite_from = true, daily_cap = 500")
-            continue
+            raise ValueError("a pool name is 1-64 letters, digits, '.', '_' and '-'")
+
+    example = "rewrite_from = true, daily_cap = 500"
+    for name, where, keys in _named_tables(table, "[account_pools.{}]", check, example, _ACCOUNT_POOL_KEYS, problems):
         before = len(problems)
-        for key in keys:
-            if key not in _ACCOUNT_POOL_KEYS:
-                problems.append(f"{where} {key}: unknown key{_did_you_mean(key, _ACCOUNT_POOL_KEYS)}")
         parsed: dict[str, Any] = {}
         for key, parse in (("rewrite_from", _boolean), ("daily_cap", cap), ("min_gap", duration),
                            ("per_second", cap), ("per_minute", cap), ("per_hour", cap),
@@ -743,20 +766,10 @@ def _load_tenant_defaults(
         return {}
     priority = _integer(submission.MIN_PRIORITY, submission.MAX_PRIORITY)
     defaults: dict[str, submission.TenantDefaults] = {}
-    for name, keys in table.items():
-        where = f'[tenants."{name}"]'
-        try:
-            tenants.check_name(name)
-        except errors.MtadError as exc:
-            problems.append(f"{where}: {exc}")
-            continue
-        if not isinstance(keys, dict):
-            problems.append(f'{where}: expected a table such as priority = 10, pool = "bulk"')
-            continue
+    example = 'priority = 10, pool = "bulk"'
+    for name, where, keys in _named_tables(table, '[tenants."{}"]', tenants.check_name, example, _TENANT_KEYS,
+                                           problems):  # fmt: skip
         found = len(problems)
-        for key in keys:
-            if key not in _TENANT_KEYS:
-                problems.append(f"{where} {key}: unknown key{_did_you_mean(key, _TENANT_KEYS)}")
         chosen = 0
         try:
             chosen = priority(keys.get("priority", 0))
