@@ -49,7 +49,7 @@ def snapshot() -> dict[str, float]:
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
         seconds = sum(int(f) for f in fields[11:15]) / _TICK  # utime, stime, cutime, cstime
-        if b"mtad run" in command or b"mtad.submission.processes" in command:
+        if b"mtad run" in command or b"mtad.submission.child" in command:  # the daemon, its submission processes
             party = "mtad"
         elif b"bench.bare" in command:
             party = "bare aiosmtpd"
