@@ -40,6 +40,12 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 ALGORITHMS = ("rsa2048", "ed25519")  # dkim.Algorithm
 TLS_MODES = ("starttls", "implicit")  # accounts.Tls
 MECHANISMS = ("plain", "login", "xoauth2")  # accounts.Mechanism
+REASONS = ("hard_bounce", "complaint", "unsubscribe", "manual")  # suppression.Reason
+EVENT_KINDS = (
+    "received", "delivered", "deferred", "bounced", "failed", "cancelled", "requeued", "account_state",
+    "account_failure", "account_bounce", "account_pool", "dkim_key", "complained", "unsubscribed", "replied",
+    "auto_replied",
+)  # events.Kind  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -495,6 +501,18 @@ async def queue_purge(args: argparse.Namespace, settings: config.Settings) -> in
     return EXIT_OK
 
 
+def _after(text: str) -> datetime:
+    """--until: an ISO date or time, or a duration from now (argparse exits 2 on a bad one)."""
+    from mtad.spool import retention
+
+    now = datetime.now(UTC)
+    try:
+        moment = retention.moment(text, now)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return moment if moment >= now else now + (now - moment)  # a duration means that long from now
+
+
 def _before(text: str) -> datetime:
     """--before: an ISO date or time, or a duration meaning that long ago (argparse exits 2 on a bad one)."""
     from mtad.spool import retention
@@ -582,6 +600,115 @@ def _delivery_text(row: dict[str, Any]) -> dict[str, Any]:
         "recipient": row["recipient"],
         "last_reply": reply[:60],
     }
+
+
+# --- suppression and events --------------------------------------------------------------
+
+
+async def suppress_add(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.feedback import suppression
+
+    reason = suppression.Reason(args.reason)
+    async with _spool(settings) as opened:
+        entry = await suppression.add(opened.database, args.address, reason, datetime.now(UTC),
+                                      tenant=args.tenant, detail=args.note, expires_at=args.until)  # fmt: skip
+        if entry is None:
+            [kept] = [e for e in await suppression.entries(opened.database, args.tenant)
+                      if e.address == args.address.strip().lower()]  # fmt: skip
+            print(f"{kept.address} is already suppressed for {_list_name(args.tenant)} ({kept.reason.value}); kept")
+            return EXIT_OK
+    print(f"suppressed {entry.address} for {_list_name(args.tenant)} ({entry.reason.value})")
+    return EXIT_OK
+
+
+async def suppress_rm(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.feedback import suppression
+
+    async with _spool(settings) as opened:
+        removed = await suppression.remove(opened.database, args.address, args.tenant)
+    if not removed:
+        print(f"mtad: {args.address} is not on {_list_name(args.tenant)}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"removed {args.address} from {_list_name(args.tenant)}")
+    return EXIT_OK
+
+
+async def suppress_ls(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.feedback import suppression
+
+    reason = suppression.Reason(args.reason) if args.reason else None
+    async with _spool(settings) as opened:
+        found = await suppression.entries(opened.database, args.tenant, reason)
+    rows = [{"address": e.address, "tenant": e.tenant, "reason": e.reason.value, "created": e.created_at,
+             "expires": e.expires_at, "event": e.event, "delivery": e.delivery, "detail": e.detail}
+            for e in found]  # fmt: skip
+    if args.json:
+        for row in rows:
+            print(_json(row))
+    else:
+        _table([{**r, "tenant": r["tenant"] or "(global)"} for r in rows],
+               ["address", "tenant", "reason", "created", "expires", "detail"])  # fmt: skip
+    return EXIT_OK
+
+
+async def suppress_import(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.feedback import suppression
+
+    source = sys.stdin.buffer if str(args.file) == "-" else args.file
+    if source is not sys.stdin.buffer and not args.file.is_file():
+        print(f"mtad: {args.file}: no such file", file=sys.stderr)
+        return EXIT_USAGE
+    async with _spool(settings) as opened:
+        added = await suppression.import_csv(opened.database, source, datetime.now(UTC))
+    print(f"imported {added} new suppression(s) from {args.file}")
+    return EXIT_OK
+
+
+async def suppress_export(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.feedback import suppression
+
+    output = sys.stdout.buffer if args.file is None or str(args.file) == "-" else args.file
+    async with _spool(settings) as opened:
+        await suppression.export_csv(opened.database, output)
+    return EXIT_OK
+
+
+def _list_name(tenant: str) -> str:
+    return f"tenant {tenant}" if tenant else "the global list"
+
+
+async def events_tail(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.feedback import tail
+
+    where = tail.Filter(args.kind, args.tenant)
+    shown: set[int] = set()
+    async with _spool(settings) as opened:
+        start = await tail.horizon(opened.database)
+        if args.since is not None:
+            async for event in tail.since(opened.database, where, args.since):
+                _print_event(event, args.json)
+                if event.xid is not None and event.xid >= start:
+                    shown.add(event.id)
+        else:
+            for event in await tail.recent(opened.database, where, args.lines):
+                _print_event(event, args.json)
+                if event.xid is not None and event.xid >= start:
+                    shown.add(event.id)
+        if args.follow:  # until interrupted
+            async for event in tail.follow(opened.database, where, start, shown):
+                _print_event(event, args.json)
+    return EXIT_OK
+
+
+def _print_event(event: Any, as_json: bool) -> None:
+    if as_json:
+        fields = {"id": event.id, "at": event.at, "kind": event.kind, "tenant": event.tenant,
+                  "message": event.message, "delivery": event.delivery, "data": event.data}  # fmt: skip
+        print(_json(fields), flush=True)
+    else:
+        where = " ".join(f"{k}={_text(v)}" for k, v in (("tenant", event.tenant), ("message", event.message),
+                                                          ("delivery", event.delivery)) if v)  # fmt: skip
+        print(f"{event.at.isoformat()} {event.kind} {where} {_json(event.data)}".replace("  ", " "), flush=True)
 
 
 def _json(value: dict[str, Any]) -> str:
@@ -704,6 +831,63 @@ def _parser() -> argparse.ArgumentParser:
                         help="then rebuild the indexes of messages, deliveries and events (without blocking "
                              "writes): retention reuses their emptied pages but never gives them back")  # fmt: skip
     qpurge.set_defaults(command=queue_purge)
+
+    suppress_parser = commands.add_parser(
+        "suppress", parents=[common], help="Manage the suppression lists: addresses mail must not go to again."
+    )
+    suppress_commands = suppress_parser.add_subparsers(title="suppress commands", metavar="COMMAND", required=True)
+    tenant_help = "the tenant's list (default: the global list, which every tenant's mail obeys)"
+    sadd = suppress_commands.add_parser(
+        "add", parents=[common], help="Suppress an address.",
+        description="Suppress an address for a tenant, or for every tenant (the global list). An address already "
+        "suppressed keeps its entry unless the new reason is stronger (a complaint or an unsubscribe).",
+    )  # fmt: skip
+    sadd.add_argument("address")
+    sadd.add_argument("--tenant", default="", help=tenant_help)
+    sadd.add_argument("--reason", choices=REASONS, default="manual")
+    sadd.add_argument("--note", help="why, for whoever reads the list later")
+    sadd.add_argument("--until", type=_after, metavar="TIME",
+                      help='when it stops applying: an ISO date or time, or a duration from now ("30d")')  # fmt: skip
+    sadd.set_defaults(command=suppress_add)
+    srm = suppress_commands.add_parser("rm", parents=[common], help="Remove an address from a list.")
+    srm.add_argument("address")
+    srm.add_argument("--tenant", default="", help=tenant_help)
+    srm.set_defaults(command=suppress_rm)
+    sls = suppress_commands.add_parser("ls", parents=[common], help="List suppressed addresses.")
+    sls.add_argument("--tenant", help="only this tenant's list ('' for the global one; default: every list)")
+    sls.add_argument("--reason", choices=REASONS)
+    sls.add_argument("--json", action="store_true", help="one JSON object per address and line")
+    sls.set_defaults(command=suppress_ls)
+    simport = suppress_commands.add_parser(
+        "import", parents=[common], help="Add the addresses of a CSV file.",
+        description="Add the addresses of a CSV file with a header line: address,tenant,reason,created (tenant "
+        "empty: the global list; reason empty: manual; created empty: now). Addresses already on their list "
+        "stay as they are. All or nothing: a bad row is refused with its line number.",
+    )  # fmt: skip
+    simport.add_argument("file", type=Path, help="the CSV file, or - for standard input")
+    simport.set_defaults(command=suppress_import)
+    sexport = suppress_commands.add_parser(
+        "export", parents=[common], help="Write every suppressed address as CSV (address,tenant,reason,created)."
+    )
+    sexport.add_argument("file", type=Path, nargs="?", help="the file to write (default: standard output)")
+    sexport.set_defaults(command=suppress_export)
+
+    events_parser = commands.add_parser("events", parents=[common], help="Read the event log.")
+    events_commands = events_parser.add_subparsers(title="events commands", metavar="COMMAND", required=True)
+    etail = events_commands.add_parser(
+        "tail", parents=[common], help="Print the last events, then (with --follow) each new one.",
+        description="Print the last events (or every event since a time), oldest first; with --follow, then each "
+        "new event as it is written, until interrupted. With --json: one JSON object per line (id, at, kind, "
+        "tenant, message, delivery, data).",
+    )  # fmt: skip
+    etail.add_argument("--kind", choices=EVENT_KINDS, help="only events of this kind")
+    etail.add_argument("--tenant", help="only events of this tenant")
+    since_help = 'every event since then: an ISO date or time, or a duration meaning that long ago ("1h")'
+    etail.add_argument("--since", type=_before, metavar="TIME", help=since_help)
+    etail.add_argument("-n", "--lines", type=int, default=10, help="how many of the last events (default 10)")
+    etail.add_argument("--follow", "-f", action="store_true", help="then print each new event as it is written")
+    etail.add_argument("--json", action="store_true", help="one JSON object per event and line")
+    etail.set_defaults(command=events_tail)
 
     dkim_parser = commands.add_parser("dkim", parents=[common], help="Manage DKIM signing keys.")
     dkim_commands = dkim_parser.add_subparsers(title="dkim commands", metavar="COMMAND", required=True)

@@ -32,6 +32,7 @@ from mtad.spool import tenants
 if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of them
     from mtad import submission
     from mtad.deliver import delivery, egress
+    from mtad.feedback import inbound, suppression
     from mtad.mailboxes import relay
     from mtad.outbound import routing, sessions
     from mtad.signing import rotation
@@ -42,6 +43,8 @@ DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
 # attempt of any length; what it must outlast is one renewal that waits for the database.
 MIN_LEASE = 1.5 * db.CONNECT_TIMEOUT
 OWN_KEY = "accounts.key"  # the key mtad makes for itself on the embedded default, beside the data directory
+OWN_BOUNCE_KEY = "bounces.key"  # the same for the VERP addresses' HMAC
+OWN_UNSUBSCRIBE_KEY = "unsubscribe.key"  # the same for the unsubscribe links' tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,21 @@ class LogSettings:
 class AccountsSettings:
     key_file: Path | None  # the key that seals account secrets and DKIM keys (mtad.base.vault), else
     key_env: str | None  # the environment variable that holds it
+    make: bool = False  # key_file is mtad's own (embedded database, no key named): made when missing
+
+
+@dataclass(frozen=True, slots=True)
+class BouncesSettings:
+    domain: str | None  # the domain of the VERP envelope senders of MX mail (None: VERP off)
+    key_file: Path | None  # the key of their HMAC
+    make: bool = False  # key_file is mtad's own (embedded database, no key named): made when missing
+
+
+@dataclass(frozen=True, slots=True)
+class UnsubscribeSettings:
+    listen: tuple[HostPort, ...]  # the public one-click endpoint (empty: none on this node)
+    url: str | None  # its public base URL, https (None: no List-Unsubscribe is added)
+    key_file: Path | None  # the key of the links' tokens
     make: bool = False  # key_file is mtad's own (embedded database, no key named): made when missing
 
 
@@ -130,6 +148,10 @@ class Settings:
     accounts: AccountsSettings
     dkim: rotation.Settings
     retention: retention.Settings
+    suppression: suppression.Settings
+    bounces: BouncesSettings
+    unsubscribe: UnsubscribeSettings
+    inbound: inbound.Settings
     source: Path | None
 
 
@@ -173,6 +195,32 @@ def _processes(value: Any) -> int:
     if isinstance(value, str):
         raise ValueError(f'expected a whole number or "auto", got {value!r}')
     return _integer(0, 64)(value)
+
+
+def _optional_address(value: Any) -> str | None:
+    text = _string(value).strip().lower()
+    if not text:
+        return None
+    local, at, domain = text.rpartition("@")
+    if not local or not at or not _HOSTNAME.match(domain) or any(c.isspace() or c in "<>" for c in text):
+        raise ValueError(f"expected an email address such as fbl@bounces.example.org, got {value!r}")
+    return text
+
+
+def _https_url(value: Any) -> str | None:
+    text = _string(value).strip().rstrip("/")
+    if not text:
+        return None
+    if not re.fullmatch(r"https://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?", text):
+        raise ValueError(f"expected the endpoint's public base URL, https://host[/path], got {value!r}")
+    return text
+
+
+def _optional_domain(value: Any) -> str | None:
+    text = _string(value).strip().lower().rstrip(".")
+    if text and (not _HOSTNAME.match(text) or "." not in text):
+        raise ValueError(f"{value!r} is not a domain name")
+    return text or None
 
 
 def _hostname(value: Any) -> str:
@@ -412,6 +460,24 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "pause": (duration, "0s"),
         "reindex": (_boolean, True),
     },
+    "suppression": {
+        "bounce_expiry": (_optional_duration, ""),  # "": a hard bounce suppresses until removed
+    },
+    "bounces": {
+        "domain": (_optional_domain, ""),  # "": MX mail keeps its sender (no VERP)
+        "key_file": (_optional_path, ""),
+    },
+    "inbound": {
+        "listen": (_list_of(host_port, allow_empty=True), []),  # []: no inbound listener on this node
+        "complaints": (_optional_address, ""),
+        "max_message_size": (size, "10MiB"),
+        "max_per_minute": (_integer(1, 1_000_000), 600),
+    },
+    "unsubscribe": {
+        "listen": (_list_of(host_port, allow_empty=True), []),
+        "url": (_https_url, ""),
+        "key_file": (_optional_path, ""),
+    },
 }
 # Sections whose keys are names the operator chooses: [routes."example.org"] relay = "host:port",
 # [pools.bulk] addresses = [...], [tenants."shop"] priority = 10, [account_pools.outreach] rewrite_from = true.
@@ -483,6 +549,23 @@ def _accounts(values: dict[str, dict[str, Any]]) -> AccountsSettings:
     if keys.get("key_file") or keys.get("key_env") or base.get("dsn") or "data_dir" not in base:
         return AccountsSettings(keys.get("key_file"), keys.get("key_env"))
     return AccountsSettings(base["data_dir"].parent / OWN_KEY, None, make=True)
+
+
+def _bounces(values: dict[str, dict[str, Any]]) -> BouncesSettings:
+    """The bounce key named, else on the embedded database mtad's own (as _accounts)."""
+    bounces, base = values["bounces"], values["database"]
+    if bounces["key_file"] or base.get("dsn") or bounces["domain"] is None:
+        return BouncesSettings(bounces["domain"], bounces["key_file"])
+    return BouncesSettings(bounces["domain"], base["data_dir"].parent / OWN_BOUNCE_KEY, make=True)
+
+
+def _unsubscribe(values: dict[str, dict[str, Any]]) -> UnsubscribeSettings:
+    """The token key named, else on the embedded database mtad's own (as _accounts)."""
+    found, base = values["unsubscribe"], values["database"]
+    listen, url = tuple(found["listen"]), found["url"]
+    if found["key_file"] or base.get("dsn") or (url is None and not listen):
+        return UnsubscribeSettings(listen, url, found["key_file"])
+    return UnsubscribeSettings(listen, url, base["data_dir"].parent / OWN_UNSUBSCRIBE_KEY, make=True)
 
 
 def _read(
@@ -744,6 +827,8 @@ _TENANT_KEYS = {
     "pool": "a pool name",
     "account_pool": "an account pool name",
     "weight": "a whole number",
+    "suppressed": '"cancel" or "refuse"',
+    "list_unsubscribe": "true or false",
 }
 
 
@@ -787,14 +872,23 @@ def _load_tenant_defaults(
             problems.append(f"{where} dkim_domain: expected a domain name, got {signing!r}")
         elif signing and dkim_domains is not None:
             dkim_domains[name] = signing.lower().rstrip(".")
+        refusing = keys.get("suppressed", "cancel")
+        if refusing not in ("cancel", "refuse"):
+            problems.append(f'{where} suppressed: expected "cancel" (the delivery is cancelled) or "refuse" '
+                            f"(550 5.7.1 at RCPT), got {refusing!r}")  # fmt: skip
+        leaving = keys.get("list_unsubscribe", False)
+        if not isinstance(leaving, bool):
+            problems.append(f"{where} list_unsubscribe: expected true or false, got {leaving!r}")
         if len(problems) == found:
-            defaults[name] = submission.TenantDefaults(chosen, pool, account_pool)
+            defaults[name] = submission.TenantDefaults(chosen, pool, account_pool, refusing == "refuse",
+                                                       leaving is True)  # fmt: skip
     return defaults
 
 
 def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None) -> Settings:
     from mtad import submission
     from mtad.deliver import delivery
+    from mtad.feedback import inbound, suppression
     from mtad.mailboxes import accounts, relay
     from mtad.outbound import sessions
     from mtad.signing import rotation
@@ -859,6 +953,8 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
                 tenant_dkim_domains=extras["tenant_dkim_domains"],
                 dkim_canonicalization=values["dkim"]["canonicalization"],
                 tenant_weights=extras["tenant_weights"],
+                bounce_suppression=values["suppression"]["bounce_expiry"],
+                list_unsubscribe=frozenset(t for t, d in extras["tenant_defaults"].items() if d.list_unsubscribe),
             ),
             sessions=sessions.Settings(
                 port=d["port"],
@@ -895,6 +991,17 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
             dkim_threads=values["dkim"]["threads"],
         ),
         retention=retention.Settings(**values["retention"]),
+        suppression=suppression.Settings(values["suppression"]["bounce_expiry"]),
+        bounces=_bounces(values),
+        unsubscribe=_unsubscribe(values),
+        inbound=inbound.Settings(
+            listen=tuple(values["inbound"]["listen"]),
+            bounce_domain=values["bounces"]["domain"],
+            complaints=values["inbound"]["complaints"],
+            max_message_size=values["inbound"]["max_message_size"],
+            max_per_minute=values["inbound"]["max_per_minute"],
+            hostname=sub["hostname"],
+        ),
         source=path,
     )
 
@@ -903,6 +1010,20 @@ def _check(settings: Settings, origin: dict[tuple[str, str], str], problems: lis
     """Checks that span keys or touch the file system."""
     from mtad import submission
 
+    leaving = settings.unsubscribe
+    if (leaving.url is not None or leaving.listen) and leaving.key_file is None:
+        problems.append("[unsubscribe] key_file: with a DSN, name the key of the unsubscribe links' tokens "
+                        "(make one: mtad accounts key > FILE)")  # fmt: skip
+    wanted = sorted(t for t, d in settings.submission.tenant_defaults.items() if d.list_unsubscribe)
+    if wanted and leaving.url is None:
+        problems.append(f"[unsubscribe] url: tenants {', '.join(wanted)} ask for list_unsubscribe; give the "
+                        "public https URL of the one-click endpoint")  # fmt: skip
+    bounces = settings.bounces
+    if bounces.domain is not None and bounces.key_file is None:
+        problems.append("[bounces] key_file: with a DSN, name the key of the VERP addresses' HMAC "
+                        "(make one: mtad accounts key > FILE)")  # fmt: skip
+    elif bounces.key_file is not None and not bounces.make and not bounces.key_file.is_file():
+        problems.append(f"[bounces] key_file: no such file: {bounces.key_file}")
     sub = settings.submission
     cert, key = sub.tls_cert, sub.tls_key
     if (cert is None) != (key is None):

@@ -30,6 +30,7 @@ import os
 import signal
 import socket
 from datetime import UTC, datetime
+from pathlib import Path
 
 import structlog
 
@@ -37,6 +38,7 @@ from mtad import config, db, submission
 from mtad.base import errors, http, log, vault
 from mtad.db import embedded, opening
 from mtad.deliver import delivery, egress
+from mtad.feedback import consumers, inbound, suppression, unsubscribe, verp
 from mtad.mailboxes import relay
 from mtad.outbound import routing, sessions
 from mtad.signing import dkim, rotation
@@ -105,15 +107,18 @@ class Daemon:
         engine = None
         signer = dkim.Signer(threads=out.dkim_threads)
         sealer = _vault(settings)
+        tokens = _unsubscribing(settings.unsubscribe)
         if out.enabled and sealer is not None:
             await self._dkim_keys(database, signer, sealer)  # the keys active now, before the first send
         if out.enabled:
             queue = await db.Database.connect(database.dsn, max_size=settings.database.pool_size, replan=True)
             self._closing.append(queue)
             mailboxes = relay.Mailboxes(queue, out.relay, sealer)  # PostgreSQL's clock
+            url = settings.unsubscribe.url
+            links = unsubscribe.Unsubscribing(tokens, url) if tokens is not None and url is not None else None
             engine = delivery.Delivery(
                 out.engine, queue, router, sessions.Pool(out.sessions), out.rules, pools=egress.Egress(out.pools),
-                mailboxes=mailboxes, signer=signer,
+                mailboxes=mailboxes, signer=signer, verp=_verp(settings.bounces), unsubscribing=links,
             )  # fmt: skip
         sub = settings.submission
         accepting: port.InProcess | processes.Processes
@@ -122,6 +127,13 @@ class Daemon:
             accepting = processes.Processes(handed, submission.bind(sub.listen), sub.processes, fast_path=engine)
         else:
             accepting = port.InProcess(handed, database, router, fast_path=engine)
+        listening = None  # bounces and complaints
+        if settings.inbound.listen:
+            listening = inbound.Inbound(settings.inbound, database, _verp(settings.bounces))
+        leaving = None  # the one-click unsubscribe endpoint
+        if tokens is not None and settings.unsubscribe.listen:
+            recording = functools.partial(unsubscribe.record, database)
+            leaving = unsubscribe.Listener(unsubscribe.app(tokens, recording))
         web = None
         if settings.http.listen is not None:
             web = http.Server(
@@ -134,8 +146,11 @@ class Daemon:
             async with asyncio.TaskGroup() as tasks:
                 serving = tasks.create_task(accepting.run(), name="submission")
                 delivering = tasks.create_task(engine.run(), name="delivery") if engine else None
+                # Event consumers run on every node; each event is handled once per consumer.
+                handlers = [suppression.Suppressor(settings.suppression)]
                 background = [
                     tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),
+                    tasks.create_task(consumers.Consumers(database, handlers).run(), name="event-consumers"),
                 ]
                 if out.enabled and sealer is not None:
                     background.append(tasks.create_task(self._dkim_reload(database, signer, sealer), name="dkim"))
@@ -152,6 +167,10 @@ class Daemon:
                 await accepting.start()
                 if web is not None:
                     await web.start()
+                if leaving is not None:
+                    await leaving.start(settings.unsubscribe.listen)
+                if listening is not None:
+                    await listening.start()
                 addresses = [str(a) for a in accepting.addresses]
                 logger.info(
                     "ready",
@@ -159,6 +178,8 @@ class Daemon:
                     smtp=addresses,
                     processes=sub.processes,
                     http=str(web.address) if web is not None else None,
+                    unsubscribe=[str(a) for a in leaving.addresses] if leaving is not None else None,
+                    inbound=[str(a) for a in listening.addresses] if listening is not None else None,
                     pid=os.getpid(),
                 )
                 notify(f"READY=1\nSTATUS=accepting on {', '.join(addresses)}")
@@ -177,6 +198,10 @@ class Daemon:
             accepting.close()
             if web is not None:
                 await web.close()
+            if leaving is not None:
+                await leaving.stop()
+            if listening is not None:
+                await listening.stop()
             for pool in self._closing:
                 await pool.close()
             with contextlib.suppress(errors.SpoolError):
@@ -281,6 +306,37 @@ def port_settings(settings: config.Settings, dsn: str) -> port.PortSettings:
         node=out.engine.node,
         lease_duration=out.engine.lease_duration,
     )
+
+
+def _verp(settings: config.BouncesSettings) -> verp.Verp | None:
+    """The VERP senders of MX mail (None: off)."""
+    if settings.domain is None or settings.key_file is None:
+        return None
+    key = _key("bounces", settings.key_file, settings.make)
+    try:
+        return verp.Verp(settings.domain, key)
+    except ValueError as exc:
+        raise errors.ConfigError([f"[bounces] key_file: {exc}"]) from None
+
+
+def _unsubscribing(settings: config.UnsubscribeSettings) -> unsubscribe.Tokens | None:
+    """The tokens of the unsubscribe links (None: neither links nor the endpoint)."""
+    if settings.key_file is None:
+        return None
+    try:
+        return unsubscribe.Tokens(_key("unsubscribe", settings.key_file, settings.make))
+    except ValueError as exc:
+        raise errors.ConfigError([f"[unsubscribe] key_file: {exc}"]) from None
+
+
+def _key(section: str, path: Path, make: bool) -> bytes:
+    """An HMAC key from its file; mtad's own is made first on the embedded default."""
+    if make and vault.make_key(path):
+        logger.info("key_made", key_file=str(path), section=section)
+    try:
+        return path.read_bytes().strip()
+    except OSError as exc:
+        raise errors.ConfigError([f"[{section}] key_file: cannot read {path}: {exc.strerror}"]) from None
 
 
 def _now() -> datetime:

@@ -21,7 +21,7 @@ class Kind(enum.StrEnum):
     RECEIVED = "received"  # a message and its deliveries were accepted
     DELIVERED = "delivered"
     DEFERRED = "deferred"
-    BOUNCED = "bounced"
+    BOUNCED = "bounced"  # in the SMTP session, or after a 250 (a DSN: "async": true)
     FAILED = "failed"
     CANCELLED = "cancelled"
     REQUEUED = "requeued"  # a lease expired or was released
@@ -30,6 +30,11 @@ class Kind(enum.StrEnum):
     ACCOUNT_BOUNCE = "account_bounce"  # a send was refused for its recipient or content (its health drops)
     ACCOUNT_POOL = "account_pool"  # an account pool paused (no account can send) or resumed
     DKIM_KEY = "dkim_key"  # a DKIM key was generated or changed state
+    # What comes back after delivery; each names the original message and delivery when it can.
+    COMPLAINED = "complained"  # a feedback-loop report (ARF): the recipient called it spam
+    UNSUBSCRIBED = "unsubscribed"  # the recipient asked for no more (one-click, or mailto)
+    REPLIED = "replied"  # a person answered
+    AUTO_REPLIED = "auto_replied"  # an automatic answer (out of office, RFC 3834)
 
 
 @dataclass(frozen=True, slots=True)

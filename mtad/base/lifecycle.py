@@ -45,21 +45,27 @@ class Reason(enum.StrEnum):
     ADMIN = "admin"  # an operator acted on it
     INTERNAL = "internal"  # mtad itself failed (never counts as throttling)
     RECLAIMED = "reclaimed"  # its node started again after its previous life died holding it
+    ASYNC_BOUNCE = "async_bounce"  # a hard bounce came back after the receiver's 250
 
 
 TRANSITIONS: Mapping[State, frozenset[State]] = {
     # A waiting delivery may be cancelled or bounced by an operator (`mtad queue cancel`,
     # `bounce`: reason admin), or cancelled at accept (suppressed); one in flight may not.
     State.QUEUED: frozenset({State.LEASED, State.CANCELLED, State.BOUNCED}),
-    State.LEASED: frozenset({State.DELIVERED, State.DEFERRED, State.BOUNCED, State.FAILED, State.QUEUED}),
+    # A leased delivery found suppressed just before its attempt is cancelled, unsent.
+    State.LEASED: frozenset(
+        {State.DELIVERED, State.DEFERRED, State.BOUNCED, State.FAILED, State.QUEUED, State.CANCELLED}
+    ),
     State.DEFERRED: frozenset({State.QUEUED, State.LEASED, State.CANCELLED, State.BOUNCED}),
-    State.DELIVERED: frozenset(),
+    # A receiver that said 250 may bounce the message later (a DSN that comes back).
+    State.DELIVERED: frozenset({State.BOUNCED}),
     State.BOUNCED: frozenset(),
     State.FAILED: frozenset(),
     State.CANCELLED: frozenset(),
 }
 
-FINAL: frozenset[State] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+# No attempt follows: the delivery is done (a delivered one may still be bounced later).
+FINAL: frozenset[State] = frozenset({State.DELIVERED, State.BOUNCED, State.FAILED, State.CANCELLED})
 
 # Moves that must say why.
 _NEEDS_REASON = frozenset(
@@ -68,10 +74,12 @@ _NEEDS_REASON = frozenset(
         (State.LEASED, State.BOUNCED),
         (State.LEASED, State.FAILED),
         (State.LEASED, State.QUEUED),
+        (State.LEASED, State.CANCELLED),
         (State.QUEUED, State.CANCELLED),
         (State.QUEUED, State.BOUNCED),
         (State.DEFERRED, State.CANCELLED),
         (State.DEFERRED, State.BOUNCED),
+        (State.DELIVERED, State.BOUNCED),
     }
 )
 
@@ -80,10 +88,22 @@ def can_move(old: State, new: State) -> bool:
     return new in TRANSITIONS[old]
 
 
+# Moves made for one reason only: a delivery in hand is cancelled only when found
+# suppressed just before its attempt (never by an operator under the sender), and a
+# delivered one bounced only when its bounce comes back.
+ONLY_FOR: Mapping[tuple[State, State], Reason] = {
+    (State.LEASED, State.CANCELLED): Reason.SUPPRESSED,
+    (State.DELIVERED, State.BOUNCED): Reason.ASYNC_BOUNCE,
+}
+
+
 def transition(old: State, new: State, reason: Reason | None = None) -> State:
-    """Return `new` if the table allows old -> new, else raise IllegalTransition."""
+    """Return `new` if the table allows old -> new for `reason`, else raise IllegalTransition."""
     if new not in TRANSITIONS[old]:
         raise errors.IllegalTransition(f"{old} -> {new} is not allowed")
     if reason is None and (old, new) in _NEEDS_REASON:
         raise errors.IllegalTransition(f"{old} -> {new} needs a reason")
+    only = ONLY_FOR.get((old, new))
+    if only is not None and reason is not only:
+        raise errors.IllegalTransition(f"{old} -> {new} is only for reason {only}")
     return new

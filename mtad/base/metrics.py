@@ -146,6 +146,15 @@ DKIM_KEYS = Gauge("mtad_dkim_keys", "DKIM keys by state (pending, active, retiri
 DKIM_AWAITING_DNS = Gauge(
     "mtad_dkim_keys_awaiting_dns", "Pending DKIM keys whose record DNS does not publish yet (publish it: mtad dkim ls)"
 )
+EVENTS_CONSUMED = Counter("mtad_events_consumed", "Events an event consumer has processed", ["consumer"])
+CONSUMER_LAG = Gauge(
+    "mtad_event_consumer_lag_seconds",
+    "Age of the oldest event a consumer has still to process (0: caught up), as of the last look",
+    ["consumer"],
+)
+CONSUMER_FAILURES = Counter(
+    "mtad_event_consumer_failures", "Batches an event consumer failed to process (retried)", ["consumer"]
+)
 SPOOL_DEPTH = Gauge(
     "mtad_spool_deliveries",
     "Deliveries in the spool by state, as of the last scrape.",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any, TypeVar, cast
 
@@ -98,6 +98,17 @@ class Connection:
         with _translated():
             async for row in self._conn.cursor(sql(name), *args, prefetch=prefetch):
                 yield row
+
+    async def copy_in(self, table: str, source: Any, columns: Sequence[str]) -> None:
+        """COPY CSV with a header line from `source` (a path or a binary file) into `table`."""
+        with _translated():
+            await self._conn.copy_to_table(table, source=source, columns=list(columns), format="csv", header=True)
+
+    async def copy_out(self, name: str, output: Any, *args: Any) -> None:
+        """COPY the rows of a named query to `output` (a path or a binary file) as CSV
+        with a header line."""
+        with _translated():
+            await self._conn.copy_from_query(sql(name), *args, output=output, format="csv", header=True)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:

@@ -21,6 +21,7 @@ that returns any node's expired leases to the queue, and the shaping checkpoint
 (the buckets' rates shared with the other nodes, divided by the number of live
 nodes). Every task belongs to one TaskGroup.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,6 +46,8 @@ from mtad.base.replies import Reply
 from mtad.deliver import egress, shaping, strategies
 from mtad.deliver.holdings import Holdings, Message
 from mtad.deliver.ready import ReadyQueue
+from mtad.feedback.unsubscribe import Unsubscribing
+from mtad.feedback.verp import Verp
 from mtad.mailboxes import accounts, relay
 from mtad.outbound import outcomes, routing, sessions
 from mtad.outbound.outcomes import Failure, Verdict
@@ -85,6 +88,8 @@ class Settings:
     tenant_weights: Mapping[str, int] = field(default_factory=dict)  # turns per round in a ready queue (default 1)
     tenant_dkim_domains: Mapping[str, str] = field(default_factory=dict)  # tenant -> its signing domain
     dkim_canonicalization: str = "relaxed/relaxed"  # c= of the signatures (header/body)
+    bounce_suppression: float | None = None  # seconds a recipient bounced as unknown stays suppressed (None: ever)
+    list_unsubscribe: frozenset[str] = frozenset()  # tenants whose mail gets List-Unsubscribe fields
 
 
 # --- jobs and groups -----------------------------------------------------------------
@@ -127,6 +132,7 @@ class DeliveryStats:
     deferred: int = 0
     bounced: int = 0
     failed: int = 0
+    cancelled: int = 0  # found suppressed just before their attempt
     leased: int = 0
     reaped: int = 0
 
@@ -146,6 +152,8 @@ class Delivery:
         pools: egress.Egress | None = None,
         mailboxes: relay.Mailboxes | None = None,
         signer: dkim.Signer | None = None,
+        verp: Verp | None = None,
+        unsubscribing: Unsubscribing | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: random.Random | None = None,
     ) -> None:
@@ -159,6 +167,8 @@ class Delivery:
         self._egress = pools or egress.Egress({})
         self._mailboxes = mailboxes
         self._signer = signer or dkim.Signer()
+        self._verp = verp  # MX mail's envelope sender names its delivery: one recipient per transaction
+        self._unsubscribing = unsubscribing  # links for the tenants of settings.list_unsubscribe
         self._default_source = pool.settings.source_address or ""  # the source of mail without a pool
         self._now = now
         self._rng = rng or random.Random()
@@ -178,7 +188,7 @@ class Delivery:
         # Rows per statement are capped: the statements look each row's values up in
         # the arrays, a cost that grows with the batch (42 us a row at 50 rows, 70 at
         # 350, 119 at 1,000), and a slow batch would make the next one bigger.
-        self._begin: Batcher[leases.Attempt, set[int]] = Batcher(
+        self._begin: Batcher[leases.Attempt, tuple[set[int], set[int]]] = Batcher(
             self._begin_batch, max_batch=MAX_ROWS_PER_WRITE, weight=lambda a: len(a.deliveries)
         )
         self._record: Batcher[list[Outcome], set[int]] = Batcher(
@@ -403,12 +413,13 @@ class Delivery:
     def _admit(self, deliveries: Iterable[Leased]) -> None:
         """Hold deliveries and group them into jobs (one message, one domain, a few recipients)."""
         jobs: dict[tuple[uuid.UUID, str], list[_Job]] = {}
-        limit = self.settings.max_recipients_per_transaction
+        most = self.settings.max_recipients_per_transaction
         for d in deliveries:
             self._holdings.hold([d])
             batch = jobs.setdefault((d.message, d.domain), [])
+            message = self._holdings.message(d.message)
+            limit = most if self._alone(message, d.domain) is None else 1
             if not batch or len(batch[-1].deliveries) >= limit:
-                message = self._holdings.message(d.message)
                 tenant = message.tenant if message is not None else ""
                 batch.append(_Job(d.message, tenant, d.domain, [], d.priority, d.created_at))
             batch[-1].deliveries.append(d)
@@ -435,12 +446,24 @@ class Delivery:
     def _account_pool(self, job: _Job) -> str | None:
         """The account pool a job is relayed through: the message's (its header, its
         tenant's), else its route's; None: it goes to MX."""
-        message = self._holdings.message(job.message)
-        chosen = (message and message.account_pool) or self.settings.route_account_pools.get(job.domain)
+        chosen = self._relayed_through(self._holdings.message(job.message), job.domain)
         if chosen and self._mailboxes is None:
             log.warning("relay_not_configured", account_pool=chosen, queue_id=str(job.message))
             return None
-        return chosen or None
+        return chosen
+
+    def _alone(self, message: Message | None, domain: str) -> str | None:
+        """Why a delivery is sent in a transaction of its own (None: it need not be): its
+        envelope sender (VERP) or its List-Unsubscribe link names it."""
+        if self._verp is not None and self._relayed_through(message, domain) is None:
+            return "verp"
+        tenant = message.tenant if message is not None else ""
+        if self._unsubscribing is not None and tenant in self.settings.list_unsubscribe:
+            return "list_unsubscribe"
+        return None
+
+    def _relayed_through(self, message: Message | None, domain: str) -> str | None:
+        return (message and message.account_pool) or self.settings.route_account_pools.get(domain) or None
 
     def _queue(self, job: _Job, route: routing.Route | None, name: str, account_pool: str | None) -> None:
         """Into its ready queue, one per provider group and source pool (so that a pool
@@ -484,7 +507,8 @@ class Delivery:
                 group.ready.pop()
                 self._taken(out, group.name)
                 self._holdings.working(job.deliveries)
-                way = strategies.ToMx(route, out, self._shaper, self._rng, on_answer=self._on_answer(group))
+                verp = self._verp.sender(job.deliveries[0].id) if self._verp and len(job.deliveries) == 1 else None
+                way = strategies.ToMx(route, out, self._shaper, self._rng, on_answer=self._on_answer(group), verp=verp)
                 self._spawn(self._attempt(job, group, way))
         finally:
             group.dispatching = False
@@ -643,7 +667,8 @@ class Delivery:
         if isinstance(plan, Verdict):  # no way out now (a mailbox's login was refused)
             verdicts: strategies.Verdicts = {d.id: (plan, None) for d in job.deliveries}
         else:
-            body, data["dkim"] = await self._sign(message, plan.body)  # after the last change of a header
+            body = self._with_unsubscribe(job, message, plan.body)
+            body, data["dkim"] = await self._sign(message, body)  # after the last change of a header
             tx = sessions.Transaction(plan.sender, tuple(d.recipient for d in job.deliveries), body, message.smtputf8)
             self._stats.attempts += 1
             ehlo = plan.source.choice.ehlo if plan.source.choice else None
@@ -671,6 +696,13 @@ class Delivery:
                 self._holdings.job_done(job.message)
                 return
         await self._finish(job, group.name, verdicts, data)
+
+    def _with_unsubscribe(self, job: _Job, message: Message, body: bytes) -> bytes:
+        """The body with the recipient's List-Unsubscribe fields (one-click, RFC 8058) when
+        its tenant asks for them and the message has none of its own."""
+        if self._unsubscribing is None or job.tenant not in self.settings.list_unsubscribe or len(job.deliveries) != 1:
+            return body
+        return self._unsubscribing.fields(job.tenant, job.deliveries[0].recipient, message.id, body)
 
     def _classify(self, job: _Job, result: sessions.Result) -> strategies.Verdicts:
         """Each recipient's verdict: the receiver's reply, else the local failure."""
@@ -743,12 +775,20 @@ class Delivery:
         return [None] * len(signed)
 
     async def _begin_attempt(self, job: _Job, attempt: uuid.UUID, group: str) -> bool:
-        """Write the attempt id before DATA; drop deliveries whose lease was lost. False
+        """Write the attempt id before DATA; drop deliveries whose lease was lost, and
+        those whose recipient was suppressed while they waited (cancelled now). False
         when none is left to send."""
-        owned = await self._begin.submit(leases.Attempt(attempt, tuple(d.id for d in job.deliveries), group))
+        ids = tuple(d.id for d in job.deliveries)
+        owned, suppressed = await self._begin.submit(leases.Attempt(attempt, ids, group, job.tenant))
         lost = [d for d in job.deliveries if d.id not in owned]
         if lost:
-            log.warning("leases_lost_before_sending", count=len(lost))
+            for d in lost:
+                if d.id in suppressed:
+                    log.info("cancelled", delivery=d.id, queue_id=str(job.message), recipient=d.recipient,
+                             reason="suppressed", group=group)  # fmt: skip
+            if len(lost) > len(suppressed):
+                log.warning("leases_lost_before_sending", count=len(lost) - len(suppressed))
+            self._stats.cancelled += len(suppressed)
             self._holdings.let_go(d.id for d in lost)
             job.deliveries = [d for d in job.deliveries if d.id in owned]
             if not job.deliveries:
@@ -938,12 +978,14 @@ class Delivery:
         delay = self.settings.retry.delay(d.attempts + 1, self._rng)
         return State.DEFERRED, reason, now + timedelta(seconds=delay)
 
-    async def _begin_batch(self, attempts: list[leases.Attempt]) -> list[set[int]]:
-        owned = await leases.begin(self._db, self.node, attempts, self._now())
-        return [owned.intersection(a.deliveries) for a in attempts]
+    async def _begin_batch(self, attempts: list[leases.Attempt]) -> list[tuple[set[int], set[int]]]:
+        owned, suppressed = await leases.begin(self._db, self.node, attempts, self._now())
+        return [(owned.intersection(a.deliveries), suppressed.intersection(a.deliveries)) for a in attempts]
 
     async def _record_batch(self, batches: list[list[Outcome]]) -> list[set[int]]:
-        recorded = await leases.record(self._db, self.node, [o for batch in batches for o in batch], self._now())
+        expiry = self.settings.bounce_suppression
+        recorded = await leases.record(self._db, self.node, [o for batch in batches for o in batch], self._now(),
+                                       timedelta(seconds=expiry) if expiry is not None else None)  # fmt: skip
         return [recorded.intersection(o.delivery for o in batch) for batch in batches]
 
     def _log(self, outcome: Outcome, job: _Job) -> None:

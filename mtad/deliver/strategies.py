@@ -132,8 +132,10 @@ class ToMx:
         rng: random.Random,
         *,
         on_answer: Callable[[Source, Feedback | None], None],
+        verp: str | None = None,
     ) -> None:
         self.route = route
+        self.verp = verp  # the envelope sender that names the delivery (None: the message's own)
         self.source = source
         self._shaper = shaper
         self._rng = rng
@@ -150,7 +152,10 @@ class ToMx:
             for hop in self.route.attempt_order(self._rng)
             for address in hop.addresses
         ]
-        return Plan(targets, message.sender, message.body, self.source)
+        sender = message.sender
+        if self.verp is not None and sender:  # never for a null sender: a bounce gets no bounce
+            sender = data["verp"] = self.verp
+        return Plan(targets, sender, message.body, self.source)
 
     def answered(self, feedback: Feedback | None) -> None:
         """The permission back to the bucket with what the receiver said, as soon as it

@@ -1,3 +1,3 @@
 """Feedback: what comes back after delivery (bounces, complaints, replies,
-unsubscribes), suppression and webhooks. Empty for now; the feedback features land
-here. May import mtad.outbound, mtad.spool, mtad.db and mtad.base."""
+unsubscribes) recorded as events, the event consumers that act on them, and the
+suppression lists. May import mtad.outbound, mtad.spool, mtad.db and mtad.base."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from mtad import db
@@ -86,15 +86,21 @@ class Attempt:
     id: uuid.UUID
     deliveries: tuple[int, ...]
     group: str
+    tenant: str = ""
 
 
-async def begin(database: db.Database, node: str, attempts: Sequence[Attempt], now: datetime) -> set[int]:
-    """Write the attempt ids before DATA (one statement for several attempts);
-    returns the delivery ids still leased to this node."""
+async def begin(
+    database: db.Database, node: str, attempts: Sequence[Attempt], now: datetime
+) -> tuple[set[int], set[int]]:
+    """Write the attempt ids before DATA (one statement for several attempts).
+    Returns the delivery ids still leased to this node, to send; and those found
+    suppressed meanwhile, cancelled now with their event (not to send)."""
     ids = [d for a in attempts for d in a.deliveries]
     attempt_ids = [a.id for a in attempts for _ in a.deliveries]
     groups = [a.group for a in attempts for _ in a.deliveries]
-    return {r["id"] for r in await database.fetch("leases/begin", node, ids, attempt_ids, groups, now)}
+    tenants = [a.tenant for a in attempts for _ in a.deliveries]
+    rows = await database.fetch("leases/begin", node, ids, attempt_ids, groups, now, tenants)
+    return {r["id"] for r in rows if not r["suppressed"]}, {r["id"] for r in rows if r["suppressed"]}
 
 
 async def unbegin(database: db.Database, node: str, ids: Sequence[int], now: datetime) -> None:
@@ -107,8 +113,11 @@ async def unbegin(database: db.Database, node: str, ids: Sequence[int], now: dat
 OUTCOMES = frozenset({State.DELIVERED, State.DEFERRED, State.BOUNCED, State.FAILED})
 
 
-async def record(database: db.Database, node: str, outcomes: Sequence[Outcome], now: datetime) -> set[int]:
-    """Record outcomes (with their events) in one statement; returns the ids recorded."""
+async def record(
+    database: db.Database, node: str, outcomes: Sequence[Outcome], now: datetime, suppress_for: timedelta | None = None
+) -> set[int]:
+    """Record outcomes (with their events) in one statement; returns the ids recorded.
+    A recipient an outcome suppresses stays suppressed for `suppress_for` (None: until removed)."""
     for o in outcomes:
         lifecycle.transition(State.LEASED, o.state, o.reason)  # refuses a move the table forbids
         if o.state not in OUTCOMES:
@@ -129,6 +138,7 @@ async def record(database: db.Database, node: str, outcomes: Sequence[Outcome], 
         [o.route_group for o in outcomes],
         [o.internal for o in outcomes],
         [o.delivery for o in outcomes if o.suppress],
+        suppress_for,
     )
     return set(row["ids"] or ()) if row is not None else set()
 

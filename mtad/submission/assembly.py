@@ -55,6 +55,8 @@ class TenantDefaults:
     priority: int = 0
     pool: str | None = None  # a configured pool name; None: the route's or the default
     account_pool: str | None = None  # a configured account pool; None: the route's, else MX
+    refuse_suppressed: bool = False  # a suppressed recipient is refused at RCPT (else its delivery is cancelled)
+    list_unsubscribe: bool = False  # its mail gets List-Unsubscribe (one-click) fields, one recipient per transaction
 
 
 NO_DEFAULTS = TenantDefaults()

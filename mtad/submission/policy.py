@@ -25,6 +25,7 @@ from mtad.base import envelope, errors, headers, metrics, replies
 from mtad.base.endpoints import HostPort
 from mtad.base.envelope import Address
 from mtad.base.replies import Reply
+from mtad.feedback import suppression
 from mtad.outbound import routing
 from mtad.spool import commit, tenants
 from mtad.submission import assembly
@@ -165,11 +166,13 @@ class Handler:
         authenticator: tenants.Authenticator,
         *,
         router: routing.Router | None = None,
+        suppressions: suppression.Checker | None = None,
         now: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self._committer = committer
         self._auth = authenticator
+        self._suppressions = suppressions
         self._router = router if settings.check_recipient_domains else None
         self._throttle = AuthThrottle(settings.auth_max_failures, settings.auth_failure_window)
         self._now = now
@@ -282,6 +285,14 @@ class Handler:
                 route = None  # DNS trouble refuses nothing: the delivery will wait for it
             if isinstance(route, routing.Undeliverable):
                 return refuse(Reply(550, "5.1.2", f"<{recipient}>: {route.text}"), "undeliverable_domain")
+        tenant = str(session.auth_data) if session.authenticated else self.settings.default_tenant
+        defaults = self.settings.tenant_defaults.get(tenant, assembly.NO_DEFAULTS)
+        if defaults.refuse_suppressed and self._suppressions is not None:
+            try:
+                if await self._suppressions.suppressed(tenant, str(recipient)):
+                    return refuse(Reply(550, "5.7.1", f"<{recipient}>: suppressed, not sent to again"), "suppressed")
+            except errors.SpoolError:
+                return refuse(replies.SPOOL_UNAVAILABLE, "spool_unavailable")
         env.recipients.append(recipient)
         env.rcpt_tos.append(str(recipient))
         env.rcpt_options.extend(options)

@@ -12,6 +12,7 @@ import structlog
 from mtad import db, submission
 from mtad.base import metrics
 from mtad.base.endpoints import HostPort
+from mtad.feedback import suppression
 from mtad.outbound import routing
 from mtad.spool import commit, tenants
 
@@ -70,7 +71,10 @@ class InProcess:
             fast_path=fast_path,
         )
         tls = submission.tls_context(sub.tls_cert, sub.tls_key) if sub.tls_cert and sub.tls_key else None
-        handler = submission.Handler(sub, self.committer, tenants.Authenticator(database), router=router)
+        refusing = any(t.refuse_suppressed for t in sub.tenant_defaults.values())  # asks at RCPT
+        checker = suppression.Checker(database) if refusing else None
+        handler = submission.Handler(sub, self.committer, tenants.Authenticator(database), router=router,
+                                     suppressions=checker)  # fmt: skip
         self.server = submission.Server(sub, handler, tls)
 
     async def run(self) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from mtad import db, submission
 from mtad.base.endpoints import HostPort
+from mtad.feedback import suppression
 from mtad.outbound import routing
 from mtad.spool import commit, tenants
 from tests.sink import Sink
@@ -51,7 +52,8 @@ async def submission_server(
     committer = commit.GroupCommitter(database, window=0.001)
     context = submission.tls_context(*tls) if tls else None
     router = routing.Router(ZoneResolver(ZONE, servfail={"dnsdown.test"}), TEST_PROVIDERS)
-    handler = submission.Handler(settings, committer, tenants.Authenticator(database), router=router)
+    handler = submission.Handler(settings, committer, tenants.Authenticator(database), router=router,
+                                 suppressions=suppression.Checker(database))  # fmt: skip
     server = submission.Server(settings, handler, context)
     task = asyncio.create_task(committer.run())
     await server.start()

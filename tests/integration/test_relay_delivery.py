@@ -223,9 +223,9 @@ async def test_a_recipient_refusal_bounces_suppresses_and_frees_the_slot(
     assert (row["state"], row["reason"]) == ("bounced", "recipient_rejected")
     assert (await accounts.get(database, "a")).state is State.ACTIVE
     assert await reservations(database, "a") == ["released"]
-    [suppressed] = await query(database, "SELECT tenant, address, reason FROM suppressions")
+    [suppressed] = await query(database, "SELECT tenant, address, reason, detail FROM suppressions")
     assert (suppressed["tenant"], suppressed["address"]) == ("t1", "reject-1@example.net")
-    assert suppressed["reason"].startswith("550 5.1.1")
+    assert (suppressed["reason"], suppressed["detail"][:9]) == ("hard_bounce", "550 5.1.1")  # why, and the reply
     [bounce] = await account_events(database, "account_bounce")
     assert (bounce["name"], bounce["classes"]) == ("a", ["recipient"])
     # The tenant's next message to the address is cancelled at accept, never sent.

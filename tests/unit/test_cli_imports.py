@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 from mtad import cli
+from mtad.base import events
+from mtad.feedback import suppression
 from mtad.mailboxes import accounts
 from mtad.signing import dkim
 
@@ -52,3 +54,5 @@ def test_the_parsers_choices_are_the_enums() -> None:
     assert tuple(a.value for a in dkim.Algorithm) == cli.ALGORITHMS
     assert tuple(t.value for t in accounts.Tls) == cli.TLS_MODES
     assert tuple(m.value for m in accounts.Mechanism) == cli.MECHANISMS
+    assert tuple(r.value for r in suppression.Reason) == cli.REASONS
+    assert tuple(k.value for k in events.Kind) == cli.EVENT_KINDS

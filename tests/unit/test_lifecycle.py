@@ -7,8 +7,13 @@ from mtad.base.lifecycle import Reason, State
 def test_every_state_has_a_row_and_final_states_lead_nowhere() -> None:
     assert set(lifecycle.TRANSITIONS) == set(State)
     assert {State.DELIVERED, State.BOUNCED, State.FAILED, State.CANCELLED} == lifecycle.FINAL
-    for state in lifecycle.FINAL:
+    for state in lifecycle.FINAL - {State.DELIVERED}:
         assert not lifecycle.TRANSITIONS[state]
+    # A delivered delivery leads only to bounced, and only when its bounce comes back.
+    assert lifecycle.TRANSITIONS[State.DELIVERED] == {State.BOUNCED}
+    assert lifecycle.transition(State.DELIVERED, State.BOUNCED, Reason.ASYNC_BOUNCE) is State.BOUNCED
+    with pytest.raises(errors.IllegalTransition, match="only for reason async_bounce"):
+        lifecycle.transition(State.DELIVERED, State.BOUNCED, Reason.ADMIN)
 
 
 @pytest.mark.parametrize(
@@ -30,7 +35,6 @@ def test_allowed_moves_without_reason(old: State, new: State) -> None:
         (State.QUEUED, State.DELIVERED),  # never sent without a lease
         (State.DELIVERED, State.QUEUED),  # final
         (State.BOUNCED, State.LEASED),
-        (State.LEASED, State.CANCELLED),  # in flight: cannot be cancelled under the sender
         (State.CANCELLED, State.QUEUED),
     ],
 )
@@ -38,6 +42,12 @@ def test_illegal_moves_are_refused(old: State, new: State) -> None:
     assert not lifecycle.can_move(old, new)
     with pytest.raises(errors.IllegalTransition):
         lifecycle.transition(old, new, Reason.ADMIN)
+
+
+def test_a_delivery_in_hand_is_cancelled_only_when_found_suppressed_before_its_attempt() -> None:
+    with pytest.raises(errors.IllegalTransition, match="only for reason suppressed"):
+        lifecycle.transition(State.LEASED, State.CANCELLED, Reason.ADMIN)  # never under the sender
+    assert lifecycle.transition(State.LEASED, State.CANCELLED, Reason.SUPPRESSED) is State.CANCELLED
 
 
 def test_deferral_and_failure_need_a_reason() -> None:

@@ -13,7 +13,8 @@
 -- $3 ids; then per id: $4 state, $5 reason,
 -- $6..$8 last reply, $9 next attempt, $10 tenant, $11 event data, $12 group,
 -- $13 whether mtad itself failed; $14 the ids whose recipient goes onto its
--- tenant's suppression list (a bounce saying the address does not exist).
+-- tenant's suppression list (a bounce saying the address does not exist, reason
+-- hard_bounce, expiring after $15, NULL: never).
 WITH changed AS (
     UPDATE deliveries d
     SET state = ($4::delivery_state[])[array_position($3::bigint[], d.id)],
@@ -31,8 +32,10 @@ WITH changed AS (
               array_position($3::bigint[], d.id) AS i
 ),
 suppressed AS (
-    INSERT INTO suppressions (tenant, address, reason, delivery, created_at)
-    SELECT ($10::text[])[i], recipient, concat_ws(' ', last_code, last_enhanced, last_text), id, $2 FROM changed
+    INSERT INTO suppressions (tenant, address, reason, detail, delivery, created_at, expires_at)
+    SELECT ($10::text[])[i], lower(recipient), 'hard_bounce', concat_ws(' ', last_code, last_enhanced, last_text),
+           id, $2, $2 + $15::interval
+    FROM changed
     WHERE id = ANY($14::bigint[])
     ON CONFLICT (tenant, address) DO NOTHING
 ),

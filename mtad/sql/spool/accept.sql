@@ -1,9 +1,11 @@
 -- The durable accept of a batch of messages, in one statement (one round trip,
 -- one transaction, one WAL flush). Claims the idempotency keys, then inserts
 -- every message that owns its key (or has none), one delivery per recipient and
--- a `received` event. A recipient on its tenant's suppression list gets a delivery
--- that is cancelled at once (reason suppressed, with its event). Returns, for each message in input order, the message that
--- owns it: itself, or the earlier message its key belongs to (a duplicate).
+-- a `received` event. A recipient on its tenant's suppression list or the global
+-- one (tenant ''), in lower case and not expired, gets a delivery that is
+-- cancelled at once (reason suppressed, with its event). Returns, for each message
+-- in input order, the message that owns it: itself, or the earlier message its
+-- key belongs to (a duplicate).
 -- Keys must be unique within a batch (mtad folds duplicates before writing).
 --
 -- Every key comes back from the claim with its owner: new and expired keys are
@@ -53,14 +55,19 @@ new_deliveries AS (
     INSERT INTO deliveries (message, recipient, domain, priority, next_attempt_at, created_at, updated_at,
                             state, reason, lease_owner, lease_expires_at)
     SELECT o.id, r.rcpt, r.domain, o.priority, o.received, o.received, o.received,
-           CASE WHEN s.address IS NOT NULL THEN 'cancelled'
+           CASE WHEN s.hit THEN 'cancelled'
                 WHEN $19::text IS NULL THEN 'queued' ELSE 'leased' END::delivery_state,
-           CASE WHEN s.address IS NOT NULL THEN 'suppressed' END::delivery_reason,
-           CASE WHEN s.address IS NULL THEN $19::text END,
-           CASE WHEN s.address IS NULL THEN $20::timestamptz END
+           CASE WHEN s.hit THEN 'suppressed' END::delivery_reason,
+           CASE WHEN s.hit IS NULL THEN $19::text END,
+           CASE WHEN s.hit IS NULL THEN $20::timestamptz END
     FROM unnest($14::integer[], $15::text[], $16::text[]) AS r (ord, rcpt, domain)
     JOIN owned o ON o.ord = r.ord
-    LEFT JOIN suppressions s ON s.tenant = o.tenant AND s.address = r.rcpt
+    LEFT JOIN LATERAL (
+        SELECT true AS hit FROM suppressions s
+        WHERE s.tenant IN (o.tenant, '') AND s.address = lower(r.rcpt)
+          AND (s.expires_at IS NULL OR s.expires_at > $18::timestamptz)
+        LIMIT 1
+    ) s ON true
     WHERE o.owner = o.id
     RETURNING id, message, recipient, state
 ),

@@ -1,0 +1,229 @@
+"""Event consumers: what reads the event log and acts on it (suppression, and the
+webhooks, reputation and reports to come).
+
+Each consumer keeps its own position in PostgreSQL (`event_consumers`) and reads
+the events after it in (xid, id) order, below the oldest transaction still
+running, so that an event committed late is never skipped. A batch is handled
+and the position moved in one transaction, on the connection given to the
+handler: what a handler writes there is done exactly once, and anything it does
+outside (a request) at least once. The position row is locked while a batch is
+handled (SKIP LOCKED): on several nodes each event is handled once per consumer,
+by whichever node holds the row. A consumer wakes on NOTIFY `mtad_events` (one
+per transaction that writes events), else every `poll`; it catches up by itself
+after downtime or a kill -9, since nothing moves its position but a commit. A
+batch that fails is retried after a pause (doubling up to a minute), alone if it
+fails again, and an event that fails `max_failures` times alone is skipped with
+an error logged; one consumer's failures hold no other back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import structlog
+
+from mtad import db
+from mtad.base import errors, metrics
+
+log = structlog.get_logger("mtad.consumers")
+
+CHANNEL = "mtad_events"
+MAX_PAUSE = 60.0  # seconds between retries of a failing batch, at most
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """An event as the log keeps it."""
+
+    id: int
+    xid: int | None  # None: written before consumers existed (never read by one)
+    at: datetime
+    kind: str
+    tenant: str | None
+    message: uuid.UUID | None
+    delivery: int | None
+    data: dict[str, Any]
+
+
+class Handler(Protocol):
+    """What a consumer does with its events."""
+
+    @property
+    def name(self) -> str:
+        """Its position's name: never reuse one for another purpose."""
+        ...
+
+    @property
+    def kinds(self) -> frozenset[str] | None:
+        """The kinds it reads (None: every kind)."""
+        ...
+
+    async def handle(self, conn: db.Connection, batch: Sequence[Stored]) -> None:
+        """Act on a batch, in order; raise to have it retried. Writes on `conn` commit
+        with the position."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    poll: float = 5.0  # seconds between looks when no NOTIFY comes
+    batch: int = 500  # events per transaction at most
+    max_failures: int = 5  # an event that fails this often alone is skipped
+
+
+class Consumers:
+    """Runs every handler until cancelled; see the module docstring."""
+
+    def __init__(
+        self,
+        database: db.Database,
+        handlers: Sequence[Handler],
+        settings: Settings = Settings(),
+        *,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        names = [h.name for h in handlers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two event consumers share a name: {names}")
+        self._db = database
+        self._handlers = list(handlers)
+        self.settings = settings
+        self._now = now
+        self._wake = {h.name: asyncio.Event() for h in handlers}
+        self._listener: db.Listener | None = None
+
+    async def run(self) -> None:
+        for handler in self._handlers:
+            await self._db.execute("consumers/start", handler.name, self._now())
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                await self._listen()
+                for handler in self._handlers:
+                    tasks.create_task(self._consume(handler), name=f"consumer:{handler.name}")
+                tasks.create_task(self._watch(), name="consumer-lag")
+        finally:
+            if self._listener is not None:
+                await self._listener.close()
+
+    async def catch_up(self) -> int:
+        """Handle every event due now, consumer by consumer; returns how many (tests, tools)."""
+        total = 0
+        for handler in self._handlers:
+            await self._db.execute("consumers/start", handler.name, self._now())
+            while True:
+                done, full = await self._step(handler, self.settings.batch)
+                total += done
+                if not full:
+                    break
+        return total
+
+    def _woken(self) -> None:
+        for event in self._wake.values():
+            event.set()
+
+    async def _listen(self) -> None:
+        if self._listener is not None and self._listener.alive:
+            return
+        try:
+            self._listener = await db.Listener.open(self._db.dsn, CHANNEL, self._woken)
+        except errors.DatabaseUnavailable as exc:
+            log.warning("listen_failed", channel=CHANNEL, error=str(exc))  # the poll still finds the events
+
+    async def _consume(self, handler: Handler) -> None:
+        wake = self._wake[handler.name]
+        pause = 0.0  # after a failure
+        failures = 0  # in a row, at the same position
+        alone = 0  # events still to handle one at a time, to find the one a batch failed on
+        while True:
+            wake.clear()
+            try:
+                done, full = await self._step(handler, 1 if alone else self.settings.batch)
+            except Exception as exc:  # a handler's bug, or the database: it must not stop the others
+                failures += 1
+                metrics.CONSUMER_FAILURES.labels(consumer=handler.name).inc()
+                log.warning("consumer_failed", consumer=handler.name, failures=failures, error=str(exc))
+                if not alone and failures >= 2:
+                    alone, failures = self.settings.batch, 0  # then one at a time
+                elif alone and failures >= self.settings.max_failures:
+                    await self._skip(handler, str(exc))
+                    alone, failures, pause = max(0, alone - 1), 0, 0.0
+                    continue
+                pause = min(MAX_PAUSE, max(0.5, pause * 2))
+                await asyncio.sleep(pause)
+                continue
+            alone = max(0, alone - done) if done else 0
+            failures, pause = 0, 0.0
+            if full:
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.poll):
+                    await wake.wait()
+
+    async def _step(self, handler: Handler, size: int) -> tuple[int, bool]:
+        """One batch in one transaction; returns how many events and whether more may wait."""
+        kinds = sorted(handler.kinds) if handler.kinds is not None else None
+        async with self._db.transaction() as conn:
+            position = await conn.fetchrow("consumers/lock", handler.name)
+            if position is None:
+                return 0, False  # another node is at it
+            rows = await conn.fetch("consumers/read", str(position["xid"]), position["id"], kinds, size)
+            batch = [stored(r) for r in rows if r["id"] is not None]
+            if batch:
+                await handler.handle(conn, batch)
+            full = len(batch) == size
+            xid, last = after(batch, rows, size)
+            await conn.execute("consumers/advance", handler.name, str(xid), last, self._now())
+        metrics.EVENTS_CONSUMED.labels(consumer=handler.name).inc(len(batch))
+        return len(batch), full
+
+    async def _skip(self, handler: Handler, why: str) -> None:
+        """Past the one event that keeps failing: logged, and never handled."""
+        kinds = sorted(handler.kinds) if handler.kinds is not None else None
+        async with self._db.transaction() as conn:
+            position = await conn.fetchrow("consumers/lock", handler.name)
+            if position is None:
+                return
+            rows = await conn.fetch("consumers/read", str(position["xid"]), position["id"], kinds, 1)
+            if rows[0]["id"] is None:
+                return
+            await conn.execute("consumers/advance", handler.name, str(rows[0]["xid"]), rows[0]["id"], self._now())
+        log.error("event_skipped", consumer=handler.name, event_id=rows[0]["id"], kind=rows[0]["kind"], error=why)
+
+    async def _watch(self) -> None:
+        """Every poll: LISTEN again if the connection was lost, and the lag of each consumer."""
+        names = [h.name for h in self._handlers]
+        while True:
+            await self._listen()
+            try:
+                rows = await self._db.fetch("consumers/lag", names)
+            except errors.SpoolError as exc:
+                log.warning("consumer_lag_unknown", error=str(exc))
+            else:
+                now = self._now()
+                for row in rows:
+                    oldest = row["oldest"]
+                    lag = max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0
+                    metrics.CONSUMER_LAG.labels(consumer=row["name"]).set(lag)
+            await asyncio.sleep(self.settings.poll)
+
+
+def after(batch: Sequence[Stored], rows: Sequence[db.Row], size: int) -> tuple[int, int]:
+    """The position after a batch read by consumers/read.sql with LIMIT `size`: its
+    last event's when it was full (more may wait), else the horizon's (all below it
+    was read)."""
+    if len(batch) == size and batch[-1].xid is not None:
+        return batch[-1].xid, batch[-1].id
+    return int(rows[0]["horizon"]), 0
+
+
+def stored(row: db.Row) -> Stored:
+    """An event as read by consumers/read.sql (or any query with its columns)."""
+    return Stored(row["id"], row["xid"], row["at"], row["kind"], row["tenant"], row["message"], row["delivery"],
+                  json.loads(row["data"]) if row["data"] is not None else {})  # fmt: skip

@@ -1,0 +1,53 @@
+"""VERP: the envelope sender of an MX delivery names the delivery, so that its
+bounce comes back to mtad and says which delivery failed.
+
+The address is `b-<delivery in hex>-<mac>@<bounce domain>`: the mac is the first
+80 bits of an HMAC-SHA256 of the delivery id under the bounce key, in lower-case
+base32 (receivers may change the case of a local part), so a forged bounce names
+no delivery. The From header is untouched. Sync, no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+
+MAC_BYTES = 10  # 80 bits: a forger must guess them for each delivery
+_TOKEN = re.compile(r"b-([0-9a-f]{1,16})-([a-z2-7]{16})", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class Verp:
+    """Envelope senders for a bounce domain, signed with `key` (32 bytes or more)."""
+
+    domain: str
+    key: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.key) < 16:
+            raise ValueError("the bounce key must be at least 16 bytes")
+
+    def sender(self, delivery: int) -> str:
+        """The envelope sender of `delivery`."""
+        return f"b-{delivery:x}-{self._mac(delivery)}@{self.domain}"
+
+    def delivery(self, address: str) -> int | None:
+        """The delivery a bounce address names, or None when it is not one of ours or
+        its mac is wrong (a forged or mangled bounce)."""
+        local, at, domain = address.strip().strip("<>").rpartition("@")
+        if not at or domain.lower().rstrip(".") != self.domain.lower():
+            return None
+        found = _TOKEN.fullmatch(local)
+        if found is None:
+            return None
+        delivery = int(found.group(1), 16)
+        if not hmac.compare_digest(self._mac(delivery), found.group(2).lower()):
+            return None
+        return delivery
+
+    def _mac(self, delivery: int) -> str:
+        digest = hmac.new(self.key, f"b-{delivery:x}".encode(), hashlib.sha256).digest()[:MAC_BYTES]
+        return base64.b32encode(digest).decode().lower()

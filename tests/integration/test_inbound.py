@@ -1,0 +1,228 @@
+"""The inbound listener against real PostgreSQL and real SMTP clients: bounces by
+VERP and by Message-ID, a forged bounce, a complaint, what the suppression
+consumer makes of them, and what the listener refuses (relaying, size, rate)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import structlog
+from prometheus_client import REGISTRY
+
+from mtad import db
+from mtad.base.endpoints import HostPort
+from mtad.feedback import consumers, inbound, suppression
+from mtad.feedback.inbound import Inbound, Rate
+from mtad.feedback.suppression import Reason
+from mtad.feedback.verp import Verp
+from tests.conftest import query
+from tests.integration.test_delivery import accept, deliveries, new_message
+from tests.smtpclient import RawClient
+from tests.unit.test_reports import OUT_OF_OFFICE, arf, dsn
+
+VERP = Verp("bounces.example.org", b"k" * 32)
+COMPLAINTS = "fbl@example.org"
+
+
+@contextlib.asynccontextmanager
+async def listening(database: db.Database, **overrides: Any) -> AsyncIterator[Inbound]:
+    fields: dict[str, Any] = {"listen": (HostPort("127.0.0.1", 0),), "bounce_domain": VERP.domain,
+                              "complaints": COMPLAINTS, "hostname": "mtad.test", **overrides}  # fmt: skip
+    listener = Inbound(inbound.Settings(**fields), database, VERP)
+    await listener.start()
+    try:
+        yield listener
+    finally:
+        await listener.stop()
+
+
+async def delivered(database: db.Database, *recipients: str) -> tuple[str, dict[str, int]]:
+    """A message accepted and recorded as delivered: its Message-ID and its deliveries' ids."""
+    message = new_message(*recipients)
+    await accept(database, message)
+    await query(database, "UPDATE deliveries SET state = 'delivered' WHERE message = $1", message.id)
+    return message.message_id, {r: int(str(d["id"])) for r, d in (await deliveries(database)).items()}
+
+
+async def send(listener: Inbound, recipient: str, raw: bytes, *, sender: str = "") -> str:
+    """One message over SMTP from <sender> (<> by default); returns the reply to DATA."""
+    client = await RawClient.connect("127.0.0.1", listener.addresses[0].port)
+    try:
+        await client.ehlo()
+        await client.envelope(sender, recipient)
+        return await client.data(raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n") + b".\r\n")
+    finally:
+        await client.close()
+
+
+async def bounced_events(database: db.Database) -> list[dict[str, Any]]:
+    rows = await query(database, "SELECT kind, delivery, tenant, data FROM events WHERE kind IN ('bounced', "
+                                 "'complained') ORDER BY id")  # fmt: skip
+    return [{**dict(r), "data": json.loads(r["data"])} for r in rows]
+
+
+def counted(kind: str, outcome: str) -> float:
+    return REGISTRY.get_sample_value("mtad_inbound_reports_total", {"kind": kind, "outcome": outcome}) or 0.0
+
+
+async def test_a_hard_bounce_to_a_verp_address_bounces_the_delivery_and_suppresses(database: db.Database) -> None:
+    consuming = consumers.Consumers(database, [suppression.Suppressor()])
+    await consuming.catch_up()  # a new consumer starts after the events already written
+    _, ids = await delivered(database, "gone@example.com", "stays@example.com")
+    before = counted("bounce", "recorded")
+    async with listening(database) as listener:
+        reply = await send(listener, VERP.sender(ids["gone@example.com"]), dsn("gone@example.com", "<unknown@x>"))
+    assert reply.startswith("250 ")
+    rows = await deliveries(database)
+    gone = rows["gone@example.com"]
+    assert (gone["state"], gone["reason"], gone["last_enhanced"]) == ("bounced", "async_bounce", "5.1.1")
+    assert rows["stays@example.com"]["state"] == "delivered"
+    [event] = await bounced_events(database)
+    assert (event["kind"], event["delivery"], event["tenant"]) == ("bounced", ids["gone@example.com"], "t1")
+    assert {k: event["data"][k] for k in ("recipient", "async", "hard", "status", "moved")} == {
+        "recipient": "gone@example.com", "async": True, "hard": True, "status": "5.1.1", "moved": True,
+    }  # fmt: skip
+    assert event["data"]["reply"].startswith("550 5.1.1 <gone@example.com>: Recipient address rejected")
+    assert counted("bounce", "recorded") == before + 1
+    assert await consuming.catch_up() == 1
+    [entry] = await suppression.entries(database, "t1")
+    assert (entry.address, entry.reason, entry.delivery) == ("gone@example.com", Reason.HARD_BOUNCE,
+                                                            ids["gone@example.com"])  # fmt: skip
+
+
+async def test_a_soft_bounce_is_only_recorded(database: db.Database) -> None:
+    consuming = consumers.Consumers(database, [suppression.Suppressor()])
+    await consuming.catch_up()
+    _, ids = await delivered(database, "full@example.com")
+    report = dsn("full@example.com", "<x@y>", action="delayed", status="4.2.2", diagnostic="smtp; 452 4.2.2 full")
+    async with listening(database) as listener:
+        assert (await send(listener, VERP.sender(ids["full@example.com"]), report)).startswith("250 ")
+    assert (await deliveries(database))["full@example.com"]["state"] == "delivered"
+    [event] = await bounced_events(database)
+    assert (event["data"]["hard"], event["data"]["status"], event["data"]["moved"]) == (False, "4.2.2", False)
+    await consuming.catch_up()
+    assert await suppression.entries(database, "t1") == []
+
+
+async def test_a_bounce_without_verp_is_matched_by_the_original_message_id(database: db.Database) -> None:
+    message_id, ids = await delivered(database, "Gone@example.com", "other@example.com")
+    async with listening(database) as listener:
+        report = dsn("gone@example.com", message_id, to="postmaster@bounces.example.org")
+        assert (await send(listener, "postmaster@BOUNCES.example.org", report)).startswith("250 ")
+        unknown = dsn("gone@example.com", "<never-sent@example.org>", to="postmaster@bounces.example.org")
+        with structlog.testing.capture_logs() as logs:
+            assert (await send(listener, "postmaster@bounces.example.org", unknown)).startswith("250 ")
+    assert any(line["event"] == "bounce_unmatched" for line in logs)
+    rows = await deliveries(database)
+    assert (rows["Gone@example.com"]["state"], rows["Gone@example.com"]["reason"]) == ("bounced", "async_bounce")
+    assert rows["other@example.com"]["state"] == "delivered"
+    [event] = await bounced_events(database)
+    assert (event["delivery"], event["data"]["recipient"]) == (ids["Gone@example.com"], "gone@example.com")
+
+
+async def test_a_forged_verp_bounce_is_answered_250_and_changes_nothing(database: db.Database) -> None:
+    message_id, ids = await delivered(database, "target@example.com")
+    good = VERP.sender(ids["target@example.com"])
+    local, _, domain = good.partition("@")
+    forged = f"{local[:-1]}{'a' if local[-1] != 'a' else 'b'}@{domain}"  # one letter of the mac changed
+    before = counted("bounce", "forged")
+    async with listening(database) as listener:
+        with structlog.testing.capture_logs() as logs:
+            # It quotes the right Message-ID, and still counts for nothing: a VERP address decides.
+            reply = await send(listener, forged, dsn("target@example.com", message_id, to=forged))
+    assert reply.startswith("250 ")
+    assert [line["address"] for line in logs if line["event"] == "forged_bounce"] == [forged]
+    assert (await deliveries(database))["target@example.com"]["state"] == "delivered"
+    assert await bounced_events(database) == []
+    assert counted("bounce", "forged") == before + 1
+
+
+async def test_a_complaint_to_the_complaints_address_is_recorded_and_suppresses(database: db.Database) -> None:
+    consuming = consumers.Consumers(database, [suppression.Suppressor()])
+    await consuming.catch_up()
+    message_id, ids = await delivered(database, "angry@example.net", "calm@example.net")
+    async with listening(database) as listener:
+        assert (await send(listener, "FBL@example.org", arf("angry@example.net", message_id))).startswith("250 ")
+        # Another report whose original's envelope sender is the delivery's VERP address.
+        by_verp = arf(None, "<not-ours@example.org>", sender=f"<{VERP.sender(ids['calm@example.net'])}>")
+        assert (await send(listener, COMPLAINTS, by_verp, sender="feedback@fbl.example.net")).startswith("250 ")
+    events = await bounced_events(database)
+    assert [(e["kind"], e["delivery"], e["data"]) for e in events] == [
+        ("complained", ids["angry@example.net"], {"recipient": "angry@example.net", "feedback_type": "abuse"}),
+        ("complained", ids["calm@example.net"], {"recipient": "calm@example.net", "feedback_type": "abuse"}),
+    ]
+    assert (await deliveries(database))["angry@example.net"]["state"] == "delivered"  # a complaint moves nothing
+    assert await consuming.catch_up() == 2
+    found = {e.address: e.reason for e in await suppression.entries(database, "t1")}
+    assert found == {"angry@example.net": Reason.COMPLAINT, "calm@example.net": Reason.COMPLAINT}
+
+
+async def test_automatic_replies_and_junk_are_answered_250_and_recorded_nowhere(database: db.Database) -> None:
+    _, ids = await delivered(database, "bob@example.net")
+    async with listening(database) as listener:
+        assert (await send(listener, VERP.sender(ids["bob@example.net"]), OUT_OF_OFFICE)).startswith("250 ")
+        assert (await send(listener, COMPLAINTS, b"Subject: hi\r\n\r\njust mail\r\n")).startswith("250 ")
+    assert await bounced_events(database) == []
+
+
+async def test_it_is_never_an_open_relay(database: db.Database) -> None:
+    async with listening(database) as listener:
+        client = await RawClient.connect("127.0.0.1", listener.addresses[0].port)
+        await client.ehlo()
+        assert (await client.command("MAIL FROM:<>")).startswith("250")
+        for outside in ("someone@example.com", "x@sub.bounces.example.org", "bounces.example.org@example.com",
+                        "fbl@example.org.evil.test", "x@bounces.example.org@example.com"):  # fmt: skip
+            refused = await client.command(f"RCPT TO:<{outside}>")
+            assert refused.startswith("550 5.7.1 ") or refused.startswith("553 "), refused
+        assert (await client.command("RCPT TO:<someone@example.com>")) == (
+            "550 5.7.1 <someone@example.com>: relaying denied"
+        )
+        assert (await client.command("DATA")).startswith("503 ")
+        await client.close()
+        # Nor with a sender, nor with the recipient's domain written as an address literal.
+        client = await RawClient.connect("127.0.0.1", listener.addresses[0].port)
+        await client.ehlo()
+        assert (await client.command("MAIL FROM:<spammer@example.net>")).startswith("250")
+        assert (await client.command("RCPT TO:<victim@[192.0.2.1]>")).startswith("550 5.7.1 ")
+        assert (await client.command("DATA")).startswith("503 ")
+        await client.close()
+
+
+async def test_an_oversize_message_is_refused_with_552(database: db.Database) -> None:
+    async with listening(database, max_message_size=2000) as listener:
+        client = await RawClient.connect("127.0.0.1", listener.addresses[0].port)
+        await client.ehlo()
+        assert (await client.command("MAIL FROM:<> SIZE=5000")).startswith("552 5.3.4 ")
+        await client.envelope("", "postmaster@bounces.example.org")
+        reply = await client.data(b"Subject: big\r\n\r\n" + (b"x" * 70 + b"\r\n") * 40 + b".\r\n")
+        assert reply.startswith("552 5.3.4 "), reply
+        await client.close()
+
+
+async def test_a_client_beyond_its_rate_gets_421(database: db.Database) -> None:
+    async with listening(database, max_per_minute=2) as listener:
+        for _ in range(2):
+            assert (await send(listener, COMPLAINTS, b"Subject: hi\r\n\r\nhi\r\n")).startswith("250 ")
+        client = await RawClient.connect("127.0.0.1", listener.addresses[0].port)
+        await client.ehlo()
+        assert (await client.command("MAIL FROM:<>")).startswith("421 4.7.0 ")
+        assert await asyncio.wait_for(client.reader.read(), 10) == b""  # and the connection is closed
+        await client.close()
+
+
+def test_the_rate_slides_over_the_minute_and_forgets_the_oldest_clients() -> None:
+    clock = [120.0]
+    rate = Rate(3, lambda: clock[0], clients=2)
+    assert [rate.take("a") for _ in range(4)] == [True, True, True, False]
+    clock[0] = 180.0 + 30.0  # half of the last minute is still in the window: 3 * 0.5, rounded up, counts
+    assert [rate.take("a") for _ in range(2)] == [True, False]
+    clock[0] = 240.0 + 1.0  # the minute with 3 is two ago; the last had 1
+    assert [rate.take("a") for _ in range(3)] == [True, True, False]
+    rate.take("b")
+    rate.take("c")
+    assert len(rate) == 2  # "a" was the least recently seen
+    assert rate.take("a")

@@ -1,0 +1,175 @@
+"""Suppression against real PostgreSQL: the lists (per tenant and global), what an
+entry keeps, expiry, the checks at accept, at RCPT and just before an attempt,
+the consumer that suppresses what comes back, and CSV import and export."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from mtad import db, submission
+from mtad.base import errors
+from mtad.deliver import egress
+from mtad.feedback import consumers, signals, suppression
+from mtad.feedback.suppression import GLOBAL, Reason
+from tests.conftest import query
+from tests.integration.conftest import Factory
+from tests.integration.test_delivery import accept, deliveries, new_message
+from tests.integration.test_pools import engine
+from tests.sink import Sink
+from tests.smtpclient import RawClient
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[Sink]:
+    started = await Sink(("127.0.0.2", "127.0.0.3")).start()
+    yield started
+    await started.stop()
+
+
+async def test_an_entry_keeps_its_strongest_reason_and_expires(database: db.Database) -> None:
+    first = await suppression.add(database, "Bob@Example.com", Reason.HARD_BOUNCE, NOW, tenant="t1",
+                                  expires_at=NOW + timedelta(days=30))  # fmt: skip
+    assert first is not None
+    assert (first.address, first.reason) == ("bob@example.com", Reason.HARD_BOUNCE)
+    assert await suppression.add(database, "bob@example.com", Reason.MANUAL, NOW, tenant="t1") is None  # kept
+    stronger = await suppression.add(database, "bob@example.com", Reason.COMPLAINT, NOW, tenant="t1")
+    assert stronger is not None
+    assert stronger.reason is Reason.COMPLAINT
+    assert stronger.expires_at is None
+    assert await suppression.add(database, "bob@example.com", Reason.HARD_BOUNCE, NOW, tenant="t1") is None
+    gone = await suppression.add(database, "old@example.com", Reason.HARD_BOUNCE, NOW, tenant="t1",
+                                 expires_at=NOW + timedelta(days=1))  # fmt: skip
+    assert gone is not None
+    assert not gone.active(NOW + timedelta(days=2))
+    again = await suppression.add(database, "old@example.com", Reason.MANUAL, NOW + timedelta(days=2), tenant="t1")
+    assert again is not None
+    assert again.reason is Reason.MANUAL
+    with pytest.raises(errors.ConfigError):
+        await suppression.add(database, "not an address", Reason.MANUAL, NOW)
+    assert await suppression.remove(database, "BOB@example.com", "t1")
+    assert not await suppression.remove(database, "bob@example.com", "t1")
+    assert [e.address for e in await suppression.entries(database, "t1")] == ["old@example.com"]
+
+
+async def test_accept_cancels_a_recipient_on_its_tenants_list_or_the_global_one(database: db.Database) -> None:
+    await suppression.add(database, "tenant@sink.test", Reason.MANUAL, NOW, tenant="t1")
+    await suppression.add(database, "GLOBAL@sink.test", Reason.COMPLAINT, NOW)
+    await suppression.add(database, "other@sink.test", Reason.MANUAL, NOW, tenant="t2")  # another tenant's
+    await suppression.add(database, "expired@sink.test", Reason.HARD_BOUNCE, NOW, tenant="t1",
+                          expires_at=NOW - timedelta(hours=1))  # fmt: skip
+    await accept(database, new_message("Tenant@sink.test", "global@sink.test", "other@sink.test", "expired@sink.test"))
+    states = {r: (d["state"], d["reason"]) for r, d in (await deliveries(database)).items()}
+    assert states == {
+        "Tenant@sink.test": ("cancelled", "suppressed"),
+        "global@sink.test": ("cancelled", "suppressed"),
+        "other@sink.test": ("queued", None),
+        "expired@sink.test": ("queued", None),
+    }
+
+
+async def test_an_address_suppressed_while_its_mail_waits_is_not_sent_to(database: db.Database, sink: Sink) -> None:
+    await accept(database, new_message("waits@sink.test", "goes@sink.test"))
+    await suppression.add(database, "waits@sink.test", Reason.UNSUBSCRIBE, datetime.now(UTC), tenant="t1")
+    await engine(database, sink, egress.Egress({})).run_until_idle()
+    assert [m.recipients for m in sink.received] == [["goes@sink.test"]]
+    rows = await deliveries(database)
+    assert (rows["waits@sink.test"]["state"], rows["waits@sink.test"]["reason"]) == ("cancelled", "suppressed")
+    [event] = await query(database, "SELECT data FROM events WHERE kind = 'cancelled'")
+    assert json.loads(event["data"]) == {"recipient": "waits@sink.test", "reason": "suppressed", "before_attempt": True}
+
+
+async def test_a_tenant_may_refuse_suppressed_recipients_at_rcpt(make_submission: Factory) -> None:
+    defaults = {"default": submission.TenantDefaults(refuse_suppressed=True)}
+    async with make_submission(tenant_defaults=defaults) as srv:
+        await suppression.add(srv.database, "no@example.com", Reason.UNSUBSCRIBE, datetime.now(UTC), tenant="default")
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        assert (await raw.command("MAIL FROM:<app@example.org>")).startswith("250")
+        refused = await raw.command("RCPT TO:<No@example.com>")
+        assert refused.startswith("550 5.7.1 <No@example.com>: suppressed")
+        assert (await raw.command("RCPT TO:<yes@example.com>")).startswith("250")
+        await raw.close()
+
+
+async def test_the_consumer_suppresses_what_comes_back(database: db.Database) -> None:
+    handlers = [suppression.Suppressor(suppression.Settings(bounce_expiry=86400.0))]
+    consuming = consumers.Consumers(database, handlers)
+    await consuming.catch_up()  # it starts here
+    at = datetime.now(UTC)
+    data = [
+        ("bounced", {"recipient": "Gone@example.com", "async": True, "reply": "550 5.1.1 no such user"}),
+        ("bounced", {"recipient": "full@example.com", "async": True, "hard": False}),  # soft: only recorded
+        ("bounced", {"recipient": "insession@example.com"}),  # suppressed as it was recorded
+        ("complained", {"recipient": "angry@example.com"}),
+        ("unsubscribed", {"recipient": "bye@example.com"}),
+        ("delivered", {"recipient": "fine@example.com"}),
+    ]
+    for kind, payload in data:
+        await query(database, "INSERT INTO events (at, kind, tenant, delivery, data) VALUES ($1, $2, 't1', 7, $3)",
+                    at, kind, json.dumps(payload))  # fmt: skip
+    assert await consuming.catch_up() == 5  # the delivered event is not its kind
+    found = {e.address: e for e in await suppression.entries(database, "t1")}
+    assert {a: e.reason for a, e in found.items()} == {
+        "gone@example.com": Reason.HARD_BOUNCE,
+        "angry@example.com": Reason.COMPLAINT,
+        "bye@example.com": Reason.UNSUBSCRIBE,
+    }
+    gone = found["gone@example.com"]
+    assert (gone.detail, gone.delivery, gone.event is not None) == ("550 5.1.1 no such user", 7, True)
+    assert gone.expires_at is not None
+    assert found["angry@example.com"].expires_at is None
+
+
+async def test_a_signal_names_its_original_and_suppresses(database: db.Database) -> None:
+    sent = new_message("Reader@example.com")
+    await accept(database, sent)
+    consuming = consumers.Consumers(database, [suppression.Suppressor()])
+    await consuming.catch_up()
+    found = await signals.original(database, f" {sent.message_id} ", "reader@EXAMPLE.com")
+    assert found is not None
+    assert (found.message, found.tenant) == (sent.id, "t1")
+    assert found.delivery is not None
+    assert await signals.original(database, "<unknown@test>") is None
+    at = datetime.now(UTC)
+    complaint = signals.Signal(signals.Kind.COMPLAINED, "reader@example.com", at, delivery=found.delivery,
+                               data={"feedback_type": "abuse"})  # fmt: skip
+    await signals.record(database, complaint)
+    await signals.record(database, signals.Signal(signals.Kind.REPLIED, "reader@example.com", at, sent.id))
+    assert await consuming.catch_up() == 1  # a reply suppresses nothing
+    [entry] = await suppression.entries(database, "t1")
+    assert (entry.address, entry.reason, entry.delivery) == ("reader@example.com", Reason.COMPLAINT, found.delivery)
+    rows = await query(database, "SELECT kind, message, tenant FROM events WHERE kind IN ('complained', 'replied')")
+    assert {(r["kind"], r["message"], r["tenant"]) for r in rows} == {("complained", sent.id, "t1"),
+                                                                      ("replied", sent.id, "t1")}  # fmt: skip
+
+
+async def test_csv_import_and_export(database: db.Database) -> None:
+    await suppression.add(database, "kept@example.com", Reason.COMPLAINT, NOW, tenant="t1")
+    rows = ["address,tenant,reason,created", "A@example.com,,manual,2026-11-01T10:00:00Z",
+            "kept@example.com,t1,manual,", "b@example.com,t1,,"]  # fmt: skip
+    rows += [f"bulk{i}@example.com,t2,hard_bounce," for i in range(10_000)]
+    added = await suppression.import_csv(database, io.BytesIO("\n".join(rows).encode()), NOW)
+    assert added == 2 + 10_000  # kept@ was there already, and stays a complaint
+    out = io.BytesIO()
+    await suppression.export_csv(database, out)
+    lines = out.getvalue().decode().splitlines()
+    assert lines[0] == "address,tenant,reason,created"
+    assert len(lines) == 1 + 10_003
+    assert lines[1].startswith('a@example.com,"",manual,2026-11-01 10:00:00')
+    assert "kept@example.com,t1,complaint," in out.getvalue().decode()
+    again = await suppression.import_csv(database, io.BytesIO(out.getvalue()), NOW)  # a round trip adds nothing
+    assert again == 0
+    bad = "address,tenant,reason,created\nok@example.com,,manual,\nnope,,manual,\n"
+    with pytest.raises(errors.ConfigError, match=r"line 3: address: not an email address \('nope'\)"):
+        await suppression.import_csv(database, io.BytesIO(bad.encode()), NOW)
+    with pytest.raises(errors.ConfigError, match="line 2: reason"):
+        await suppression.import_csv(database, io.BytesIO(b"address,tenant,reason,created\nx@y.z,,spam,\n"), NOW)
+    assert not [e for e in await suppression.entries(database) if e.address == "ok@example.com"]  # all or nothing
+    assert [e.tenant for e in await suppression.entries(database) if e.address == "a@example.com"] == [GLOBAL]
