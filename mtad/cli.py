@@ -684,16 +684,10 @@ async def events_tail(args: argparse.Namespace, settings: config.Basics) -> int:
     shown: set[int] = set()
     async with _spool(settings) as opened:
         start = await tail.horizon(opened.database)
-        if args.since is not None:
-            async for event in tail.since(opened.database, where, args.since):
-                _print_event(event, args.json)
-                if event.xid is not None and event.xid >= start:
-                    shown.add(event.id)
-        else:
-            for event in await tail.recent(opened.database, where, args.lines):
-                _print_event(event, args.json)
-                if event.xid is not None and event.xid >= start:
-                    shown.add(event.id)
+        async for event in tail.listing(opened.database, where, args.since, args.lines):
+            _print_event(event, args.json)
+            if event.xid is not None and event.xid >= start:
+                shown.add(event.id)  # following starts at `start`: not twice
         if args.follow:  # until interrupted
             async for event in tail.follow(opened.database, where, start, shown):
                 _print_event(event, args.json)

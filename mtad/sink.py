@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
@@ -32,6 +32,7 @@ from mtad import config
 from mtad.base import errors
 from mtad.base.endpoints import HostPort
 from mtad.base.replies import Reply
+from mtad.base.sessions_set import Tracked
 
 DEFAULT_LISTEN = "127.0.0.1:2526"
 ACCEPTED = Reply(250, "2.1.5", "OK")
@@ -187,22 +188,6 @@ class Handler:
         return RECEIVED.line()
 
 
-class _Session(SMTP):
-    """aiosmtpd's SMTP protocol, in the sink's set of open sessions while connected."""
-
-    def __init__(self, handler: Handler, sessions: set[_Session], **kwargs: Any) -> None:
-        super().__init__(handler, **kwargs)
-        self._sessions = sessions
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._sessions.add(self)
-        super().connection_made(transport)
-
-    def connection_lost(self, error: Exception | None) -> None:
-        self._sessions.discard(self)
-        super().connection_lost(error)
-
-
 def run(chosen: Options) -> None:
     """Serve until SIGINT or SIGTERM; raises OSError when it cannot listen or make the
     directory."""
@@ -218,11 +203,11 @@ async def serve(chosen: Options, out: TextIO = sys.stdout) -> None:
     if chosen.directory is not None:
         chosen.directory.mkdir(parents=True, exist_ok=True)
     handler = Handler(chosen.rules, chosen.directory, out)
-    sessions: set[_Session] = set()
+    sessions: set[Tracked] = set()
     hostname = socket.gethostname()
 
-    def session() -> _Session:
-        return _Session(handler, sessions, hostname=hostname, ident="mtad sink", enable_SMTPUTF8=True)
+    def session() -> Tracked:
+        return Tracked(handler, sessions, hostname=hostname, ident="mtad sink", enable_SMTPUTF8=True)
 
     server = await loop.create_server(session, chosen.listen.host, chosen.listen.port)
     stop = asyncio.Event()

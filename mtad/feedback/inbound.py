@@ -30,6 +30,7 @@ from mtad import db
 from mtad.base import errors, replies
 from mtad.base.endpoints import HostPort
 from mtad.base.replies import Reply
+from mtad.base.sessions_set import Tracked
 from mtad.feedback import reports, signals
 from mtad.feedback.verp import Verp
 
@@ -129,7 +130,7 @@ class Inbound:
         self._complaints = settings.complaints.strip().lower() if settings.complaints else None
         self._handler = _Handler(self)
         self._servers: list[asyncio.Server] = []
-        self._sessions: set[_Session] = set()
+        self._sessions: set[Tracked] = set()
 
     @property
     def addresses(self) -> tuple[HostPort, ...]:
@@ -335,21 +336,9 @@ class _Handler:
         return RECEIVED.line()
 
 
-class _Session(SMTP):
+class _Session(Tracked):
     """aiosmtpd's SMTP, in the listener's set of open sessions while connected; its
     own refusals get an enhanced status code, and a 421 closes the connection."""
-
-    def __init__(self, handler: _Handler, sessions: set[_Session], **kwargs: Any) -> None:
-        super().__init__(handler, **kwargs)
-        self._sessions = sessions
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._sessions.add(self)
-        super().connection_made(transport)
-
-    def connection_lost(self, error: Exception | None) -> None:
-        self._sessions.discard(self)
-        super().connection_lost(error)
 
     async def push(self, status: Any) -> None:
         if isinstance(status, str):

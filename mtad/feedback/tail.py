@@ -42,6 +42,18 @@ async def since(database: db.Database, where: Filter, moment: datetime) -> Async
             yield consumers.stored(row)
 
 
+async def listing(
+    database: db.Database, where: Filter, moment: datetime | None, lines: int
+) -> AsyncIterator[consumers.Stored]:
+    """Every event that passes since `moment`, else the last `lines` of them."""
+    if moment is not None:
+        async for event in since(database, where, moment):
+            yield event
+    else:
+        for event in await recent(database, where, lines):
+            yield event
+
+
 async def follow(
     database: db.Database, where: Filter, start: int, shown: set[int], poll: float = 1.0
 ) -> AsyncIterator[consumers.Stored]:
