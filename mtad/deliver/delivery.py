@@ -702,7 +702,9 @@ class Delivery:
         its tenant asks for them and the message has none of its own."""
         if self._unsubscribing is None or job.tenant not in self.settings.list_unsubscribe or len(job.deliveries) != 1:
             return body
-        return self._unsubscribing.fields(job.tenant, job.deliveries[0].recipient, message.id, body)
+        delivery = job.deliveries[0]
+        mailto = self._verp.unsubscribe(delivery.id) if self._verp is not None else None  # to the inbound listener
+        return self._unsubscribing.fields(job.tenant, delivery.recipient, message.id, body, mailto)
 
     def _classify(self, job: _Job, result: sessions.Result) -> strategies.Verdicts:
         """Each recipient's verdict: the receiver's reply, else the local failure."""

@@ -184,6 +184,11 @@ class Inbound:
     async def receive(self, recipients: Sequence[str], raw: bytes) -> Outcome:
         """Read the message `raw`, sent to `recipients`, and record what it reports;
         returns what became of it. Raises errors.SpoolError when it cannot be recorded."""
+        leaving = next((r for r in recipients if self._is_verp(r, "u-")), None)
+        if leaving is not None:  # a List-Unsubscribe mailto: the address says it all
+            outcome = await self._unsubscribe(leaving)
+            INBOUND.labels(kind="unsubscribe", outcome=outcome.value).inc()
+            return outcome
         report = await asyncio.to_thread(reports.parse, raw)  # CPU, up to half a second on hostile input
         match report:
             case reports.Bounce():
@@ -269,12 +274,30 @@ class Inbound:
             return None
         return _Target(complaint.recipient, original.message, original.delivery)
 
-    def _is_verp(self, address: str) -> bool:
-        """Whether `address` has the form of a VERP address (its mac is not checked)."""
+    async def _unsubscribe(self, address: str) -> Outcome:
+        """Mail to the unsubscribe address of a delivery: its recipient asks for no more."""
+        assert self._verp is not None  # _is_verp said so
+        delivery = self._verp.unsubscribing(address)
+        if delivery is None:
+            log.warning("forged_unsubscribe", address=address)
+            return Outcome.FORGED
+        target = await self._delivery(delivery)
+        if target is None:
+            log.info("unsubscribe_unmatched", delivery=delivery)
+            return Outcome.UNMATCHED
+        signal = signals.Signal(signals.Kind.UNSUBSCRIBED, target.recipient, self._now(), message=target.message,
+                                delivery=target.delivery, data={"via": "mailto"})  # fmt: skip
+        event = await signals.record(self._db, signal)
+        log.info("unsubscribe_recorded", delivery=delivery, recipient=target.recipient, event_id=event)
+        return Outcome.RECORDED
+
+    def _is_verp(self, address: str, prefix: str = "b-") -> bool:
+        """Whether `address` has the form of a VERP address (`prefix` "b-": a bounce's,
+        "u-": an unsubscribe's); its mac is not checked."""
         if self._verp is None:
             return False
         local, _, domain = address.strip().strip("<>").lower().rpartition("@")
-        return local.startswith("b-") and domain.rstrip(".") == self._verp.domain.lower()
+        return local.startswith(prefix) and domain.rstrip(".") == self._verp.domain.lower()
 
     async def _delivery(self, delivery: int) -> _Target | None:
         row = await self._db.fetchrow("inbound/delivery", delivery)

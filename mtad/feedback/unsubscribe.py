@@ -257,9 +257,10 @@ class Unsubscribing:
     tokens: Tokens
     url: str
 
-    def fields(self, tenant: str, address: str, message: uuid.UUID, body: bytes) -> bytes:
-        """The body with the recipient's List-Unsubscribe fields (a message with its own keeps them)."""
-        return add_fields(body, f"{self.url}/unsubscribe/{self.tokens.make(tenant, address, message)}")
+    def fields(self, tenant: str, address: str, message: uuid.UUID, body: bytes, mailto: str | None = None) -> bytes:
+        """The body with the recipient's List-Unsubscribe fields (a message with its own
+        keeps them); `mailto`: the address that unsubscribes by mail, when there is one."""
+        return add_fields(body, f"{self.url}/unsubscribe/{self.tokens.make(tenant, address, message)}", mailto)
 
 
 async def record(database: db.Database, subscriber: Subscriber, at: datetime) -> None:

@@ -57,9 +57,11 @@ async def test_a_tenants_mail_gets_a_one_click_link_per_recipient(database: db.D
     pool = sessions.Pool(sessions.Settings(port=sink.port, ehlo_hostname="mtad.test"))
     settings = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0),
                                  list_unsubscribe=frozenset({"t1"}))  # fmt: skip
-    engine = delivery.Delivery(settings, database, router, pool, RULES, pools=egress.Egress({}), unsubscribing=links)
+    engine = delivery.Delivery(settings, database, router, pool, RULES, pools=egress.Egress({}), unsubscribing=links,
+                               verp=VERP)  # fmt: skip
     await engine.run_until_idle()
     by_recipient = {m.recipients[0]: m for m in sink.received}
+    ids = {r: d["id"] for r, d in (await deliveries(database)).items()}
     assert sorted(by_recipient) == ["a@sink.test", "b@sink.test", "c@sink.test"]  # one transaction each
     for recipient in ("a@sink.test", "b@sink.test"):
         data = by_recipient[recipient].data
@@ -69,5 +71,8 @@ async def test_a_tenants_mail_gets_a_one_click_link_per_recipient(database: db.D
         assert subscriber is not None
         assert (subscriber.tenant, subscriber.address) == ("t1", recipient)
         assert b"List-Unsubscribe-Post: List-Unsubscribe=One-Click\r\n" in data
+        mailto = re.search(rb"<mailto:(u-[^>]+)>", data)  # with VERP: unsubscribing by mail names the delivery too
+        assert mailto is not None
+        assert VERP.unsubscribing(mailto.group(1).decode()) == ids[recipient]
     assert b"List-Unsubscribe: <https://shop.example/u>" in by_recipient["c@sink.test"].data  # its own, kept
     assert b"unsub.example.org" not in by_recipient["c@sink.test"].data

@@ -34,3 +34,13 @@ def test_a_forged_or_foreign_bounce_names_no_delivery() -> None:
     assert VERP.delivery(local[:-1] + ("a" if local[-1] != "a" else "b") + "@bounces.example.org") is None
     with pytest.raises(ValueError, match="at least 16 bytes"):
         Verp("bounces.example.org", b"short")
+
+
+def test_an_unsubscribe_address_names_its_delivery_and_is_no_bounce_address() -> None:
+    address = VERP.unsubscribe(42)
+    assert address.startswith("u-2a-")
+    assert VERP.unsubscribing(address) == 42
+    assert VERP.unsubscribing(address.upper()) == 42
+    assert VERP.delivery(address) is None  # not a bounce address
+    assert VERP.unsubscribing(VERP.sender(42)) is None
+    assert VERP.unsubscribing(address.replace("u-2a-", "u-2b-")) is None
