@@ -94,3 +94,11 @@ async def smarthost(tls_files: tuple[Path, Path]) -> AsyncIterator[Sink]:
     started = await Sink(("127.0.0.1",), tls=submission.tls_context(*tls_files), logins={}).start()
     yield started
     await started.stop()
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[Sink]:
+    """An SMTP sink on 127.0.0.2 and 127.0.0.3 (the test zone's MX hosts)."""
+    started = await Sink(("127.0.0.2", "127.0.0.3")).start()
+    yield started
+    await started.stop()

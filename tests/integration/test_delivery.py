@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-import pytest
 
 from mtad import config, db
 from mtad.base import envelope
@@ -35,13 +33,6 @@ nullmx.test.      MX 0 .
 down.test.        MX 10 mx.down.test.
 mx.down.test.     A  127.0.0.9
 """
-
-
-@pytest.fixture
-async def sink() -> AsyncIterator[Sink]:
-    started = await Sink(("127.0.0.2", "127.0.0.3")).start()
-    yield started
-    await started.stop()
 
 
 def engine(database: db.Database, sink: Sink, *, node: str = "n1", now: Callable[[], datetime] | None = None,

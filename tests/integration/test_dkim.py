@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,13 +22,6 @@ from tests.integration.test_relay_delivery import SEALER, add, relayed, relaying
 from tests.sink import Sink
 
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def sink() -> AsyncIterator[Sink]:
-    started = await Sink(("127.0.0.2", "127.0.0.3")).start()
-    yield started
-    await started.stop()
 
 
 def verifies(message: bytes, *keys: dkim.Key) -> bool:

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import AsyncIterator
-
-import pytest
 
 from mtad import db
 from mtad.deliver import delivery, egress
@@ -20,13 +17,6 @@ from tests.sink import Sink
 from tests.zones import ZoneResolver
 
 VERP = Verp("bounces.example.org", b"v" * 32)
-
-
-@pytest.fixture
-async def sink() -> AsyncIterator[Sink]:
-    started = await Sink(("127.0.0.2", "127.0.0.3")).start()
-    yield started
-    await started.stop()
 
 
 async def test_each_mx_delivery_gets_an_envelope_sender_naming_it(database: db.Database, sink: Sink) -> None:

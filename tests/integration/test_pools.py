@@ -7,10 +7,7 @@ import asyncio
 import dataclasses
 import json
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from mtad import db
 from mtad.deliver import delivery, egress, shaping
@@ -22,13 +19,6 @@ from tests.zones import ZoneResolver
 
 GROUP = "mx:mx1.sink.test,mx2.sink.test"
 A, B = "127.0.0.10", "127.0.0.11"
-
-
-@pytest.fixture
-async def sink() -> AsyncIterator[Sink]:
-    started = await Sink(("127.0.0.2", "127.0.0.3")).start()
-    yield started
-    await started.stop()
 
 
 def engine(

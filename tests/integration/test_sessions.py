@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiosmtplib
@@ -15,13 +14,6 @@ from mtad.outbound.outcomes import Failure
 from tests.sink import Sink
 
 BODY = b"From: a@example.org\r\nSubject: hi\r\n\r\nHello.\r\n"
-
-
-@pytest.fixture
-async def sink() -> AsyncIterator[Sink]:
-    started = await Sink(("127.0.0.2", "127.0.0.3")).start()
-    yield started
-    await started.stop()
 
 
 def pool(sink: Sink, **kw: object) -> sessions.Pool:

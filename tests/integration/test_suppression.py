@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -24,13 +23,6 @@ from tests.sink import Sink
 from tests.smtpclient import RawClient
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def sink() -> AsyncIterator[Sink]:
-    started = await Sink(("127.0.0.2", "127.0.0.3")).start()
-    yield started
-    await started.stop()
 
 
 async def test_an_entry_keeps_its_strongest_reason_and_expires(database: db.Database) -> None:
