@@ -54,6 +54,7 @@ test: $(VENV)/.test-installed $(TOOLS)/bin/lint-imports
 	$(call debian,swaks,swaks)
 	$(call debian,dnsmasq,dnsmasq)
 	$(call debian,opendkim-testmsg,opendkim-tools)
+	$(call debian,dovecot,dovecot-imapd)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.test-installed $(TOOLS)/bin/lint-imports

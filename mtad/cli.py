@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # each command imports what it needs when it runs: `mtad --he
     from mtad import config
     from mtad.base import vault
     from mtad.db import opening
-    from mtad.mailboxes import accounts
+    from mtad.mailboxes import accounts, inboxes
     from mtad.outbound import routing
     from mtad.signing import dkim
 
@@ -316,6 +316,7 @@ async def buckets_ls(args: argparse.Namespace, settings: config.Basics) -> int:
 
 _ACCOUNT_COLUMNS = [
     "name", "pool", "address", "smarthost", "state", "until", "today", "daily_cap", "last_send", "sending", "health",
+    "inbox",
 ]  # fmt: skip
 _T = TypeVar("_T")
 
@@ -331,7 +332,7 @@ def accounts_key(args: argparse.Namespace) -> int:
 async def accounts_add(args: argparse.Namespace, settings: config.Settings) -> int:
     """Add an account; what its pool's [account_pools] table gives fills the limits not given."""
     from mtad.base import vault
-    from mtad.mailboxes import accounts, oauth
+    from mtad.mailboxes import accounts, inboxes, oauth
 
     secret = sys.stdin.readline().rstrip("\r\n")
     if not secret:
@@ -374,12 +375,33 @@ async def accounts_add(args: argparse.Namespace, settings: config.Settings) -> i
             _given(args.per_hour, given.per_hour),
         ),
     )  # fmt: skip
+    imap_host = inboxes.provider_host(args.host) if args.imap_host is None else args.imap_host
+    if imap_host == "none":
+        imap_host = None
     async with _spool(settings) as opened:
         stored = await accounts.add(opened.database, account)
         await accounts.set_secret(opened.database, stored.name, sealer.seal(vault.Secret(secret)))
         if oauth_client is not None:
             await accounts.set_oauth(opened.database, stored.name, *oauth_client)
-    print(f"account {stored.name} added to pool {stored.pool}")
+        if imap_host is not None:
+            await inboxes.configure(opened.database, stored.id, imap_host, args.imap_port)
+    inbox = f"; its inbox is read at {imap_host}:{args.imap_port}" if imap_host else ""
+    print(f"account {stored.name} added to pool {stored.pool}{inbox}")
+    return EXIT_OK
+
+
+async def accounts_inbox(args: argparse.Namespace, settings: config.Basics) -> int:
+    """Read an account's inbox at an IMAP server, or (none) stop reading it."""
+    from mtad.mailboxes import accounts, inboxes
+
+    async with _spool(settings) as opened:
+        account = await accounts.get(opened.database, args.name)
+        if args.imap_host == "none":
+            was = await inboxes.remove(opened.database, account.id)
+            print(f"account {account.name}: its inbox is {'no longer' if was else 'not'} read")
+            return EXIT_OK
+        await inboxes.configure(opened.database, account.id, args.imap_host, args.imap_port)
+    print(f"account {account.name}: its inbox is read at {args.imap_host}:{args.imap_port}")
     return EXIT_OK
 
 
@@ -388,11 +410,13 @@ def _given(value: _T | None, default: _T | None) -> _T | None:
 
 
 async def accounts_ls(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad.mailboxes import accounts
+    from mtad.mailboxes import accounts, inboxes
 
     now = datetime.now(UTC)
     async with _spool(settings) as opened:
-        rows = [_account_row(u, now) for u in await accounts.usage(opened.database, now, args.pool)]
+        read = {i.account: i for i in await inboxes.listing(opened.database)}
+        rows = [_account_row(u, now, read.get(u.account.id)) for u in await accounts.usage(opened.database, now,
+                                                                                              args.pool)]  # fmt: skip
     if args.json:
         for row in rows:
             print(_json(row))
@@ -402,13 +426,14 @@ async def accounts_ls(args: argparse.Namespace, settings: config.Basics) -> int:
 
 
 async def accounts_show(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad.mailboxes import accounts
+    from mtad.mailboxes import accounts, inboxes
 
     now = datetime.now(UTC)
     async with _spool(settings) as opened:
         account = await accounts.get(opened.database, args.name)
         [use] = [u for u in await accounts.usage(opened.database, now, account.pool) if u.account.id == account.id]
-    row = _account_row(use, now)
+        read = await inboxes.listing(opened.database, account.id)
+    row = _account_row(use, now, read[0] if read else None)
     if args.json:
         print(_json(row))
     else:
@@ -453,7 +478,7 @@ async def accounts_test(args: argparse.Namespace, settings: config.Settings) -> 
     return EXIT_FAILED
 
 
-def _account_row(use: accounts.Usage, now: datetime) -> dict[str, Any]:
+def _account_row(use: accounts.Usage, now: datetime, inbox: inboxes.Inbox | None) -> dict[str, Any]:
     a = use.account
     ended = a.state_until is not None and a.state_until <= now
     return {
@@ -464,6 +489,9 @@ def _account_row(use: accounts.Usage, now: datetime) -> dict[str, Any]:
         "last_send": use.last_send, "sending": use.sending, "gap_until": use.gap_until, "min_gap": a.limits.min_gap,
         "per_second": a.limits.per_second, "per_minute": a.limits.per_minute, "per_hour": a.limits.per_hour,
         "time_zone": a.time_zone, "health": use.health,
+        "inbox": f"{inbox.host}:{inbox.port}" if inbox is not None else None,
+        "inbox_read_at": inbox.read_at if inbox is not None else None,
+        "inbox_error": inbox.error if inbox is not None else None,
     }  # fmt: skip
 
 
@@ -949,7 +977,15 @@ def _parser() -> argparse.ArgumentParser:
     aadd.add_argument("--per-minute", type=int, help="recipients in any minute")
     aadd.add_argument("--per-hour", type=int, help="recipients in any hour")
     aadd.add_argument("--time-zone", help="an IANA time zone (default: the pool's, else UTC)")
+    _imap_arguments(aadd, "the IMAP server of its inbox, read for bounces and replies (implicit TLS; default: "
+                          "the provider's for Google and Microsoft smarthosts; none: not read)")  # fmt: skip
     aadd.set_defaults(command=accounts_add)
+    ainbox = account_commands.add_parser(
+        "inbox", parents=[common], help="Read an account's inbox at an IMAP server (none: stop reading it)."
+    )
+    ainbox.add_argument("name")
+    _imap_arguments(ainbox, "the IMAP server of its inbox (implicit TLS), or none", required=True)
+    ainbox.set_defaults(command=accounts_inbox)
     als = account_commands.add_parser(
         "ls", parents=[common], help="List the accounts with today's recipients, last send and state."
     )
@@ -974,6 +1010,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # The commands that load the whole configuration; the others load its basics.
+def _imap_arguments(parser: argparse.ArgumentParser, text: str, required: bool = False) -> None:
+    parser.add_argument("--imap-host", required=required, help=text)
+    parser.add_argument("--imap-port", type=_port, default=993, help="the IMAP server's port (default 993)")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port 1-65535, got {text!r}")
+    return port
+
+
 _WHOLE_CONFIG = (run, check_config, accounts_add, accounts_test, queue_purge)
 
 

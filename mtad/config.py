@@ -32,7 +32,7 @@ from mtad.spool import tenants
 if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of them
     from mtad import submission
     from mtad.deliver import delivery, egress
-    from mtad.feedback import inbound, suppression
+    from mtad.feedback import inbound, inbox, suppression
     from mtad.mailboxes import relay
     from mtad.outbound import routing, sessions
     from mtad.signing import rotation
@@ -152,6 +152,7 @@ class Settings:
     bounces: BouncesSettings
     unsubscribe: UnsubscribeSettings
     inbound: inbound.Settings
+    inbox: inbox.Settings
     source: Path | None
 
 
@@ -472,6 +473,15 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "complaints": (_optional_address, ""),
         "max_message_size": (size, "10MiB"),
         "max_per_minute": (_integer(1, 1_000_000), 600),
+    },
+    "inbox": {  # the sending mailboxes' inboxes, read over IMAP
+        "enabled": (_boolean, True),  # false: this node reads none (another node of the cluster does)
+        "poll": (_positive_duration, "60s"),
+        "idle": (_positive_duration, "10m"),
+        "lease": (_positive_duration, "60s"),
+        "timeout": (_positive_duration, "60s"),
+        "max_message_size": (size, "1MiB"),
+        "mark_seen": (_boolean, False),
     },
     "unsubscribe": {
         "listen": (_list_of(host_port, allow_empty=True), []),
@@ -888,7 +898,7 @@ def _load_tenant_defaults(
 def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None) -> Settings:
     from mtad import submission
     from mtad.deliver import delivery
-    from mtad.feedback import inbound, suppression
+    from mtad.feedback import inbound, inbox, suppression
     from mtad.mailboxes import accounts, relay
     from mtad.outbound import sessions
     from mtad.signing import rotation
@@ -1002,6 +1012,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
             max_per_minute=values["inbound"]["max_per_minute"],
             hostname=sub["hostname"],
         ),
+        inbox=inbox.Settings(**values["inbox"]),
         source=path,
     )
 

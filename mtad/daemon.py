@@ -38,7 +38,7 @@ from mtad import config, db, submission
 from mtad.base import errors, http, log, vault
 from mtad.db import embedded, opening
 from mtad.deliver import delivery, egress
-from mtad.feedback import consumers, inbound, suppression, unsubscribe, verp
+from mtad.feedback import consumers, inbound, inbox, suppression, unsubscribe, verp
 from mtad.mailboxes import relay
 from mtad.outbound import routing, sessions
 from mtad.signing import dkim, rotation
@@ -154,6 +154,10 @@ class Daemon:
                 ]
                 if out.enabled and sealer is not None:
                     background.append(tasks.create_task(self._dkim_reload(database, signer, sealer), name="dkim"))
+                if settings.inbox.enabled and sealer is not None:  # the mailboxes' inboxes: one node reads each
+                    reading = relay.Mailboxes(database, out.relay, sealer)
+                    readers = inbox.Inboxes(database, reading, settings.inbox, node_id)
+                    background.append(tasks.create_task(readers.run(), name="inboxes"))
                 if settings.retention.enabled:  # at most one node prunes at a time (retention.LOCK_KEY)
                     history = out.relay.breaker.window  # the breaker reads account history this far back
                     pruner = retention.Pruner(database, settings.retention, account_history=history)

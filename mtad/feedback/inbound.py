@@ -198,6 +198,9 @@ class Inbound:
             case reports.AutoReply():
                 log.info("auto_reply_ignored", original=report.original_message_id)
                 kind, outcome = "auto_reply", Outcome.IGNORED
+            case reports.Reply():  # replies go to the sending mailboxes, not to the bounce domain
+                log.info("reply_ignored", answered=list(report.message_ids))
+                kind, outcome = "reply", Outcome.IGNORED
             case reports.Unknown():
                 log.info("report_unknown", why=report.why, recipients=list(recipients))
                 kind, outcome = "unknown", Outcome.IGNORED
@@ -211,17 +214,14 @@ class Inbound:
         address = next((r for r in recipients if self._is_verp(r)), None)
         if address is not None:
             return await self._verp_bounce(bounce, address)
-        found = 0
-        if bounce.original_message_id is not None:
-            for failed in _distinct(bounce.recipients):
-                original = await signals.original(self._db, bounce.original_message_id, failed.recipient)
-                if original is not None and original.delivery is not None:
-                    await self._record_bounce(failed, _Target(failed.recipient, original.message, original.delivery))
-                    found += 1
-        if not found:
+        recorded = await signals.bounced_by_message_id(self._db, bounce, self._now())
+        if not recorded:
             log.info("bounce_unmatched", original=bounce.original_message_id,
                      reported=[f.recipient for f in bounce.recipients])  # fmt: skip
             return Outcome.UNMATCHED
+        for failed, found in recorded:
+            log.info("bounce_recorded", delivery=found.delivery, recipient=failed.recipient, hard=failed.hard,
+                     status=failed.status)  # fmt: skip
         return Outcome.RECORDED
 
     async def _verp_bounce(self, bounce: reports.Bounce, address: str) -> Outcome:
@@ -302,14 +302,6 @@ class Inbound:
     async def _delivery(self, delivery: int) -> _Target | None:
         row = await self._db.fetchrow("inbound/delivery", delivery)
         return _Target(row["recipient"], row["message"], delivery) if row is not None else None
-
-
-def _distinct(failed: Sequence[reports.Failed]) -> list[reports.Failed]:
-    """The first report of each recipient (case-insensitive)."""
-    first: dict[str, reports.Failed] = {}
-    for f in failed:
-        first.setdefault(f.recipient.lower(), f)
-    return list(first.values())
 
 
 def _about(failed: Sequence[reports.Failed], recipient: str) -> reports.Failed:

@@ -82,6 +82,16 @@ class AutoReply:
     """An automatic reply (out of office, vacation, autoresponder)."""
 
     original_message_id: str | None
+    sender: str | None = None  # the From address: the original's recipient, as a rule
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A message that answers others (In-Reply-To, References) and is neither a
+    report nor automatic: a person's reply."""
+
+    message_ids: tuple[str, ...]  # In-Reply-To first, then References from the newest
+    sender: str | None  # the From address
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +101,7 @@ class Unknown:
     why: str
 
 
-Report = Bounce | Complaint | AutoReply | Unknown
+Report = Bounce | Complaint | AutoReply | Reply | Unknown
 
 
 def parse(raw: bytes) -> Report:
@@ -113,14 +123,17 @@ def _report(raw: bytes) -> Report:
     if dsn is not None:
         return dsn
     if _looks_auto_replied(msg):
-        return AutoReply(_replied_to(msg))
+        return AutoReply(_replied_to(msg), _sender(msg))
     head = email.message_from_bytes(raw[:SCANNED], policy=_POLICY) if len(raw) > SCANNED else msg
     scanned = _scanned(head, _original_message_id(parts))
     if scanned is not None:
         return scanned
     if _auto_submitted(msg):  # bounces say so too: only once no bounce was found
-        return AutoReply(_replied_to(msg))
-    return Unknown("neither a bounce, a complaint nor an automatic reply")
+        return AutoReply(_replied_to(msg), _sender(msg))
+    answered = _answered(msg)
+    if answered:
+        return Reply(answered, _sender(msg))
+    return Unknown("neither a bounce, a complaint, a reply nor an automatic reply")
 
 
 def _parts(msg: Message) -> Iterator[Message]:
@@ -273,6 +286,19 @@ def _replied_to(msg: Message) -> str | None:
         return found.group(0)
     references = _MESSAGE_ID.findall(_header(msg, "References") or "")
     return references[-1] if references else None
+
+
+def _answered(msg: Message) -> tuple[str, ...]:
+    """The Message-IDs a reply answers: In-Reply-To, then References from the newest."""
+    found = _MESSAGE_ID.findall(_header(msg, "In-Reply-To") or "")
+    found += reversed(_MESSAGE_ID.findall(_header(msg, "References") or ""))
+    return tuple(dict.fromkeys(found))[:RECIPIENTS]
+
+
+def _sender(msg: Message) -> str | None:
+    """The From field's address, when it has one."""
+    address = email.utils.parseaddr(_header(msg, "From") or "")[1]
+    return address if "@" in address else None
 
 
 def _subject(msg: Message) -> str:

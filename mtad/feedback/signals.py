@@ -16,6 +16,7 @@ from typing import Any
 
 from mtad import db
 from mtad.base import events
+from mtad.feedback import reports
 
 
 class Kind(enum.StrEnum):
@@ -66,3 +67,27 @@ async def record(database: db.Database, signal: Signal) -> int:
                                        signal.delivery, signal.tenant, events.encode(data),
                                        signal.kind is Kind.BOUNCED and signal.hard, signal.status,
                                        signal.diagnostic))  # fmt: skip
+
+
+async def bounced_by_message_id(
+    database: db.Database, bounce: reports.Bounce, at: datetime, data: Mapping[str, Any] | None = None
+) -> list[tuple[reports.Failed, Original]]:
+    """Record a bounce that names no delivery by itself: each recipient it reports
+    (the first report of each) whose delivery of the original it quotes is found.
+    Returns what was recorded, in the bounce's order."""
+    if bounce.original_message_id is None:
+        return []
+    first: dict[str, reports.Failed] = {}
+    for failed in bounce.recipients:
+        first.setdefault(failed.recipient.lower(), failed)
+    recorded = []
+    for failed in first.values():
+        found = await original(database, bounce.original_message_id, failed.recipient)
+        if found is None or found.delivery is None:
+            continue
+        signal = Signal(Kind.BOUNCED, failed.recipient, at, message=found.message, delivery=found.delivery,
+                        data=data or {}, hard=failed.hard, status=failed.status,
+                        diagnostic=failed.diagnostic)  # fmt: skip
+        await record(database, signal)
+        recorded.append((failed, found))
+    return recorded

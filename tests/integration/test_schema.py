@@ -38,6 +38,9 @@ EXPECTED_COLUMNS = {
     },
     "events": {"id", "at", "kind", "message", "delivery", "tenant", "data", "xid"},
     "event_consumers": {"name", "position_xid", "position_id", "updated_at"},
+    "inboxes": {
+        "account", "host", "port", "uidvalidity", "last_uid", "node", "lease_until", "read_at", "error", "created_at",
+    },
     "tenants": {"name", "password_hash", "state", "created_at", "updated_at"},
     "nodes": {"id", "hostname", "pid", "started_at", "heartbeat_at", "delivers"},
     "idempotency_keys": {"tenant", "key", "message", "expires_at"},

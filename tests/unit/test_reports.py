@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtad.feedback import reports
-from mtad.feedback.reports import AutoReply, Bounce, Complaint, Failed, Unknown
+from mtad.feedback.reports import AutoReply, Bounce, Complaint, Failed, Reply, Unknown
 
 
 def dsn(recipient: str, original_message_id: str, *, action: str = "failed", status: str = "5.1.1",
@@ -272,14 +272,21 @@ def test_a_complaint_without_original_rcpt_to_names_the_originals_one_recipient(
 
 
 def test_automatic_replies() -> None:
-    assert reports.parse(OUT_OF_OFFICE) == AutoReply("<original-6@example.org>")
+    assert reports.parse(OUT_OF_OFFICE) == AutoReply("<original-6@example.org>", "bob@example.net")
     vacation = b"From: c@example.net\nSubject: Re: hello\nX-Autoreply: yes\nReferences: <a@x> <b@x>\n\nAway.\n"
-    assert reports.parse(vacation) == AutoReply("<b@x>")
+    assert reports.parse(vacation) == AutoReply("<b@x>", "c@example.net")
     gmail = b"From: d@example.net\nSubject: Re: hello\nAuto-Submitted: auto-replied (vacation)\n\nAway.\n"
-    assert reports.parse(gmail) == AutoReply(None)
+    assert reports.parse(gmail) == AutoReply(None, "d@example.net")
     encoded = b"From: e@example.net\nSubject: =?utf-8?q?Abwesenheitsnotiz=3A_hello?=\n\nAbwesend.\n"
-    assert reports.parse(encoded) == AutoReply(None)
+    assert reports.parse(encoded) == AutoReply(None, "e@example.net")
     assert not isinstance(reports.parse(b"From: f@example.net\nAuto-Submitted: no\nSubject: hi\n\nhi\n"), AutoReply)
+
+
+def test_a_reply_names_what_it_answers_newest_first() -> None:
+    raw = (b"From: \"Carol C.\" <carol@example.net>\nSubject: Re: hello\nIn-Reply-To: <c@x>\n"
+           b"References: <a@x> <b@x>\n <c@x>\n\nThanks!\n")  # fmt: skip
+    assert reports.parse(raw) == Reply(("<c@x>", "<b@x>", "<a@x>"), "carol@example.net")
+    assert reports.parse(b"From: nobody\nReferences: <a@x>\n\nhi\n") == Reply(("<a@x>",), None)
 
 
 def test_junk_and_plain_mail_are_unknown() -> None:
@@ -305,7 +312,7 @@ def _bounce(raw: bytes) -> tuple[Failed, ...]:
     return report.recipients
 
 
-KINDS = (Bounce, Complaint, AutoReply, Unknown)
+KINDS = (Bounce, Complaint, AutoReply, Reply, Unknown)
 SAMPLES = (dsn("gone@example.com", "<o@x>"), EXCHANGE, QMAIL, arf("a@example.net", "<o@x>"), OUT_OF_OFFICE)
 
 
