@@ -1,10 +1,10 @@
 """`python -m bench [--only PARTS] [--quick] ...`: mtad against Postfix, see bench/__init__.py.
 
 The parts run one after the other, each with its own servers in a temp dir (started
-and stopped by the part): accept, delivery, sessions, memory, shaping, accounts, relay. Each
-prints its table, and bench/RESULTS.md gets one section per part (a part left out
-with --only keeps its old section). Exit status: 0 when every measurement succeeded, 1 when one
-failed, 2 when the benchmark cannot run.
+and stopped by the part): accept, delivery, sessions, memory, shaping, accounts, relay,
+dkim, retention, feedback. Each prints its table, and bench/RESULTS.md gets one section
+per part (a part left out with --only keeps its old section). Exit status: 0 when every
+measurement succeeded, 1 when one failed, 2 when the benchmark cannot run.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from bench import (
     client,
     delivery,
     dkim,
+    feedback,
     outbound,
     postfix,
     relay,
@@ -50,6 +51,11 @@ PARTS: dict[str, tuple[str, Run, tuple[type[Exception], ...]]] = {
     "relay": ("Relay through sending mailboxes: the cost of the mailbox layer", relay.run, relay.ERRORS),
     "dkim": ("DKIM signing per message: mtad and dkimpy", dkim.run, dkim.ERRORS),
     "retention": ("Retention: messages pruned while accept goes on", retention.run, retention.ERRORS),
+    "feedback": (
+        "Feedback: bounces applied per second, and accept with a million suppressed",
+        feedback.run,
+        feedback.ERRORS,
+    ),
 }
 
 
@@ -145,9 +151,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help=f"messages through mtad, pruned as they pass the retention (default {retention.MESSAGES:,})",
     )
+    group = parser.add_argument_group("feedback")
+    group.add_argument("--dsns", type=int, default=None, help=f"bounce reports per run (default {feedback.DSNS:,})")
+    group.add_argument(
+        "--suppressed",
+        type=int,
+        default=None,
+        help=f"suppressed addresses imported (default {feedback.SUPPRESSED:,})",
+    )
     args = parser.parse_args(argv)
     names = ("runs", "messages", "delivery_messages", "outbound_sessions", "spool_deliveries", "decisions",
-             "retention_messages")  # fmt: skip
+             "retention_messages", "dsns", "suppressed")  # fmt: skip
     for name in (*names, "release_deliveries", "release_seconds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive")

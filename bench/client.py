@@ -43,7 +43,15 @@ def smtp_source() -> str | None:
 
 
 def send(
-    host: str, port: int, *, sessions: int, messages: int, size: int, timeout: float, recipients: int = 1
+    host: str,
+    port: int,
+    *,
+    sessions: int,
+    messages: int,
+    size: int,
+    timeout: float,
+    recipients: int = 1,
+    recipient: str = RECIPIENT,
 ) -> Burst:
     """Send one burst to host:port (a loopback address) and time it; blocks until done."""
     if not host.startswith("127."):
@@ -53,7 +61,7 @@ def send(
         raise ClientError("smtp-source is missing (Debian package postfix)")
     argv = [program, "-d", "-N", "-s", str(sessions), "-m", str(messages), "-l", str(size)]
     argv += ["-r", str(recipients)] if recipients > 1 else []
-    argv += ["-M", HELO, "-f", SENDER, "-t", RECIPIENT, f"{host}:{port}"]
+    argv += ["-M", HELO, "-f", SENDER, "-t", recipient, f"{host}:{port}"]
     started = time.perf_counter()
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)

@@ -97,9 +97,10 @@ class MtadServer(Managed):
 
     name = "mtad"
 
-    def __init__(self, workdir: Path, delivery: Delivery | None = None) -> None:
+    def __init__(self, workdir: Path, delivery: Delivery | None = None, extra: str = "") -> None:
         self.workdir = workdir
         self.delivery = delivery
+        self.extra = extra  # more TOML for its configuration, appended as it is
         self.data_dir = workdir / "pgdata"
         self.stdout_log = workdir / "stdout.log"
         self.stderr_log = workdir / "stderr.log"
@@ -131,7 +132,7 @@ class MtadServer(Managed):
             'listen = "127.0.0.1:0"\n'
             "[log]\n"
             'format = "json"\n'
-            'level = "info"\n'
+            'level = "info"\n' + self.extra
         )
         with self.stderr_log.open("wb") as stderr:
             self._process = subprocess.Popen(

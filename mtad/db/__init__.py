@@ -88,6 +88,11 @@ class Connection:
         with _translated():
             return await self._conn.fetchval(sql(name), *args)
 
+    async def executemany(self, name: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run a named statement once per row, pipelined: one round trip."""
+        with _translated():
+            await self._conn.executemany(sql(name), rows)
+
     async def execute_text(self, text: str, *args: Any) -> str:
         """Run SQL text that is not a named statement (migrations, DDL)."""
         with _translated():

@@ -22,10 +22,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import structlog
+
 from mtad import db
 from mtad.base import errors, events
 from mtad.base.batching import Batcher
 from mtad.feedback import consumers
+
+log = structlog.get_logger("mtad.suppression")
 
 GLOBAL = ""  # the tenant of the global list
 
@@ -158,6 +162,7 @@ class Suppressor:
         self.settings = settings
 
     async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> None:
+        rows = []
         for event in batch:
             address = event.data.get("recipient")
             if not isinstance(address, str) or not event.tenant:
@@ -165,12 +170,19 @@ class Suppressor:
             reason = _REASONS.get(event.kind)
             if reason is None or (reason is Reason.HARD_BOUNCE and not _hard_after_the_fact(event.data)):
                 continue  # a bounce in the SMTP session was suppressed as it was recorded
+            try:
+                address = check_address(address)
+            except ValueError:
+                log.info("suppression_skipped", event_id=event.id, recipient=address, why="not an address")
+                continue
             expires = None
             if reason is Reason.HARD_BOUNCE and self.settings.bounce_expiry is not None:
                 expires = event.at + timedelta(seconds=self.settings.bounce_expiry)
             detail = event.data.get("reply") or event.data.get("detail")
-            await add(conn, address, reason, event.at, tenant=event.tenant, detail=_text(detail), event=event.id,
-                      delivery=event.delivery, expires_at=expires)  # fmt: skip
+            rows.append((event.tenant, address, reason.value, _text(detail), event.id, event.delivery, event.at,
+                         expires))  # fmt: skip
+        if rows:  # in the events' order: what add.sql keeps of an address is decided as they come
+            await conn.executemany("suppression/add", rows)
 
 
 _REASONS = {
