@@ -219,6 +219,11 @@ class Database:
         async with self.connection() as conn:
             return await conn.fetchval(name, *args)
 
+    async def executemany(self, name: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run a named statement once per row, pipelined, as one transaction."""
+        async with self.connection() as conn:
+            await conn.executemany(name, rows)
+
     async def call(self, name: str, *args: Any) -> Row | None:
         """Run one statement as its own transaction; return its first row after COMMIT.
 

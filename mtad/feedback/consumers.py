@@ -9,7 +9,8 @@ handler: what a handler writes there is done exactly once, and anything it does
 outside (a request) at least once. The position row is locked while a batch is
 handled (SKIP LOCKED): on several nodes each event is handled once per consumer,
 by whichever node holds the row. A consumer wakes on NOTIFY `mtad_events` (one
-per transaction that writes events), else every `poll`; it catches up by itself
+per transaction that writes events; it lingers a moment so that a batch gathers
+what commits meanwhile), else every `poll`; it catches up by itself
 after downtime or a kill -9, since nothing moves its position but a commit. A
 batch that fails is retried after a pause (doubling up to a minute), alone if it
 fails again, and an event that fails `max_failures` times alone is skipped with
@@ -74,6 +75,10 @@ class Handler(Protocol):
 @dataclass(frozen=True, slots=True)
 class Settings:
     poll: float = 5.0  # seconds between looks when no NOTIFY comes
+    # Seconds a consumer waits after a NOTIFY before it reads: the events of the
+    # transactions that commit meanwhile join its batch (every transaction that writes
+    # events notifies, and a batch costs a transaction of its own).
+    linger: float = 0.05
     batch: int = 500  # events per transaction at most
     max_failures: int = 5  # an event that fails this often alone is skipped
 
@@ -165,6 +170,7 @@ class Consumers:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.poll):
                     await wake.wait()
+                    await asyncio.sleep(self.settings.linger)
 
     async def _step(self, handler: Handler, size: int) -> tuple[int, bool]:
         """One batch in one transaction; returns how many events and whether more may wait."""

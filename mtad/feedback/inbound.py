@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import math
 import time
 import uuid
@@ -24,10 +25,11 @@ from typing import Any
 
 import prometheus_client
 import structlog
-from aiosmtpd.smtp import SMTP, Envelope, Session
+from aiosmtpd.smtp import SMTP, Envelope, Session, syntax
 
 from mtad import db
-from mtad.base import envelope, errors, replies
+from mtad.base import envelope, errors, replies, smtp_data
+from mtad.base.batching import Batcher
 from mtad.base.endpoints import HostPort
 from mtad.base.replies import Reply
 from mtad.base.sessions_set import Tracked
@@ -130,6 +132,9 @@ class Inbound:
         self._domains = frozenset(d.lower().rstrip(".") for d in domains if d)
         self._complaints = settings.complaints.strip().lower() if settings.complaints else None
         self._handler = _Handler(self)
+        # The sessions' lookups and events go out together: one round trip for those that come at once.
+        self._targets: Batcher[int, _Target | None] = Batcher(self._deliveries)
+        self._records: Batcher[signals.Signal, None] = Batcher(functools.partial(signals.record_all, database))
         self._servers: list[asyncio.Server] = []
         self._sessions: set[Tracked] = set()
 
@@ -243,9 +248,9 @@ class Inbound:
         signal = signals.Signal(signals.Kind.BOUNCED, target.recipient, self._now(), message=target.message,
                                 delivery=target.delivery, hard=failed.hard, status=failed.status,
                                 diagnostic=failed.diagnostic)  # fmt: skip
-        event = await signals.record(self._db, signal)
+        await self._records.submit(signal)
         log.info("bounce_recorded", delivery=target.delivery, recipient=target.recipient, hard=failed.hard,
-                 status=failed.status, event_id=event)  # fmt: skip
+                 status=failed.status)  # fmt: skip
 
     async def _complaint(self, complaint: reports.Complaint) -> Outcome:
         target = await self._complained_of(complaint)
@@ -302,8 +307,12 @@ class Inbound:
         return local.startswith(prefix) and domain.rstrip(".") == self._verp.domain.lower()
 
     async def _delivery(self, delivery: int) -> _Target | None:
-        row = await self._db.fetchrow("inbound/delivery", delivery)
-        return _Target(row["recipient"], row["message"], delivery) if row is not None else None
+        return await self._targets.submit(delivery)
+
+    async def _deliveries(self, ids: list[int]) -> list[_Target | None]:
+        rows = await self._db.fetch("inbound/deliveries", ids)
+        found = {row["id"]: _Target(row["recipient"], row["message"], row["id"]) for row in rows}
+        return [found.get(delivery) for delivery in ids]
 
 
 def _about(failed: Sequence[reports.Failed], recipient: str) -> reports.Failed:
@@ -356,6 +365,30 @@ class _Handler:
 class _Session(Tracked):
     """aiosmtpd's SMTP, in the listener's set of open sessions while connected; its
     own refusals get an enhanced status code, and a 421 closes the connection."""
+
+    @syntax("DATA")
+    async def smtp_DATA(self, arg: str) -> None:
+        """DATA read in chunks (smtp_data), not aiosmtpd's line at a time."""
+        if await self.check_helo_needed():
+            return
+        if self.envelope is None or not self.envelope.rcpt_tos:
+            await self.push(replies.NEED_RECIPIENT.line())
+            return
+        if arg:
+            await self.push(replies.DATA_SYNTAX.line())
+            return
+        await self.push("354 End data with <CR><LF>.<CR><LF>")
+        read = await smtp_data.read(self._reader, self.data_size_limit or 0, self._reset_timeout)
+        if read is smtp_data.Refused.TOO_BIG:
+            status = replies.MESSAGE_TOO_BIG.line()
+        elif read is smtp_data.Refused.LINE_TOO_LONG:
+            status = replies.LINE_TOO_LONG.line()
+        else:
+            assert isinstance(read, bytes)
+            self.envelope.content = self.envelope.original_content = read
+            status = await self._call_handler_hook("DATA")
+        self._set_post_data_state()  # type: ignore[no-untyped-call]
+        await self.push(status)
 
     def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
         """MAIL's and RCPT's path by mtad's parser: aiosmtpd's (the email package's,

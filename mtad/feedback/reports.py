@@ -102,6 +102,7 @@ class Unknown:
 
 
 Report = Bounce | Complaint | AutoReply | Reply | Unknown
+Part = tuple[Message, str]  # a part of a report, and its content type
 
 
 def parse(raw: bytes) -> Report:
@@ -136,26 +137,27 @@ def _report(raw: bytes) -> Report:
     return Unknown("neither a bounce, a complaint, a reply nor an automatic reply")
 
 
-def _parts(msg: Message) -> Iterator[Message]:
-    """The message and its parts, depth first, without going into an enclosed message
-    (message/*: the original, a delivery status, a feedback report): the report's own
-    parts. Iterative, so deep nesting cannot exhaust the stack."""
+def _parts(msg: Message) -> Iterator[Part]:
+    """The message and its parts with their content types, depth first, without going
+    into an enclosed message (message/*: the original, a delivery status, a feedback
+    report): the report's own parts. Iterative, so deep nesting cannot exhaust the stack."""
     stack = [msg]
     while stack:
         part = stack.pop()
-        yield part
+        kind = part.get_content_type()  # once: the email package works it out anew at each call
+        yield part, kind
         payload = part.get_payload()
-        if part.get_content_maintype() == "multipart" and isinstance(payload, list):
+        if kind.startswith("multipart/") and isinstance(payload, list):
             stack.extend(reversed([p for p in payload if isinstance(p, Message)]))
 
 
 # --- bounces ---------------------------------------------------------------------------------------------------
 
 
-def _dsn(parts: Sequence[Message]) -> Report | None:
+def _dsn(parts: Sequence[Part]) -> Report | None:
     """The bounce an RFC 3464 delivery-status part reports; Unknown when it reports
     only successes; None when there is no such part or it names no one."""
-    blocks = [b for p in parts if p.get_content_type() == "message/delivery-status" for b in _blocks(p)]
+    blocks = [b for p, kind in parts if kind == "message/delivery-status" for b in _blocks(p)]
     failed = tuple(itertools.islice((f for f in map(_failed, blocks) if f is not None), RECIPIENTS))
     if failed:
         return Bounce(failed, _original_message_id(parts))
@@ -198,7 +200,7 @@ def _scanned(msg: Message, original_message_id: str | None) -> Bounce | None:
         temporary, permanent = all_failures(msg)
     except Exception:  # a detector's bug on odd input: no bounce found
         return None
-    text = "\n".join(_text(p) for p in _parts(msg) if p.get_content_maintype() == "text")
+    text = "\n".join(_text(p) for p, kind in _parts(msg) if kind.startswith("text/"))
     found: list[Failed] = []
     for hard, addresses in ((True, permanent), (False, set(temporary) - set(permanent))):
         for recipient in sorted(a.decode("ascii", "replace") for a in addresses):
@@ -226,14 +228,14 @@ def _status(text: str | None) -> str | None:
 # --- complaints ------------------------------------------------------------------------------------------------
 
 
-def _is_feedback_report(msg: Message, parts: Sequence[Message]) -> bool:
-    if msg.get_content_type() == "multipart/report" and _param(msg, "report-type") == "feedback-report":
+def _is_feedback_report(msg: Message, parts: Sequence[Part]) -> bool:
+    if parts[0][1] == "multipart/report" and _param(msg, "report-type") == "feedback-report":
         return True
-    return any(p.get_content_type() == "message/feedback-report" for p in parts)
+    return any(kind == "message/feedback-report" for _, kind in parts)
 
 
-def _complaint(parts: Sequence[Message]) -> Complaint:
-    report = next((p for p in parts if p.get_content_type() == "message/feedback-report"), None)
+def _complaint(parts: Sequence[Part]) -> Complaint:
+    report = next((p for p, kind in parts if kind == "message/feedback-report"), None)
     fields = _fields(report) if report is not None else Message()
     feedback_type = (_header(fields, "Feedback-Type") or "unknown").lower()
     recipient = _address(_header(fields, "Original-Rcpt-To")) or _enclosed_recipient(parts)
@@ -249,7 +251,7 @@ def _fields(part: Message) -> Message:
     return email.parser.HeaderParser(policy=_POLICY).parsestr(_text(part))
 
 
-def _enclosed_recipient(parts: Sequence[Message]) -> str | None:
+def _enclosed_recipient(parts: Sequence[Part]) -> str | None:
     """The one address the enclosed original was sent To, when it names only one."""
     original = _enclosed(parts)
     if original is None:
@@ -312,27 +314,27 @@ def _subject(msg: Message) -> str:
 # --- the original message --------------------------------------------------------------------------------------
 
 
-def _original_message_id(parts: Sequence[Message]) -> str | None:
+def _original_message_id(parts: Sequence[Part]) -> str | None:
     """The Message-ID of the returned original: its message/rfc822 part, its
     text/rfc822-headers part, else a "Message-ID:" line quoted in the text."""
     original = _enclosed(parts)
     if original is not None and (found := _header(original, "Message-ID")):
         return found
-    for part in parts:
-        if part.get_content_type() in ("text/rfc822-headers", "message/global-headers"):
+    for part, kind in parts:
+        if kind in ("text/rfc822-headers", "message/global-headers"):
             headers = email.parser.HeaderParser(policy=_POLICY).parsestr(_text(part))
             if found := _header(headers, "Message-ID"):
                 return found
-    for part in parts:
-        if part.get_content_maintype() == "text" and (line := _MESSAGE_ID_LINE.search(_text(part))):
+    for part, kind in parts:
+        if kind.startswith("text/") and (line := _MESSAGE_ID_LINE.search(_text(part))):
             return line.group(1)
     return None
 
 
-def _enclosed(parts: Sequence[Message]) -> Message | None:
+def _enclosed(parts: Sequence[Part]) -> Message | None:
     """The original message enclosed whole (message/rfc822), if any."""
-    for part in parts:
-        if part.get_content_type() in ("message/rfc822", "message/global"):
+    for part, kind in parts:
+        if kind in ("message/rfc822", "message/global"):
             payload = part.get_payload()
             if isinstance(payload, list) and payload and isinstance(payload[0], Message):
                 return payload[0]

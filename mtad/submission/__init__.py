@@ -9,9 +9,9 @@ server    the listening sockets and sessions, capped per client address and in
           all, drained at shutdown
 """
 
+from mtad.base.smtp_data import MAX_LINE, has_long_line
 from mtad.submission.assembly import MAX_PRIORITY, MIN_PRIORITY, TenantDefaults
 from mtad.submission.policy import AuthThrottle, Handler, Settings, tls_context
-from mtad.submission.protocol import MAX_LINE, has_long_line
 from mtad.submission.server import Server, bind
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiosmtpd.smtp import SMTP, Envelope, Session, syntax
 
-from mtad.base import envelope, metrics, replies
+from mtad.base import envelope, metrics, replies, smtp_data
 from mtad.base.replies import Reply
 from mtad.submission.policy import Handler, SubmissionEnvelope, SubmissionSession, check_helo, refuse
 
@@ -25,26 +25,11 @@ if TYPE_CHECKING:
     from mtad.submission.server import Server
 
 
-CRLF = b"\r\n"
-END_OF_DATA = b"\r\n.\r\n"
-DOT_LINE = b"\r\n."
-DATA_CHUNK = 64 * 1024
-MAX_LINE = 1001  # RFC 5321 4.5.3.1.6: 1000 octets with CRLF, plus a transparency dot
 WRITE_HIGH_WATER = 64 * 1024
-
-
-def has_long_line(data: bytearray) -> bool:
-    """True when a line (CRLF-separated, data starting with CRLF) is longer than MAX_LINE
-    with its CRLF. Steps from the last CRLF within reach of the previous one: a few
-    C searches per message instead of a split into lines."""
-    reach = MAX_LINE  # from the start of a line's CRLF: CRLF + up to MAX_LINE - 2 octets + CRLF
-    at = 0
-    while len(data) - at > reach + len(CRLF):
-        last = data.rfind(CRLF, at + 1, at + reach + len(CRLF))
-        if last < 0:
-            return True
-        at = last
-    return False
+REFUSALS = {
+    smtp_data.Refused.TOO_BIG: (replies.MESSAGE_TOO_BIG, "too_big"),
+    smtp_data.Refused.LINE_TOO_LONG: (replies.LINE_TOO_LONG, "line_too_long"),
+}
 
 
 class Protocol(SMTP):
@@ -71,7 +56,7 @@ class Protocol(SMTP):
             refusal = self._server.opened(self)
             if refusal is not None:
                 self._refused = True
-                transport.write(refuse(refusal, "too_many_connections").encode() + CRLF)  # type: ignore[attr-defined]
+                transport.write(refuse(refusal, "too_many_connections").encode() + smtp_data.CRLF)  # type: ignore[attr-defined]
                 transport.close()
                 return
         super().connection_made(transport)
@@ -258,43 +243,6 @@ class Protocol(SMTP):
             self._server.data_finished()
 
     async def _read_data(self) -> tuple[bytes, tuple[Reply, str] | None]:
-        """The message up to CRLF.CRLF, dot-unstuffed, or why it is refused.
-
-        One scan for CRLF "." finds both the end of data (CRLF "." CRLF) and any
-        dot-stuffed line on the way.
-        """
-        limit = self.data_size_limit or 0
-        buf = bytearray(CRLF)  # the CRLF before the first line, so that ".\r\n" ends an empty message
-        at = 0  # where the scan for CRLF "." goes on
-        stuffed = too_big = False
-        while True:
-            found = buf.find(DOT_LINE, at)
-            if found >= 0 and found + len(END_OF_DATA) <= len(buf):
-                if buf[found + len(DOT_LINE) : found + len(END_OF_DATA)] == CRLF:
-                    end = found
-                    break
-                stuffed = True
-                at = found + len(DOT_LINE)
-                continue
-            at = found if found >= 0 else max(len(buf) - len(CRLF), 0)
-            chunk = await self._reader.read(DATA_CHUNK)
-            if not chunk:
-                raise ConnectionResetError("connection closed during DATA")
-            self._reset_timeout()
-            buf += chunk
-            if limit and len(buf) > limit + len(END_OF_DATA) + len(CRLF):
-                too_big = True  # drain to the end of data, keeping only a possible partial terminator
-                del buf[: len(buf) - len(END_OF_DATA)]
-                at = 0
-        if end + len(END_OF_DATA) < len(buf):
-            # Pipelined commands after the data go back to the reader; aiosmtpd
-            # itself reaches into the StreamReader's buffer the same way.
-            self._reader._buffer[0:0] = buf[end + len(END_OF_DATA) :]  # type: ignore[attr-defined]
-        if too_big:
-            return b"", (replies.MESSAGE_TOO_BIG, "too_big")
-        del buf[end + len(CRLF) :]
-        if has_long_line(buf):
-            return b"", (replies.LINE_TOO_LONG, "line_too_long")
-        if stuffed:
-            buf = buf.replace(DOT_LINE, CRLF)  # RFC 5321 4.5.2: drop the transparency dot
-        return bytes(buf[len(CRLF) :]), None
+        """The message up to CRLF.CRLF, dot-unstuffed, or why it is refused."""
+        read = await smtp_data.read(self._reader, self.data_size_limit or 0, self._reset_timeout)
+        return (b"", REFUSALS[read]) if isinstance(read, smtp_data.Refused) else (read, None)
