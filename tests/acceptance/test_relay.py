@@ -64,6 +64,7 @@ def reservations(dsn: str) -> dict[str, int]:
     return run_sync(fetch)
 
 
+@pytest.mark.serial
 def test_several_nodes_keep_every_account_inside_its_gap_and_cap(
     mtad_factory: Any, dsn: str, tls_files: tuple[Path, Path], tmp_path: Path
 ) -> None:

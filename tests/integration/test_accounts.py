@@ -66,6 +66,7 @@ class Fixed(random.Random):
         return self.value
 
 
+@pytest.mark.serial
 async def test_ten_thousand_concurrent_reservations_on_five_accounts_make_exactly_the_caps(dsn: str) -> None:
     database = await db.Database.connect(dsn, max_size=20)
     try:
