@@ -40,8 +40,11 @@ class Dovecot:
     user when the tests run as root, and must reach it: pytest's are 0700), removed
     at `stop`. `user(name, password)` adds a mailbox; `deliver` puts mail into it."""
 
-    def __init__(self, tls: tuple[Path, Path] | None = None) -> None:
-        """tls: its certificate and key (default: a new self-signed one for localhost)."""
+    def __init__(self, tls: tuple[Path, Path] | None = None, introspection: str | None = None) -> None:
+        """tls: its certificate and key (default: a new self-signed one for localhost);
+        introspection: the URL where XOAUTH2 access tokens are checked (RFC 7662:
+        a POST of token=..., answered {"active": true, "username": ...}); None: no XOAUTH2."""
+        self._introspection = introspection
         self.directory = directory = Path(tempfile.mkdtemp(prefix="mtad-dovecot-"))
         directory.chmod(0o755)
         self.host = "127.0.0.1"
@@ -76,12 +79,14 @@ default_internal_user = {self._user}
 default_internal_group = {self._group_name()}
 default_login_user = {self._login_user}
 first_valid_uid = {min(self._uid, 100)}
-auth_mechanisms = plain login
+auth_mechanisms = plain login{" xoauth2" if self._introspection else ""}
 disable_plaintext_auth = yes
 passdb {{
   driver = passwd-file
+  mechanisms = plain login
   args = scheme=PLAIN {self._passwd}
 }}
+{self._oauth2_passdb()}
 userdb {{
   driver = static
   args = uid={self._uid} gid={self._gid} home={self._homes}/%u
@@ -105,6 +110,15 @@ service stats {{
   }}
 }}
 """)
+
+    def _oauth2_passdb(self) -> str:
+        if self._introspection is None:
+            return ""
+        settings = self.directory / "oauth2.conf.ext"
+        lines = ("introspection_mode = post", f"introspection_url = {self._introspection}",
+                 "username_attribute = username", "active_attribute = active", "active_value = true")  # fmt: skip
+        settings.write_text("\n".join(lines) + "\n")
+        return f"passdb {{\n  driver = oauth2\n  mechanisms = xoauth2\n  args = {settings}\n}}\n"
 
     def _group_name(self) -> str:
         import grp

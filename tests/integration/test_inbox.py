@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from mtad import db
 from mtad.base import vault
@@ -28,6 +29,7 @@ from tests import imap
 from tests.conftest import query
 from tests.integration.test_delivery import deliveries
 from tests.integration.test_inbound import delivered
+from tests.integration.test_oauth import TokenServer
 from tests.unit.test_reports import EXCHANGE, OUT_OF_OFFICE, dsn
 
 pytestmark = pytest.mark.skipif(imap.missing() is not None, reason=str(imap.missing()))
@@ -239,3 +241,44 @@ async def test_one_node_reads_each_inbox(database: db.Database, dovecot: imap.Do
         await inboxes.remove(database, box.id)  # no longer read: its reader stops
         await first.look(tasks)
         assert first.readers == {}
+
+
+async def test_an_xoauth2_account_reads_its_inbox_with_an_access_token(database: db.Database) -> None:
+    endpoint = await TokenServer().start()  # refresh token "good" -> access tokens "access-N"
+    checked: list[str] = []
+
+    async def introspect(request: web.Request) -> web.Response:  # Dovecot asks whether a token is good
+        token = (await request.post()).get("token", "")
+        checked.append(str(token))
+        good = str(token).startswith("access-")
+        return web.json_response({"active": good, "username": "oauth@example.org"} if good else {"active": False})
+
+    app = web.Application()
+    app.router.add_post("/introspect", introspect)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    dovecot = imap.Dovecot(introspection=f"http://127.0.0.1:{port}/introspect")
+    try:
+        await asyncio.to_thread(dovecot.start)
+        dovecot.user("oauth@example.org", "not-this-one")
+        box = await accounts.add(database, accounts.Account(
+            name="oauth", address="oauth@example.org", pool="p", host="localhost", port=587,
+            login="oauth@example.org", mechanism=accounts.Mechanism.XOAUTH2))  # fmt: skip
+        await accounts.set_secret(database, "oauth", SEALER.seal(Secret("good")))
+        await accounts.set_oauth(database, "oauth", endpoint.url, "mtad-client", None, None)
+        assert await inboxes.configure(database, box.id, "localhost", dovecot.port)
+        message_id, _ = await delivered(database, "gone@example.com")
+        async with reading(database, dovecot, box) as reader:
+            dovecot.deliver(box.address, dsn("gone@example.com", message_id, to=box.address))
+            await asyncio.wait_for(reader.reached(1), WAIT)
+        assert checked[:1] == ["access-1"]
+        assert endpoint.requests[0]["refresh_token"] == "good"
+        [event] = await events(database, "bounced")
+        assert event["data"]["account"] == "oauth"
+    finally:
+        await asyncio.to_thread(dovecot.stop)
+        await runner.cleanup()
+        await endpoint.stop()
