@@ -40,11 +40,14 @@ class Dovecot:
     user when the tests run as root, and must reach it: pytest's are 0700), removed
     at `stop`. `user(name, password)` adds a mailbox; `deliver` puts mail into it."""
 
-    def __init__(self, tls: tuple[Path, Path] | None = None, introspection: str | None = None) -> None:
+    def __init__(
+        self, tls: tuple[Path, Path] | None = None, introspection: str | None = None, idle: bool = True
+    ) -> None:
         """tls: its certificate and key (default: a new self-signed one for localhost);
         introspection: the URL where XOAUTH2 access tokens are checked (RFC 7662:
         a POST of token=..., answered {"active": true, "username": ...}); None: no XOAUTH2."""
         self._introspection = introspection
+        self._idle = idle  # False: the server offers no IDLE (clients poll)
         self.directory = directory = Path(tempfile.mkdtemp(prefix="mtad-dovecot-"))
         directory.chmod(0o755)
         self.host = "127.0.0.1"
@@ -92,6 +95,7 @@ userdb {{
   args = uid={self._uid} gid={self._gid} home={self._homes}/%u
 }}
 mail_location = maildir:~/Maildir
+{"" if self._idle else "imap_capability = IMAP4rev1 SASL-IR LITERAL+ ID ENABLE UIDPLUS"}
 service imap-login {{
   inet_listener imap {{
     port = 0

@@ -181,6 +181,7 @@ class Reader:
                     await self._idle(client)
                 else:
                     await asyncio.sleep(self._settings.poll)
+                    _ok(await client.noop(), "NOOP")  # the server looks at the mailbox anew
         finally:
             with contextlib.suppress(Exception):  # the session is over either way
                 if client.has_pending_idle():  # stopped while IDLE began

@@ -282,3 +282,18 @@ async def test_an_xoauth2_account_reads_its_inbox_with_an_access_token(database:
         await asyncio.to_thread(dovecot.stop)
         await runner.cleanup()
         await endpoint.stop()
+
+
+async def test_a_server_without_idle_is_polled(database: db.Database) -> None:
+    dovecot = imap.Dovecot(idle=False)
+    await asyncio.to_thread(dovecot.start)
+    try:
+        box = await account(database, dovecot)
+        message_id, _ = await delivered(database, "x@example.net")
+        async with reading(database, dovecot, box, poll=0.2) as reader:
+            await asyncio.wait_for(reader.reached(0), WAIT)  # read once, nothing there yet
+            dovecot.deliver(box.address, f"From: x@example.net\nIn-Reply-To: {message_id}\n\nok\n".encode())
+            await asyncio.wait_for(reader.reached(1), WAIT)
+        assert [e["kind"] for e in await events(database, "replied")] == ["replied"]
+    finally:
+        await asyncio.to_thread(dovecot.stop)
