@@ -156,7 +156,7 @@ class Daemon:
                     background.append(tasks.create_task(self._dkim_reload(database, signer, sealer), name="dkim"))
                 if settings.inbox.enabled and sealer is not None:  # the mailboxes' inboxes: one node reads each
                     reading = relay.Mailboxes(database, out.relay, sealer)
-                    readers = inbox.Inboxes(database, reading, settings.inbox, node_id)
+                    readers = inbox.Inboxes(inbox.Reading(database, reading, settings.inbox, node_id))
                     background.append(tasks.create_task(readers.run(), name="inboxes"))
                 if settings.retention.enabled:  # at most one node prunes at a time (retention.LOCK_KEY)
                     history = out.relay.breaker.window  # the breaker reads account history this far back

@@ -40,7 +40,7 @@ import contextlib
 import re
 import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import aioimaplib
@@ -91,26 +91,28 @@ class _Lost(Exception):
     """Another node reads the inbox now."""
 
 
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What every reader of a node shares."""
+
+    database: db.Database
+    mailboxes: relay.Mailboxes  # the accounts' logins
+    settings: Settings
+    node: str
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+
 class Reader:
     """One inbox, read while this node holds its lease."""
 
-    def __init__(
-        self,
-        database: db.Database,
-        mailboxes: relay.Mailboxes,
-        inbox: Inbox,
-        account: Account,
-        settings: Settings,
-        node: str,
-        now: Callable[[], datetime] | None = None,
-    ) -> None:
-        self._db = database
-        self._mailboxes = mailboxes
+    def __init__(self, reading: Reading, inbox: Inbox, account: Account) -> None:
+        self._db = reading.database
+        self._mailboxes = reading.mailboxes
         self.inbox = inbox
         self._account = account
-        self._settings = settings
-        self._node = node
-        self._now = now or (lambda: datetime.now(UTC))
+        self._settings = reading.settings
+        self._node = reading.node
+        self._now = reading.now
         self._uidvalidity = inbox.uidvalidity
         self._last = inbox.last_uid
         self._read_at = inbox.read_at
@@ -285,19 +287,12 @@ class Reader:
 class Inboxes:
     """The readers of one node: the inboxes it holds, and taking the free ones."""
 
-    def __init__(
-        self,
-        database: db.Database,
-        mailboxes: relay.Mailboxes,
-        settings: Settings,
-        node: str,
-        now: Callable[[], datetime] | None = None,
-    ) -> None:
-        self._db = database
-        self._mailboxes = mailboxes
-        self._settings = settings
-        self._node = node
-        self._now = now or (lambda: datetime.now(UTC))
+    def __init__(self, reading: Reading) -> None:
+        self._reading = reading
+        self._db = reading.database
+        self._settings = reading.settings
+        self._node = reading.node
+        self._now = reading.now
         self.readers: dict[int, tuple[Reader, asyncio.Task[None]]] = {}  # by account: the inboxes it reads
 
     async def run(self) -> None:
@@ -338,8 +333,7 @@ class Inboxes:
             taken = await inboxes.take(self._db, inbox.account, self._node, now, until)
             if taken is None or inbox.account not in by_id:
                 continue
-            reader = Reader(self._db, self._mailboxes, taken, by_id[inbox.account], self._settings, self._node,
-                            self._now)  # fmt: skip
+            reader = Reader(self._reading, taken, by_id[inbox.account])
             self.readers[inbox.account] = (reader, tasks.create_task(reader.run(), name=f"inbox-{taken.name}"))
 
 

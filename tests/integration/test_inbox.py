@@ -75,8 +75,9 @@ async def reading(
     at = datetime.now(UTC)
     taken = await inboxes.take(database, box.id, node, at, at + timedelta(minutes=5))
     assert taken is not None
-    reader = inbox.Reader(database, mailboxes(database, dovecot), taken, box,
-                          inbox.Settings(**{"timeout": 10.0, **settings}), node)  # fmt: skip
+    read_settings = inbox.Settings(**{"timeout": 10.0, **settings})
+    shared = inbox.Reading(database, mailboxes(database, dovecot), read_settings, node)
+    reader = inbox.Reader(shared, taken, box)
     task = asyncio.create_task(reader.run())
     try:
         yield reader
@@ -230,8 +231,8 @@ async def test_a_refused_login_is_written_on_the_inbox_and_tried_again(
 
 async def test_one_node_reads_each_inbox(database: db.Database, dovecot: imap.Dovecot) -> None:
     box = await account(database, dovecot)
-    first = inbox.Inboxes(database, mailboxes(database, dovecot), inbox.Settings(lease=30.0), "n1")
-    second = inbox.Inboxes(database, mailboxes(database, dovecot), inbox.Settings(lease=30.0), "n2")
+    first = inbox.Inboxes(inbox.Reading(database, mailboxes(database, dovecot), inbox.Settings(lease=30.0), "n1"))
+    second = inbox.Inboxes(inbox.Reading(database, mailboxes(database, dovecot), inbox.Settings(lease=30.0), "n2"))
     async with asyncio.TaskGroup() as tasks:
         await first.look(tasks)
         await second.look(tasks)
