@@ -464,15 +464,19 @@ def accept_table(cells: list[report.Cell], names: list[str]) -> str:
 
 
 def accept_goal(cells: list[report.Cell], names: list[str]) -> str:
-    shown = []
-    met = True
+    """The goal is the check at accept against the full list (names[1]) over the empty
+    list (names[0]); the other variants are shown beside it, not judged."""
+    judged, shown = [], []
     for cell in cells:
         for name in names[1:]:
             r = report.ratio(cell, name, names[0])
-            met &= r is not None and r >= 1 - GOAL_SLOWER
+            if name == names[1]:
+                judged.append(r)
             shown.append(f"{cell.label()}, {name}: {'-' if r is None else f'{r:.3f}'}")
+    met = all(r is not None and r >= 1 - GOAL_SLOWER for r in judged)
     verdict = "met" if met else "not met"
-    return f"Goal, accept with the list at most {GOAL_SLOWER:.0%} slower than with none: {verdict}. {'; '.join(shown)}."
+    return (f"Goal, accept with the check against {names[1]} at most {GOAL_SLOWER:.0%} slower than with an "
+            f"empty list: {verdict}. Medians over the empty list's: {'; '.join(shown)}.")  # fmt: skip
 
 
 # --- the part ------------------------------------------------------------------------------------------
