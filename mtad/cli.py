@@ -96,14 +96,14 @@ def _load(path: Path | None, *, whole: bool) -> config.Settings | config.Basics:
 
 
 def _sealer(settings: config.Settings | config.Basics) -> vault.Vault:
-    """The key that seals account secrets and DKIM keys; on the embedded default mtad's
+    """The key that seals account secrets, DKIM keys and webhook secrets; on the embedded default mtad's
     own, made here when this is the first command to need it."""
     from mtad.base import vault
 
     keys = settings.accounts
     if keys.make and keys.key_file is not None and vault.make_key(keys.key_file):
-        print(f"mtad: made the key that seals account secrets and DKIM keys: {keys.key_file} (mode 0600; "
-              "keep it with the database: without it they do not open)", file=sys.stderr)  # fmt: skip
+        print(f"mtad: made the key that seals account secrets, DKIM keys and webhook secrets: {keys.key_file} "
+              "(mode 0600; keep it with the database: without it they do not open)", file=sys.stderr)  # fmt: skip
     return vault.Vault.from_config(keys.key_file, keys.key_env)
 
 
@@ -679,6 +679,62 @@ async def suppress_ls(args: argparse.Namespace, settings: config.Basics) -> int:
     return EXIT_OK
 
 
+# --- webhooks ----------------------------------------------------------------------------------------------------
+
+
+async def webhooks_add(args: argparse.Namespace, settings: config.Basics) -> int:
+    """Add a tenant's endpoint and print its secret, once."""
+    from mtad.feedback import webhooks
+
+    kinds = [k.strip() for k in args.events.split(",") if k.strip()] if args.events else None
+    sealer = _sealer(settings)
+    async with _spool(settings) as opened:
+        endpoint, secret = await webhooks.add(opened.database, sealer, args.tenant, args.url, kinds)
+    print(f"webhook endpoint {endpoint.id} of tenant {endpoint.tenant}: {endpoint.url}")
+    print(f"secret (shown once; verify the webhook-signature header with it): {secret}")
+    return EXIT_OK
+
+
+async def webhooks_ls(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.feedback import webhooks
+
+    async with _spool(settings) as opened:
+        found = await webhooks.listing(opened.database, args.tenant)
+    rows = [{"id": e.id, "tenant": e.tenant, "url": e.url,
+             "events": ",".join(sorted(e.events)) if e.events is not None else "all",
+             "previous_secret_until": e.previous_until, "created": e.created_at} for e in found]  # fmt: skip
+    if args.json:
+        for row in rows:
+            print(_json(row))
+    else:
+        _table(rows, ["id", "tenant", "url", "events", "previous_secret_until", "created"])
+    return EXIT_OK
+
+
+async def webhooks_rm(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.feedback import webhooks
+
+    async with _spool(settings) as opened:
+        removed = await webhooks.remove(opened.database, args.id)
+    if not removed:
+        print(f"mtad: no webhook endpoint {args.id}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"removed webhook endpoint {args.id}")
+    return EXIT_OK
+
+
+async def webhooks_rotate(args: argparse.Namespace, settings: config.Basics) -> int:
+    """A new secret for an endpoint; the old one signs too until the overlap ends."""
+    from mtad.feedback import webhooks
+
+    sealer = _sealer(settings)
+    async with _spool(settings) as opened:
+        secret = await webhooks.rotate(opened.database, sealer, args.id, args.overlap)
+    print(f"webhook endpoint {args.id}: new secret (shown once): {secret}")
+    print(f"the previous secret signs too until {args.overlap.isoformat(timespec='seconds')}")
+    return EXIT_OK
+
+
 async def suppress_import(args: argparse.Namespace, settings: config.Basics) -> int:
     from mtad.feedback import suppression
 
@@ -893,6 +949,36 @@ def _parser() -> argparse.ArgumentParser:
     )
     sexport.add_argument("file", type=Path, nargs="?", help="the file to write (default: standard output)")
     sexport.set_defaults(command=suppress_export)
+
+    webhooks_parser = commands.add_parser(
+        "webhooks", parents=[common], help="Manage the tenants' webhook endpoints (signed, Standard Webhooks)."
+    )
+    webhook_commands = webhooks_parser.add_subparsers(title="webhooks commands", metavar="COMMAND", required=True)
+    wadd = webhook_commands.add_parser(
+        "add", parents=[common], help="Add an endpoint of a tenant; prints its secret once.",
+        description="Add a webhook endpoint of TENANT at URL (http or https). Its secret (whsec_...) is printed "
+        "once and kept sealed with the [accounts] key; a receiver verifies each request's webhook-signature "
+        "with it (the standardwebhooks package).",
+    )  # fmt: skip
+    wadd.add_argument("tenant")
+    wadd.add_argument("url")
+    wadd.add_argument("--events", metavar="KIND,...", help="only these event kinds (default: every kind): "
+                      + ", ".join(EVENT_KINDS))  # fmt: skip
+    wadd.set_defaults(command=webhooks_add)
+    wls = webhook_commands.add_parser("ls", parents=[common], help="List the endpoints (never their secrets).")
+    wls.add_argument("--tenant", help="only this tenant's")
+    wls.add_argument("--json", action="store_true", help="one JSON object per endpoint and line")
+    wls.set_defaults(command=webhooks_ls)
+    wrm = webhook_commands.add_parser("rm", parents=[common], help="Remove an endpoint.")
+    wrm.add_argument("id", type=int)
+    wrm.set_defaults(command=webhooks_rm)
+    wrotate = webhook_commands.add_parser(
+        "rotate-secret", parents=[common], help="Give an endpoint a new secret; the old one signs too for a while."
+    )
+    wrotate.add_argument("id", type=int)
+    overlap_help = "until when the old secret signs too: a duration from now or a time (default 24h)"
+    wrotate.add_argument("--overlap", type=_after, default="24h", metavar="TIME", help=overlap_help)
+    wrotate.set_defaults(command=webhooks_rotate)
 
     events_parser = commands.add_parser("events", parents=[common], help="Read the event log.")
     events_commands = events_parser.add_subparsers(title="events commands", metavar="COMMAND", required=True)

@@ -75,7 +75,7 @@ class LogSettings:
 
 @dataclass(frozen=True, slots=True)
 class AccountsSettings:
-    key_file: Path | None  # the key that seals account secrets and DKIM keys (mtad.base.vault), else
+    key_file: Path | None  # the key that seals account secrets, DKIM keys and webhook secrets (mtad.base.vault), else
     key_env: str | None  # the environment variable that holds it
     make: bool = False  # key_file is mtad's own (embedded database, no key named): made when missing
 

@@ -348,7 +348,7 @@ def _now() -> datetime:
 
 
 def _vault(settings: config.Settings) -> vault.Vault | None:
-    """The key that opens account secrets and DKIM keys: the one configured, else on the
+    """The key that opens account secrets, DKIM keys and webhook secrets: the one configured, else on the
     embedded default mtad's own (made at the first start); with neither, None (relayed
     mail waits, and says why: config refuses [account_pools] without a key)."""
     keys = settings.accounts

@@ -22,9 +22,9 @@ from cryptography.fernet import Fernet, InvalidToken
 from mtad.base import errors
 
 NO_KEY = (
-    "[accounts] key_file or key_env: account secrets and DKIM keys are sealed with a key mtad keeps outside "
-    "the database; make one with `mtad accounts key > /etc/mtad/accounts.key` (mode 0600, readable by mtad "
-    "alone), then set [accounts] key_file to that file"
+    "[accounts] key_file or key_env: account secrets, DKIM keys and webhook secrets are sealed with a key mtad "
+    "keeps outside the database; make one with `mtad accounts key > /etc/mtad/accounts.key` (mode 0600, "
+    "readable by mtad alone), then set [accounts] key_file to that file"
 )
 
 

@@ -83,7 +83,7 @@ def test_keygen_on_the_embedded_default_makes_its_own_key_and_a_dsn_needs_one_na
     assert first.returncode == 0, first.stderr
     key = tmp_path / "state" / "accounts.key"
     assert key.stat().st_mode & 0o777 == 0o600
-    assert f"made the key that seals account secrets and DKIM keys: {key}" in first.stderr
+    assert f"made the key that seals account secrets, DKIM keys and webhook secrets: {key}" in first.stderr
     second = embedded.cli("dkim", "keygen", "example.org", "--alg", "ed25519")
     assert second.returncode == 0, second.stderr
     assert "made the key" not in second.stderr

@@ -109,3 +109,30 @@ def test_events_tail_prints_and_follows_the_event_log(mtad_factory: Any, dsn: st
         if follow.stdout is not None:
             follow.stdout.close()
     assert daemon.stop() == 0
+
+
+def test_webhook_endpoints_from_the_command_line(mtad_factory: Any, dsn: str, tmp_path: Path) -> None:
+    keyless: Mtad = mtad_factory(f'dsn = "{dsn}"')
+    refused = keyless.cli("webhooks", "add", "shop", "https://hooks.example.com/mtad")
+    assert refused.returncode == 1
+    assert "[accounts] key_file or key_env: account secrets, DKIM keys and webhook secrets are sealed" in refused.stderr
+    (tmp_path / "accounts.key").write_text(keyless.cli("accounts", "key").stdout)
+    cli: Mtad = mtad_factory(f'dsn = "{dsn}"', f'[accounts]\nkey_file = "{tmp_path / "accounts.key"}"\n')
+    added = cli.cli("webhooks", "add", "shop", "https://hooks.example.com/mtad", "--events", "delivered,bounced")
+    assert added.returncode == 0, added.stderr
+    secret = added.stdout.split("secret (shown once; verify the webhook-signature header with it): ")[1].strip()
+    assert secret.startswith("whsec_")
+    [listed] = [json.loads(line) for line in cli.cli("webhooks", "ls", "--json").stdout.splitlines()]
+    assert (listed["tenant"], listed["url"], listed["events"]) == ("shop", "https://hooks.example.com/mtad",
+                                                                  "bounced,delivered")  # fmt: skip
+    assert secret not in cli.cli("webhooks", "ls").stdout
+    rotated = cli.cli("webhooks", "rotate-secret", str(listed["id"]), "--overlap", "2h")
+    assert rotated.returncode == 0, rotated.stderr
+    assert "new secret (shown once): whsec_" in rotated.stdout
+    bad = cli.cli("webhooks", "add", "shop", "ftp://x.example.com/", "--events", "delivered,nope")
+    assert bad.returncode == 1
+    assert "http:// or https://" in bad.stderr
+    assert "unknown event kinds: nope" in bad.stderr
+    assert cli.cli("webhooks", "rm", str(listed["id"])).stdout.strip() == f"removed webhook endpoint {listed['id']}"
+    gone = cli.cli("webhooks", "rm", str(listed["id"]))
+    assert (gone.returncode, gone.stderr.strip()) == (1, f"mtad: no webhook endpoint {listed['id']}")

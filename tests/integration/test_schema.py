@@ -38,6 +38,9 @@ EXPECTED_COLUMNS = {
     },
     "events": {"id", "at", "kind", "message", "delivery", "tenant", "data", "xid"},
     "event_consumers": {"name", "position_xid", "position_id", "updated_at"},
+    "webhook_endpoints": {
+        "id", "tenant", "url", "events", "secret", "previous_secret", "previous_until", "created_at",
+    },
     "inboxes": {
         "account", "host", "port", "uidvalidity", "last_uid", "node", "lease_until", "read_at", "error", "created_at",
     },

@@ -38,7 +38,7 @@ def test_the_key_comes_from_a_file_or_the_environment(tmp_path: Path, monkeypatc
     [
         ("missing", None, "[accounts] key_file: cannot read"),
         (None, "MTAD_TEST_UNSET_KEY", "[accounts] key_env: the environment variable MTAD_TEST_UNSET_KEY is not set"),
-        (None, None, "[accounts] key_file or key_env: account secrets and DKIM keys are sealed with a key"),
+        (None, None, "[accounts] key_file or key_env: account secrets, DKIM keys and webhook secrets are sealed"),
         ("bad", None, "[accounts] key: expected 32 bytes in URL-safe base64"),
     ],
 )

@@ -1,0 +1,5 @@
+-- A new endpoint of tenant $1 at URL $2 for event kinds $3 (NULL: every kind) with
+-- the sealed secret $4; returns it as list does.
+INSERT INTO webhook_endpoints AS w (tenant, url, events, secret)
+VALUES ($1, $2, $3, $4)
+RETURNING w.id, w.tenant, w.url, w.events, w.previous_until, w.created_at
