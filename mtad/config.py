@@ -32,7 +32,7 @@ from mtad.spool import tenants
 if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of them
     from mtad import submission
     from mtad.deliver import delivery, egress
-    from mtad.feedback import inbound, inbox, suppression
+    from mtad.feedback import inbound, inbox, suppression, webhook_delivery
     from mtad.mailboxes import relay
     from mtad.outbound import routing, sessions
     from mtad.signing import rotation
@@ -153,6 +153,7 @@ class Settings:
     unsubscribe: UnsubscribeSettings
     inbound: inbound.Settings
     inbox: inbox.Settings
+    webhooks: webhook_delivery.Settings
     source: Path | None
 
 
@@ -482,6 +483,18 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "timeout": (_positive_duration, "60s"),
         "max_message_size": (size, "1MiB"),
         "mark_seen": (_boolean, False),
+    },
+    "webhooks": {  # the tenants' endpoints: `mtad webhooks add`
+        "enabled": (_boolean, True),  # false: this node sends no webhook request (another node does)
+        "timeout": (_positive_duration, "10s"),
+        "max_response": (size, "64KiB"),
+        "retry_base": (_positive_duration, "5s"),
+        "retry_max": (_positive_duration, "1h"),
+        "max_age": (_positive_duration, "24h"),
+        "per_endpoint": (_integer(1, 1000), 4),
+        "in_flight": (_integer(1, 10_000), 64),
+        "poll": (_positive_duration, "1s"),
+        "allow_networks": (_list_of(_network, allow_empty=True), []),
     },
     "unsubscribe": {
         "listen": (_list_of(host_port, allow_empty=True), []),
@@ -898,7 +911,7 @@ def _load_tenant_defaults(
 def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None) -> Settings:
     from mtad import submission
     from mtad.deliver import delivery
-    from mtad.feedback import inbound, inbox, suppression
+    from mtad.feedback import inbound, inbox, suppression, webhook_delivery
     from mtad.mailboxes import accounts, relay
     from mtad.outbound import sessions
     from mtad.signing import rotation
@@ -1013,6 +1026,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
             hostname=sub["hostname"],
         ),
         inbox=inbox.Settings(**values["inbox"]),
+        webhooks=webhook_delivery.Settings(**values["webhooks"]),
         source=path,
     )
 

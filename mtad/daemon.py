@@ -38,7 +38,7 @@ from mtad import config, db, submission
 from mtad.base import errors, http, log, vault
 from mtad.db import embedded, opening
 from mtad.deliver import delivery, egress
-from mtad.feedback import consumers, inbound, inbox, suppression, unsubscribe, verp
+from mtad.feedback import consumers, inbound, inbox, suppression, unsubscribe, verp, webhook_delivery
 from mtad.mailboxes import relay
 from mtad.outbound import routing, sessions
 from mtad.signing import dkim, rotation
@@ -147,11 +147,17 @@ class Daemon:
                 serving = tasks.create_task(accepting.run(), name="submission")
                 delivering = tasks.create_task(engine.run(), name="delivery") if engine else None
                 # Event consumers run on every node; each event is handled once per consumer.
-                handlers = [suppression.Suppressor(settings.suppression)]
+                sending = None  # webhook requests: written by the outbox consumer, sent by every node
+                if settings.webhooks.enabled and sealer is not None:
+                    sending = webhook_delivery.Sender(database, sealer, settings.webhooks, node_id)
+                outbox = webhook_delivery.Outbox(woken=sending.wake if sending is not None else lambda: None)
+                handlers: list[consumers.Handler] = [suppression.Suppressor(settings.suppression), outbox]
                 background = [
                     tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),
                     tasks.create_task(consumers.Consumers(database, handlers).run(), name="event-consumers"),
                 ]
+                if sending is not None:
+                    background.append(tasks.create_task(sending.run(), name="webhooks"))
                 if out.enabled and sealer is not None:
                     background.append(tasks.create_task(self._dkim_reload(database, signer, sealer), name="dkim"))
                 if settings.inbox.enabled and sealer is not None:  # the mailboxes' inboxes: one node reads each

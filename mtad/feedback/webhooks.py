@@ -94,11 +94,11 @@ async def add(
     row = await database.fetchrow("webhooks/insert", tenant, url, sorted(wanted) if wanted else None,
                                   sealer.seal(vault.Secret(secret)))  # fmt: skip
     assert row is not None
-    return _endpoint(row), secret
+    return endpoint_of(row), secret
 
 
 async def listing(database: db.Database, tenant: str | None = None) -> list[Endpoint]:
-    return [_endpoint(row) for row in await database.fetch("webhooks/list", tenant)]
+    return [endpoint_of(row) for row in await database.fetch("webhooks/list", tenant)]
 
 
 async def remove(database: db.Database, endpoint: int) -> bool:
@@ -133,7 +133,8 @@ def headers(signing: Sequence[Webhook], message_id: str, at: datetime, body: str
     }
 
 
-def _endpoint(row: db.Row) -> Endpoint:
+def endpoint_of(row: db.Row) -> Endpoint:
+    """An endpoint as webhooks/list.sql reads it."""
     kinds = row["events"]
     return Endpoint(row["id"], row["tenant"], row["url"], frozenset(kinds) if kinds is not None else None,
                     row["previous_until"], row["created_at"])  # fmt: skip

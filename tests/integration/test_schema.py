@@ -38,6 +38,10 @@ EXPECTED_COLUMNS = {
     },
     "events": {"id", "at", "kind", "message", "delivery", "tenant", "data", "xid"},
     "event_consumers": {"name", "position_xid", "position_id", "updated_at"},
+    "webhook_messages": {
+        "id", "endpoint", "event", "message", "payload", "state", "attempts", "next_at", "leased_by", "leased_until",
+        "last_error", "created_at", "done_at",
+    },
     "webhook_endpoints": {
         "id", "tenant", "url", "events", "secret", "previous_secret", "previous_until", "created_at",
     },

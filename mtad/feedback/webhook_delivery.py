@@ -1,0 +1,298 @@
+"""Webhook delivery: each event, to each endpoint of its tenant that wants it, at
+least once, in order per message.
+
+`Outbox` is an event consumer: in the transaction that moves its position it
+writes one request per (endpoint, event) into `webhook_messages` (migration 0017),
+so each is written exactly once whatever happens to the node. `Sender` runs on
+every node: it leases due requests (the oldest pending one of each message only),
+signs them (mtad.feedback.webhooks) and POSTs them with aiohttp:
+
+- 2xx: delivered.
+- anything else, a timeout, no answer: due again after a back-off with jitter,
+  doubling from `retry_base` up to `retry_max`; still failing `max_age` after the
+  event: dead, with the last reason.
+- an address a request may not go to: the same. A loopback, link-local or private
+  address is allowed only when `allow_networks` names it, checked on the addresses
+  the name resolves to, which are the only ones connected to.
+
+An endpoint has at most `per_endpoint` requests in flight, so a slow or dead one
+holds no other tenant's back; answers are read up to `max_response` octets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import random
+import socket
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+import prometheus_client
+import structlog
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+
+from mtad import db
+from mtad.base import errors, vault
+from mtad.feedback import consumers, webhooks
+
+log = structlog.get_logger("mtad.webhooks")
+
+WEBHOOKS_SENT = prometheus_client.Counter(
+    "mtad_webhooks_sent", "Webhook requests by endpoint and outcome (delivered, failed, dead)", ["endpoint", "outcome"]
+)
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """[webhooks]: how the requests are sent."""
+
+    enabled: bool = True  # this node sends webhook requests
+    timeout: float = 10.0  # seconds for one request, answer included
+    max_response: int = 64 * 1024  # octets of an answer read
+    retry_base: float = 5.0  # seconds before the first retry; doubling
+    retry_max: float = 3600.0  # seconds between retries at most
+    max_age: float = 24 * 3600.0  # seconds after the event a failing request is given up (dead)
+    per_endpoint: int = 4  # requests in flight to one endpoint at most
+    in_flight: int = 64  # requests in flight from this node at most
+    poll: float = 1.0  # seconds between looks for due requests
+    lease: float = 60.0  # seconds a node holds a request it sends
+    allow_networks: tuple[Network, ...] = ()  # inside addresses an endpoint may have (loopback, private, ...)
+
+
+class Outbox:
+    """The event consumer that writes the requests of each event."""
+
+    name = "webhooks"
+    kinds: frozenset[str] | None = None  # every kind: each endpoint says which it wants
+
+    def __init__(
+        self, now: Callable[[], datetime] = lambda: datetime.now(UTC), woken: Callable[[], None] = lambda: None
+    ):
+        self._now = now
+        self._woken = woken  # tells this node's sender there is work
+
+    async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> None:
+        tenants = sorted({event.tenant for event in batch if event.tenant})
+        if not tenants:
+            return
+        endpoints = [webhooks.endpoint_of(row) for row in await conn.fetch("webhooks/of_tenants", tenants)]
+        rows: list[tuple[int, int, Any, str]] = []
+        for event in batch:
+            for endpoint in endpoints:
+                if endpoint.tenant == event.tenant and endpoint.wants(event.kind):
+                    rows.append((endpoint.id, event.id, event.message, payload(event)))
+        if rows:
+            columns = list(zip(*rows, strict=True))
+            await conn.execute("webhooks/enqueue", *columns, self._now())
+            self._woken()
+
+
+def payload(event: consumers.Stored) -> str:
+    """The JSON body of an event's request (Standard Webhooks: type, timestamp, data)."""
+    data = {"event_id": event.id, "tenant": event.tenant, "message": str(event.message) if event.message else None,
+            "delivery": event.delivery, **event.data}  # fmt: skip
+    return json.dumps({"type": event.kind, "timestamp": event.at.isoformat(), "data": data}, default=str)
+
+
+@dataclass(slots=True)
+class _Request:
+    id: int
+    endpoint: int
+    tenant: str
+    url: str
+    payload: str
+    attempts: int
+    created_at: datetime
+
+
+class Refused(OSError):
+    """The endpoint's address is not one a request may go to."""
+
+
+class _Guard(AbstractResolver):
+    """aiohttp's resolver, keeping only the addresses a request may go to: not
+    loopback, link-local, private, multicast or reserved, unless `allowed` holds them."""
+
+    def __init__(self, allowed: Sequence[Network]) -> None:
+        self._resolver = DefaultResolver()
+        self._allowed = tuple(allowed)
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        found = await self._resolver.resolve(host, port, family)
+        kept = [r for r in found if self.allows(ipaddress.ip_address(r["host"]))]
+        if not kept:
+            raise Refused(f"{host} resolves to {', '.join(sorted({r['host'] for r in found}))}: not an address a "
+                          "webhook may go to (see [webhooks] allow_networks)")  # fmt: skip
+        return kept
+
+    def allows(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        return allows(address, self._allowed)
+
+    async def close(self) -> None:
+        await self._resolver.close()
+
+
+def allows(address: ipaddress.IPv4Address | ipaddress.IPv6Address, allowed: Sequence[Network]) -> bool:
+    """Whether a request may go to the address: a global one, or one of `allowed`."""
+    if any(address in network for network in allowed):
+        return True
+    return address.is_global and not address.is_multicast
+
+
+def refusal(url: str, allowed: Sequence[Network]) -> str | None:
+    """Why a request may not go to a URL that names an address (aiohttp resolves no
+    address, so the guard never sees it), else None."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None  # a name: the guard checks what it resolves to
+    if allows(address, allowed):
+        return None
+    return f"{host}: not an address a webhook may go to (see [webhooks] allow_networks)"
+
+
+class Sender:
+    """Sends the due requests from this node; see the module docstring."""
+
+    def __init__(
+        self,
+        database: db.Database,
+        sealer: vault.Vault,
+        settings: Settings,
+        node: str,
+        *,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        rng: random.Random | None = None,
+    ) -> None:
+        self._db = database
+        self._sealer = sealer
+        self.settings = settings
+        self._node = node
+        self._now = now
+        self._rng = rng or random.Random()
+        self._wake = asyncio.Event()
+        self._flying: dict[int, int] = {}  # endpoint -> requests in flight
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def session(self) -> aiohttp.ClientSession:
+        """The HTTP client the requests go through (its resolver keeps the inside out)."""
+        guard = _Guard(self.settings.allow_networks)
+        connector = aiohttp.TCPConnector(resolver=guard, limit=self.settings.in_flight)
+        return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=self.settings.timeout))
+
+    async def run(self) -> None:
+        """Until cancelled."""
+        async with self.session() as session:
+            try:
+                while True:
+                    self._wake.clear()
+                    with contextlib.suppress(errors.SpoolError):
+                        await self.send_due(session)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.settings.poll):
+                            await self._wake.wait()
+            finally:
+                for task in self._tasks:
+                    task.cancel()
+
+    async def send_due(self, session: aiohttp.ClientSession) -> int:
+        """Lease what is due and may go now, and start sending it; returns how many."""
+        room = self.settings.in_flight - len(self._tasks)
+        if room <= 0:
+            return 0
+        full = [endpoint for endpoint, flying in self._flying.items() if flying >= self.settings.per_endpoint]
+        now = self._now()
+        rows = await self._db.fetch("webhooks/take", self._node, now, now + timedelta(seconds=self.settings.lease),
+                                    room, full)  # fmt: skip
+        started, over = 0, []
+        for row in rows:
+            request = _Request(row["id"], row["endpoint"], row["tenant"], row["url"], row["payload"], row["attempts"],
+                               row["created_at"])  # fmt: skip
+            if self._flying.get(request.endpoint, 0) >= self.settings.per_endpoint:
+                over.append(request.id)  # more of one endpoint than it may have in flight: given back
+                continue
+            self._flying[request.endpoint] = self._flying.get(request.endpoint, 0) + 1
+            task = asyncio.create_task(self._send(session, request), name=f"webhook-{request.id}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            started += 1
+        if over:
+            await self._db.execute("webhooks/release", self._node, over)
+        return started
+
+    async def drain(self) -> None:
+        """Until every request started has been answered or failed (tests, tools)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _send(self, session: aiohttp.ClientSession, request: _Request) -> None:
+        try:
+            why = await self._post(session, request)
+            now = self._now()
+            if why is None:
+                await self._db.execute("webhooks/delivered", request.id, self._node, now)
+                WEBHOOKS_SENT.labels(endpoint=str(request.endpoint), outcome="delivered").inc()
+                return
+            next_at = self._retry_at(request, now)
+            await self._db.execute("webhooks/failed", request.id, self._node, now, why[:500], next_at)
+            outcome = "failed" if next_at is not None else "dead"
+            WEBHOOKS_SENT.labels(endpoint=str(request.endpoint), outcome=outcome).inc()
+            log.warning("webhook_failed" if next_at is not None else "webhook_dead", endpoint=request.endpoint,
+                        tenant=request.tenant, request=request.id, attempts=request.attempts, error=why,
+                        retry_at=next_at)  # fmt: skip
+        except errors.SpoolError as exc:  # the lease runs out, and the request is sent again
+            log.warning("webhook_not_recorded", request=request.id, error=str(exc))
+        finally:
+            self._flying[request.endpoint] -= 1
+            if not self._flying[request.endpoint]:
+                del self._flying[request.endpoint]
+            self._wake.set()
+
+    async def _post(self, session: aiohttp.ClientSession, request: _Request) -> str | None:
+        """None when the endpoint took the request (2xx), else why not."""
+        refused = refusal(request.url, self.settings.allow_networks)
+        if refused is not None:
+            return refused
+        now = self._now()
+        try:
+            signing = await webhooks.signers(self._db, self._sealer, request.endpoint, now)
+        except errors.NotFound:
+            return "the endpoint was removed"
+        headers = {**webhooks.headers(signing, f"msg_{request.id}", now, request.payload),
+                   "content-type": "application/json", "user-agent": "mtad-webhooks"}  # fmt: skip
+        try:
+            async with session.post(request.url, data=request.payload.encode(), headers=headers,
+                                    allow_redirects=False) as answer:  # fmt: skip
+                await answer.content.read(self.settings.max_response)
+                if 200 <= answer.status < 300:
+                    return None
+                return f"HTTP {answer.status}"
+        except Refused as exc:
+            return str(exc)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            cause = exc.__cause__ if isinstance(exc.__cause__, Refused) else exc
+            return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+
+    def _retry_at(self, request: _Request, now: datetime) -> datetime | None:
+        """When a failed request is due again, None when it is given up."""
+        delay = min(self.settings.retry_max, self.settings.retry_base * 2 ** max(0, request.attempts - 1))
+        at = now + timedelta(seconds=delay * self._rng.uniform(0.5, 1.5))
+        if at - request.created_at > timedelta(seconds=self.settings.max_age):
+            return None
+        return at

@@ -1,0 +1,5 @@
+-- The endpoints of tenants $1: what the webhooks consumer writes requests for.
+SELECT w.id, w.tenant, w.url, w.events, w.previous_until, w.created_at
+FROM webhook_endpoints w
+WHERE w.tenant = ANY ($1::text[])
+ORDER BY w.id

@@ -1,0 +1,213 @@
+"""Webhook requests to a real HTTP receiver (aiohttp, on loopback): written once per
+endpoint and event by the consumer, signed so that the standardwebhooks package
+verifies them, in order per message, retried after a failure, dead after max_age,
+never sent to an address inside unless allowed, and a slow endpoint holding no
+other back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+from standardwebhooks.webhooks import Webhook
+
+from mtad import db
+from mtad.base import vault
+from mtad.feedback import consumers, signals, webhooks
+from mtad.feedback.webhook_delivery import Outbox, Sender, Settings
+from mtad.spool import retention
+from tests.conftest import query
+from tests.integration.test_inbound import delivered
+
+SEALER = vault.Vault(vault.Vault.new_key())
+LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
+
+
+@dataclass
+class Receiver:
+    """An HTTP endpoint that records what it gets and answers `statuses` in turn (then 200)."""
+
+    statuses: list[int] = field(default_factory=list)
+    delay: float = 0.0
+    got: list[tuple[dict[str, str], str]] = field(default_factory=list)  # headers, body
+    paths: list[str] = field(default_factory=list)
+    port: int = 0
+    _arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(self.delay)
+        self.got.append((dict(request.headers), await request.text()))
+        self.paths.append(request.path)
+        self._arrived.set()
+        return web.Response(status=self.statuses.pop(0) if self.statuses else 200, text="ok")
+
+    async def received(self, count: int) -> None:
+        """Until `count` requests have come."""
+        while len(self.got) < count:
+            self._arrived.clear()
+            await self._arrived.wait()
+
+    def url(self, path: str = "/hook") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@contextlib.asynccontextmanager
+async def receiving(**kw: Any) -> AsyncIterator[Receiver]:
+    receiver = Receiver(**kw)
+    app = web.Application()
+    app.router.add_post("/{path:.*}", receiver.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    receiver.port = runner.addresses[0][1]
+    try:
+        yield receiver
+    finally:
+        await runner.cleanup()
+
+
+async def bounce(database: db.Database, message_id: str, recipient: str) -> None:
+    """An asynchronous hard bounce of the recipient's delivery of the message: an event."""
+    found = await signals.original(database, message_id, recipient)
+    assert found is not None
+    signal = signals.Signal(signals.Kind.BOUNCED, recipient, datetime.now(UTC), message=found.message,
+                            delivery=found.delivery, status="5.1.1")  # fmt: skip
+    await signals.record(database, signal)
+
+
+async def enqueue(database: db.Database) -> int:
+    return await consumers.Consumers(database, [Outbox()]).catch_up()
+
+
+async def requests(database: db.Database) -> list[dict[str, Any]]:
+    rows = await query(database, "SELECT id, endpoint, state, attempts, last_error, payload FROM webhook_messages "
+                                 "ORDER BY id")  # fmt: skip
+    return [dict(r) for r in rows]
+
+
+async def send(sender: Sender, rounds: int = 1) -> None:
+    async with sender.session() as session:
+        for _ in range(rounds):
+            await sender.send_due(session)
+            await sender.drain()
+
+
+async def test_events_reach_their_endpoints_signed_and_in_order(database: db.Database) -> None:
+    await enqueue(database)  # the consumer starts after the events already written
+    async with receiving() as receiver:
+        everything, secret = await webhooks.add(database, SEALER, "t1", receiver.url("/all"))
+        await webhooks.add(database, SEALER, "t1", receiver.url("/bounces"), ["bounced"])
+        await webhooks.add(database, SEALER, "t2", receiver.url("/other"))  # another tenant's: gets nothing
+        message_id, _ = await delivered(database, "gone@example.com")
+        await bounce(database, message_id, "gone@example.com")
+        await enqueue(database)
+        sender = Sender(database, SEALER, Settings(allow_networks=LOOPBACK), "n1")
+        await send(sender, rounds=3)
+    got = [(path, headers, json.loads(body), body) for path, (headers, body) in zip(receiver.paths, receiver.got,
+                                                                                    strict=True)]  # fmt: skip
+    assert [data["type"] for path, _, data, _ in got if path == "/all"] == ["received", "bounced"]  # in order
+    assert [data["type"] for path, _, data, _ in got if path == "/bounces"] == ["bounced"]
+    assert all(path != "/other" for path, *_ in got)
+    assert {r["state"] for r in await requests(database)} == {"delivered"}
+    headers, body = next((h, b) for path, h, _, b in got if path == "/all" and json.loads(b)["type"] == "bounced")
+    verified = Webhook(secret).verify(body, headers)
+    assert (verified["data"]["recipient"], verified["data"]["status"]) == ("gone@example.com", "5.1.1")
+    assert verified["data"]["tenant"] == "t1"
+    assert everything.id in {r["endpoint"] for r in await requests(database)}
+
+
+async def test_a_failing_endpoint_is_retried_then_given_up(database: db.Database) -> None:
+    await enqueue(database)
+    clock = [datetime.now(UTC)]
+    async with receiving(statuses=[500, 503]) as receiver:
+        await webhooks.add(database, SEALER, "t1", receiver.url(), ["received"])
+        await delivered(database, "a@example.com")
+        await enqueue(database)
+        settings = Settings(allow_networks=LOOPBACK, retry_base=60.0, max_age=3600.0)
+        clock[0] = datetime.now(UTC) + timedelta(seconds=1)  # the request is due from when it was written
+        sender = Sender(database, SEALER, settings, "n1", now=lambda: clock[0])
+        await send(sender)
+        [failed] = await requests(database)
+        assert (failed["state"], failed["attempts"], failed["last_error"]) == ("pending", 1, "HTTP 500")
+        await send(sender)  # not due yet
+        assert len(receiver.got) == 1
+        clock[0] += timedelta(minutes=2)
+        await send(sender)
+        clock[0] += timedelta(minutes=5)
+        await send(sender)
+        [done] = await requests(database)
+        assert (done["state"], done["attempts"], len(receiver.got)) == ("delivered", 3, 3)
+        assert {h["webhook-id"] for h, _ in receiver.got} == {f"msg_{done['id']}"}  # the same id each time
+
+        receiver.statuses = [500] * 10
+        await delivered(database, "b@example.com")
+        await enqueue(database)
+        clock[0] = max(clock[0], datetime.now(UTC) + timedelta(seconds=1))
+        for _ in range(8):
+            clock[0] += timedelta(hours=1)
+            await send(sender)
+        dead = (await requests(database))[-1]
+        assert (dead["state"], dead["last_error"]) == ("dead", "HTTP 500")
+
+
+async def test_no_request_goes_inside_unless_allowed(database: db.Database) -> None:
+    await enqueue(database)
+    async with receiving() as receiver:
+        await webhooks.add(database, SEALER, "t1", receiver.url(), ["received"])
+        await delivered(database, "a@example.com")
+        await enqueue(database)
+        await send(Sender(database, SEALER, Settings(max_age=0.001), "n1"))
+        assert receiver.got == []
+    [refused] = await requests(database)
+    assert refused["state"] == "dead"
+    assert "127.0.0.1: not an address a webhook may go to" in refused["last_error"]
+
+
+async def test_a_slow_endpoint_holds_no_other_back(database: db.Database) -> None:
+    await enqueue(database)
+    async with receiving(delay=5.0) as slow, receiving() as fast:
+        await webhooks.add(database, SEALER, "t1", slow.url(), ["received"])
+        await webhooks.add(database, SEALER, "t1", fast.url(), ["received"])
+        for n in range(3):
+            await delivered(database, f"r{n}@example.com")
+        await enqueue(database)
+        settings = Settings(allow_networks=LOOPBACK, per_endpoint=1, timeout=3.0, poll=0.05)
+        sender = Sender(database, SEALER, settings, "n1")
+        running = asyncio.create_task(sender.run())
+        try:
+            await asyncio.wait_for(fast.received(3), 10)  # while the slow one's first is still in flight
+            assert slow.got == []
+        finally:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+    states = {(r["endpoint"], r["state"]) for r in await requests(database)}
+    assert states == {(1, "pending"), (2, "delivered")}
+
+
+async def test_retention_deletes_what_was_delivered_or_given_up_and_keeps_what_is_pending(
+    database: db.Database,
+) -> None:
+    await enqueue(database)
+    async with receiving() as receiver:
+        await webhooks.add(database, SEALER, "t1", receiver.url(), ["received"])
+        await delivered(database, "a@example.com")
+        await enqueue(database)
+        await send(Sender(database, SEALER, Settings(allow_networks=LOOPBACK), "n1"))
+        await delivered(database, "b@example.com")
+        await enqueue(database)  # written, not sent: pending
+    later = datetime.now(UTC) + timedelta(days=1)
+    cutoffs = retention.Cutoffs(messages=datetime.now(UTC) - timedelta(days=7), events=later,
+                                account_history=datetime.now(UTC) - timedelta(days=2), keys=later)  # fmt: skip
+    pruned = await retention.prune(database, cutoffs, batch=10)
+    assert pruned is not None
+    assert pruned.webhooks == 1
+    assert [r["state"] for r in await requests(database)] == ["pending"]
