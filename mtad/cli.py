@@ -735,6 +735,35 @@ async def webhooks_rotate(args: argparse.Namespace, settings: config.Basics) -> 
     return EXIT_OK
 
 
+async def webhooks_test(args: argparse.Namespace, settings: config.Settings) -> int:
+    """Send an endpoint a `test` event now and say how it answered."""
+    from mtad.feedback import webhook_delivery, webhooks
+
+    sealer = _sealer(settings)
+    async with _spool(settings) as opened:
+        found = [e for e in await webhooks.listing(opened.database) if e.id == args.id]
+        if not found:
+            print(f"mtad: no webhook endpoint {args.id}", file=sys.stderr)
+            return EXIT_FAILED
+        sender = webhook_delivery.Sender(opened.database, sealer, settings.webhooks, settings.node.id)
+        why = await sender.test(found[0])
+    if why is not None:
+        print(f"webhook endpoint {args.id} ({found[0].url}): {why}")
+        return EXIT_FAILED
+    print(f"webhook endpoint {args.id} ({found[0].url}) took the test event")
+    return EXIT_OK
+
+
+async def webhooks_replay(args: argparse.Namespace, settings: config.Basics) -> int:
+    """Send a tenant's events since a time to its endpoints again."""
+    from mtad.feedback import webhook_delivery
+
+    async with _spool(settings) as opened:
+        written = await webhook_delivery.replay(opened.database, args.tenant, args.since, args.endpoint)
+    print(f"{written} webhook request(s) written for tenant {args.tenant}; the running nodes send them")
+    return EXIT_OK
+
+
 async def suppress_import(args: argparse.Namespace, settings: config.Basics) -> int:
     from mtad.feedback import suppression
 
@@ -979,6 +1008,17 @@ def _parser() -> argparse.ArgumentParser:
     overlap_help = "until when the old secret signs too: a duration from now or a time (default 24h)"
     wrotate.add_argument("--overlap", type=_after, default="24h", metavar="TIME", help=overlap_help)
     wrotate.set_defaults(command=webhooks_rotate)
+    wtest = webhook_commands.add_parser("test", parents=[common], help="Send an endpoint a test event now.")
+    wtest.add_argument("id", type=int)
+    wtest.set_defaults(command=webhooks_test)
+    wreplay = webhook_commands.add_parser(
+        "replay", parents=[common], help="Send a tenant's events since a time to its endpoints again."
+    )
+    wreplay.add_argument("tenant")
+    wreplay.add_argument("--since", type=_before, metavar="TIME", required=True,
+                         help='an ISO date or time, or a duration meaning that long ago ("2h")')  # fmt: skip
+    wreplay.add_argument("--endpoint", type=int, help="only this endpoint (default: each that wants the event)")
+    wreplay.set_defaults(command=webhooks_replay)
 
     events_parser = commands.add_parser("events", parents=[common], help="Read the event log.")
     events_commands = events_parser.add_subparsers(title="events commands", metavar="COMMAND", required=True)
@@ -1111,7 +1151,7 @@ def _port(text: str) -> int:
     return port
 
 
-_WHOLE_CONFIG = (run, check_config, accounts_add, accounts_test, queue_purge)
+_WHOLE_CONFIG = (run, check_config, accounts_add, accounts_test, queue_purge, webhooks_test)
 
 
 def entry_point() -> None:

@@ -26,6 +26,7 @@ import contextlib
 import ipaddress
 import json
 import random
+import secrets
 import socket
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -41,7 +42,7 @@ from aiohttp.resolver import DefaultResolver
 
 from mtad import db
 from mtad.base import errors, vault
-from mtad.feedback import consumers, webhooks
+from mtad.feedback import consumers, tail, webhooks
 
 log = structlog.get_logger("mtad.webhooks")
 
@@ -50,6 +51,7 @@ WEBHOOKS_SENT = prometheus_client.Counter(
 )
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+REPLAY_BATCH = 1000  # events read, then written as requests, at a time
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,15 +88,42 @@ class Outbox:
         if not tenants:
             return
         endpoints = [webhooks.endpoint_of(row) for row in await conn.fetch("webhooks/of_tenants", tenants)]
-        rows: list[tuple[int, int, Any, str]] = []
-        for event in batch:
-            for endpoint in endpoints:
-                if endpoint.tenant == event.tenant and endpoint.wants(event.kind):
-                    rows.append((endpoint.id, event.id, event.message, payload(event)))
-        if rows:
-            columns = list(zip(*rows, strict=True))
-            await conn.execute("webhooks/enqueue", *columns, self._now())
+        if await _enqueue(conn, _requests(endpoints, batch), self._now()):
             self._woken()
+
+
+async def replay(
+    database: db.Database,
+    tenant: str,
+    moment: datetime,
+    endpoint: int | None = None,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> int:
+    """Write again the requests of the tenant's events since `moment`, to one of its
+    endpoints or to each that wants them; returns how many. NotFound when the tenant
+    has no such endpoint."""
+    endpoints = [e for e in await webhooks.listing(database, tenant) if endpoint is None or e.id == endpoint]
+    if not endpoints:
+        raise errors.NotFound(f"tenant {tenant!r} has no webhook endpoint" + (f" {endpoint}" if endpoint else ""))
+    written, pending = 0, []
+    async for event in tail.since(database, tail.Filter(tenant=tenant), moment):
+        pending.append(event)
+        if len(pending) >= REPLAY_BATCH:
+            written += await _enqueue(database, _requests(endpoints, pending), now())
+            pending.clear()
+    return written + await _enqueue(database, _requests(endpoints, pending), now())
+
+
+def _requests(endpoints: Sequence[webhooks.Endpoint], batch: Sequence[consumers.Stored]) -> list[tuple[Any, ...]]:
+    """One request per event and endpoint of its tenant that wants it."""
+    return [(endpoint.id, event.id, event.message, payload(event)) for event in batch for endpoint in endpoints
+            if endpoint.tenant == event.tenant and endpoint.wants(event.kind)]  # fmt: skip
+
+
+async def _enqueue(database: db.Database | db.Connection, rows: list[tuple[Any, ...]], now: datetime) -> int:
+    if rows:
+        await database.execute("webhooks/enqueue", *(list(column) for column in zip(*rows, strict=True)), now)
+    return len(rows)
 
 
 def payload(event: consumers.Stored) -> str:
@@ -113,6 +142,10 @@ class _Request:
     payload: str
     attempts: int
     created_at: datetime
+    webhook_id: str = ""  # the request's webhook-id (msg_<id>)
+
+    def __post_init__(self) -> None:
+        self.webhook_id = self.webhook_id or f"msg_{self.id}"
 
 
 class Refused(OSError):
@@ -274,7 +307,7 @@ class Sender:
             signing = await webhooks.signers(self._db, self._sealer, request.endpoint, now)
         except errors.NotFound:
             return "the endpoint was removed"
-        headers = {**webhooks.headers(signing, f"msg_{request.id}", now, request.payload),
+        headers = {**webhooks.headers(signing, request.webhook_id, now, request.payload),
                    "content-type": "application/json", "user-agent": "mtad-webhooks"}  # fmt: skip
         try:
             async with session.post(request.url, data=request.payload.encode(), headers=headers,
@@ -288,6 +321,16 @@ class Sender:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             cause = exc.__cause__ if isinstance(exc.__cause__, Refused) else exc
             return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+
+    async def test(self, endpoint: webhooks.Endpoint) -> str | None:
+        """Send the endpoint a `test` event now; None when it answered 2xx, else why not."""
+        now = self._now()
+        body = json.dumps({"type": "test", "timestamp": now.isoformat(),
+                           "data": {"tenant": endpoint.tenant, "endpoint": endpoint.id}})  # fmt: skip
+        request = _Request(0, endpoint.id, endpoint.tenant, endpoint.url, body, 1, now,
+                           f"msg_test_{secrets.token_hex(8)}")  # fmt: skip
+        async with self.session() as session:
+            return await self._post(session, request)
 
     def _retry_at(self, request: _Request, now: datetime) -> datetime | None:
         """When a failed request is due again, None when it is given up."""

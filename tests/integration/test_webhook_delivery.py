@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
 from mtad import db
-from mtad.base import vault
+from mtad.base import errors, vault
 from mtad.feedback import consumers, signals, webhooks
-from mtad.feedback.webhook_delivery import Outbox, Sender, Settings
+from mtad.feedback.webhook_delivery import Outbox, Sender, Settings, replay
 from mtad.spool import retention
 from tests.conftest import query
 from tests.integration.test_inbound import delivered
@@ -211,3 +212,28 @@ async def test_retention_deletes_what_was_delivered_or_given_up_and_keeps_what_i
     assert pruned is not None
     assert pruned.webhooks == 1
     assert [r["state"] for r in await requests(database)] == ["pending"]
+
+
+async def test_a_test_event_and_a_replay(database: db.Database) -> None:
+    await enqueue(database)
+    async with receiving(statuses=[200, 500]) as receiver:
+        endpoint, secret = await webhooks.add(database, SEALER, "t1", receiver.url())
+        sender = Sender(database, SEALER, Settings(allow_networks=LOOPBACK), "n1")
+        assert await sender.test(endpoint) is None
+        assert await sender.test(endpoint) == "HTTP 500"
+        headers, body = receiver.got[0]
+        assert Webhook(secret).verify(body, headers)["type"] == "test"
+        assert headers["webhook-id"].startswith("msg_test_")
+
+        start = datetime.now(UTC)
+        await delivered(database, "a@example.com")
+        await enqueue(database)
+        await send(sender)
+        assert [r["state"] for r in await requests(database)] == ["delivered"]
+        assert await replay(database, "t1", start) == 1
+        assert await replay(database, "t1", start, endpoint.id) == 1
+        with pytest.raises(errors.NotFound):
+            await replay(database, "t1", start, 999)
+        await send(sender, rounds=2)
+    received = [json.loads(body)["type"] for _, body in receiver.got]
+    assert received == ["test", "test", "received", "received", "received"]

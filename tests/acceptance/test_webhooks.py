@@ -1,0 +1,89 @@
+"""Webhooks through `mtad run` and `mtad webhooks`: an endpoint added from the
+command line gets the tenant's events, signed so that the standardwebhooks package
+verifies them; a test event on demand; a replay."""
+
+from __future__ import annotations
+
+import json
+import smtplib
+import threading
+from collections.abc import Iterator
+from email.policy import SMTP
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+from tests.acceptance.conftest import Mtad
+from tests.acceptance.test_run import email
+
+pytestmark = pytest.mark.slow
+
+
+class Receiver(ThreadingHTTPServer):
+    """An HTTP endpoint on loopback that keeps what it is sent."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.got: list[tuple[dict[str, str], str]] = []
+        self.arrived = threading.Condition()
+
+    def wait_for(self, kinds: list[str], within: float = 30) -> list[tuple[dict[str, str], str]]:
+        """Until the types of what came are `kinds`, in order, or fail."""
+        with self.arrived:
+            if not self.arrived.wait_for(lambda: [json.loads(b)["type"] for _, b in self.got] == kinds, within):
+                raise AssertionError(f"got {[json.loads(b)['type'] for _, b in self.got]}, expected {kinds}")
+            return list(self.got)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Receiver
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+        with self.server.arrived:
+            self.server.got.append((dict(self.headers), body))
+            self.server.arrived.notify_all()
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_tenant_hears_of_its_mail_by_webhook(mtad_factory: Any, dsn: str, tmp_path: Path, receiver: Receiver) -> None:
+    (tmp_path / "accounts.key").write_text(mtad_factory(f'dsn = "{dsn}"').cli("accounts", "key").stdout)
+    extra = (f'[accounts]\nkey_file = "{tmp_path / "accounts.key"}"\n'
+             '[webhooks]\nallow_networks = ["127.0.0.0/8"]\npoll = "200ms"\n')  # fmt: skip
+    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', extra).start()
+    url = f"http://127.0.0.1:{receiver.server_address[1]}/mtad"
+    added = daemon.cli("webhooks", "add", "default", url, "--events", "received")
+    assert added.returncode == 0, added.stderr
+    secret = added.stdout.rsplit(": ", 1)[1].strip()
+    with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
+        client.sendmail("app@example.org", ["someone@example.net"], email("hello").as_bytes(policy=SMTP))
+    [(headers, body)] = receiver.wait_for(["received"])
+    event = Webhook(secret).verify(body, headers)
+    assert (event["data"]["tenant"], event["data"]["sender"]) == ("default", "app@example.org")
+
+    tested = daemon.cli("webhooks", "test", "1")
+    assert (tested.returncode, tested.stdout.strip()) == (0, f"webhook endpoint 1 ({url}) took the test event")
+    replayed = daemon.cli("webhooks", "replay", "default", "--since", "1h")
+    assert replayed.stdout.strip() == "1 webhook request(s) written for tenant default; the running nodes send them"
+    got = receiver.wait_for(["received", "test", "received"])
+    assert json.loads(got[2][1])["data"]["event_id"] == event["data"]["event_id"]  # the same event again
+    assert daemon.stop() == 0
