@@ -852,6 +852,7 @@ _TENANT_KEYS = {
     "weight": "a whole number",
     "suppressed": '"cancel" or "refuse"',
     "list_unsubscribe": "true or false",
+    "dsn": "true or false",
 }
 
 
@@ -902,9 +903,12 @@ def _load_tenant_defaults(
         leaving = keys.get("list_unsubscribe", False)
         if not isinstance(leaving, bool):
             problems.append(f"{where} list_unsubscribe: expected true or false, got {leaving!r}")
+        reporting = keys.get("dsn", True)
+        if not isinstance(reporting, bool):
+            problems.append(f"{where} dsn: expected true or false, got {reporting!r}")
         if len(problems) == found:
             defaults[name] = submission.TenantDefaults(chosen, pool, account_pool, refusing == "refuse",
-                                                       leaving is True)  # fmt: skip
+                                                       leaving is True, reporting is not False)  # fmt: skip
     return defaults
 
 

@@ -38,7 +38,7 @@ from mtad import config, db, submission
 from mtad.base import errors, http, log, vault
 from mtad.db import embedded, opening
 from mtad.deliver import delivery, egress
-from mtad.feedback import consumers, inbound, inbox, suppression, unsubscribe, verp, webhook_delivery
+from mtad.feedback import consumers, inbound, inbox, nondelivery, suppression, unsubscribe, verp, webhook_delivery
 from mtad.mailboxes import relay
 from mtad.outbound import routing, sessions
 from mtad.signing import dkim, rotation
@@ -151,7 +151,9 @@ class Daemon:
                 if settings.webhooks.enabled and sealer is not None:
                     sending = webhook_delivery.Sender(database, sealer, settings.webhooks, node_id)
                 outbox = webhook_delivery.Outbox(woken=sending.wake if sending is not None else lambda: None)
-                handlers: list[consumers.Handler] = [suppression.Suppressor(settings.suppression), outbox]
+                quiet = frozenset(t for t, d in settings.submission.tenant_defaults.items() if not d.dsn)
+                reporter = nondelivery.Reporter(settings.submission.hostname, lambda tenant: tenant not in quiet)
+                handlers: list[consumers.Handler] = [suppression.Suppressor(settings.suppression), outbox, reporter]
                 background = [
                     tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),
                     tasks.create_task(consumers.Consumers(database, handlers).run(), name="event-consumers"),

@@ -301,36 +301,12 @@ class GroupCommitter:
 
     async def _write_batch(self, messages: Sequence[NewMessage]) -> list[Accepted]:
         now = self._now()
-        rcpt_of, rcpts, domains = [], [], []
-        for index, m in enumerate(messages, start=1):
-            for rcpt in m.recipients:
-                rcpt_of.append(index)
-                rcpts.append(str(rcpt))
-                domains.append(rcpt.domain)
         fast = self._fast_path if self._fast_path is not None and self._fast_path.has_room() else None
         row = await self._db.call(
             "spool/accept",
-            [m.id for m in messages],
-            [m.tenant for m in messages],
-            [m.sender for m in messages],
-            [m.message_id for m in messages],
-            [m.idempotency_key for m in messages],
-            [m.body for m in messages],
-            [m.smtputf8 for m in messages],
-            [m.client_address for m in messages],
-            [m.received_at for m in messages],
-            [m.priority for m in messages],
-            [m.pool for m in messages],
-            [m.account_pool for m in messages],
-            [len(m.recipients) for m in messages],
-            rcpt_of,
-            rcpts,
-            domains,
-            now + self._key_window,
-            now,
-            fast.node if fast else None,
-            fast.lease_until(now) if fast else None,
-        )
+            *accept_arguments(messages, now, now + self._key_window, fast.node if fast else None,
+                              fast.lease_until(now) if fast else None),
+        )  # fmt: skip
         assert row is not None
         if fast is not None and row["delivery_ids"]:
             by_id = {m.id: m for m in messages}
@@ -344,6 +320,27 @@ class GroupCommitter:
             )
         owners = row["owners"]
         return [Accepted(owner, duplicate=owner != m.id) for m, owner in zip(messages, owners, strict=True)]
+
+
+def accept_arguments(
+    messages: Sequence[NewMessage], now: datetime, keys_until: datetime, node: str | None, lease_until: datetime | None
+) -> tuple[Any, ...]:
+    """The arguments of spool/accept.sql for `messages`, written at `now`, their
+    idempotency keys kept until `keys_until`, leased to `node` until `lease_until`
+    (None: left to whichever node leases them)."""
+    rcpt_of, rcpts, domains = [], [], []
+    for index, m in enumerate(messages, start=1):
+        for rcpt in m.recipients:
+            rcpt_of.append(index)
+            rcpts.append(str(rcpt))
+            domains.append(rcpt.domain)
+    return (
+        [m.id for m in messages], [m.tenant for m in messages], [m.sender for m in messages],
+        [m.message_id for m in messages], [m.idempotency_key for m in messages], [m.body for m in messages],
+        [m.smtputf8 for m in messages], [m.client_address for m in messages], [m.received_at for m in messages],
+        [m.priority for m in messages], [m.pool for m in messages], [m.account_pool for m in messages],
+        [len(m.recipients) for m in messages], rcpt_of, rcpts, domains, keys_until, now, node, lease_until,
+    )  # fmt: skip
 
 
 def _fold_duplicates(batch: list[_Pending]) -> list[_Pending]:

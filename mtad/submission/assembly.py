@@ -57,6 +57,7 @@ class TenantDefaults:
     account_pool: str | None = None  # a configured account pool; None: the route's, else MX
     refuse_suppressed: bool = False  # a suppressed recipient is refused at RCPT (else its delivery is cancelled)
     list_unsubscribe: bool = False  # its mail gets List-Unsubscribe (one-click) fields, one recipient per transaction
+    dsn: bool = True  # its senders get a non-delivery report for mail that bounced or failed
 
 
 NO_DEFAULTS = TenantDefaults()

@@ -1,0 +1,158 @@
+"""Non-delivery reports: the envelope sender hears that its mail did not arrive.
+
+The `nondelivery` event consumer answers each delivery that bounced (in the SMTP
+session, or a hard bounce that came back after the 250) and each that failed (its
+retries ran out) with a DSN (RFC 3464: multipart/report with a human part, the
+message/delivery-status part and the original's headers) from MAILER-DAEMON at
+the node's hostname to the original's envelope sender, with a null envelope sender
+so that it can never bounce back. It is spooled in the consumer's transaction, so
+each is written once; it goes out like any mail. None is sent for mail with a null
+sender (never a DSN about a DSN), nor for a tenant that set `dsn = false` (it hears
+by webhook instead).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.message import Message
+from email.mime.multipart import MIMEMultipart
+from email.mime.text import MIMEText
+from email.policy import SMTP
+
+import structlog
+
+from mtad import db
+from mtad.base import envelope, events
+from mtad.feedback import consumers
+from mtad.spool import commit
+
+log = structlog.get_logger("mtad.nondelivery")
+
+HEADERS = 64 * 1024  # octets of the original returned at most (its headers only)
+_STATUS = re.compile(r"\b([245]\.\d{1,3}\.\d{1,3})\b")
+EXPIRED = "4.4.7"  # RFC 3463: delivery time expired
+
+
+@dataclass(frozen=True, slots=True)
+class Original:
+    id: uuid.UUID
+    tenant: str
+    sender: str
+    message_id: str
+    received_at: datetime
+    headers: bytes
+
+
+class Reporter:
+    """The event consumer that writes the non-delivery reports."""
+
+    name = "nondelivery"
+    kinds: frozenset[str] | None = frozenset({events.Kind.BOUNCED.value, events.Kind.FAILED.value})
+
+    def __init__(
+        self,
+        hostname: str,
+        reports: Callable[[str], bool] = lambda tenant: True,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._hostname = hostname
+        self._reports = reports  # whether a tenant's senders get reports ([tenants."T"] dsn)
+        self._now = now
+
+    async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> None:
+        due = [event for event in batch if self._due(event)]
+        if not due:
+            return
+        messages: list[commit.NewMessage] = []
+        originals: dict[uuid.UUID, Original | None] = {}
+        for event in due:
+            assert event.message is not None
+            if event.message not in originals:
+                originals[event.message] = await _original(conn, event.message)
+            original = originals[event.message]
+            if original is None or not original.sender or not self._reports(original.tenant):
+                continue  # gone, a null sender (a DSN itself), or the tenant hears by webhook
+            messages.append(self._report(event, original))
+        if messages:
+            now = self._now()
+            await conn.fetchrow("spool/accept", *commit.accept_arguments(messages, now, now, None, None))
+            log.info("nondelivery_reports", count=len(messages))
+
+    def _due(self, event: consumers.Stored) -> bool:
+        if event.message is None or not event.data.get("recipient"):
+            return False
+        if event.kind == events.Kind.BOUNCED.value and event.data.get("async"):
+            return event.data.get("hard", True) is not False  # a delay that came back is no failure
+        return True
+
+    def _report(self, event: consumers.Stored, original: Original) -> commit.NewMessage:
+        recipient = str(event.data["recipient"])
+        reply = str(event.data.get("reply") or event.data.get("why") or "")
+        status = event.data.get("status") or _status(reply)
+        if event.kind == events.Kind.FAILED.value:
+            status = status if status and status.startswith("4.") else EXPIRED
+            status = "5" + status[1:]  # given up: a permanent failure now
+        status = status or "5.0.0"
+        queue_id = commit.new_queue_id()
+        message_id = f"<{queue_id.hex}@{self._hostname}>"
+        body = build(self._hostname, original, recipient, status, reply, event.at, message_id)
+        return commit.NewMessage(
+            id=queue_id, tenant=original.tenant, sender="", recipients=(envelope.parse_mailbox(original.sender),),
+            message_id=message_id, idempotency_key=f"ndr:{event.id}", body=body,
+            client_address="127.0.0.1", received_at=self._now(),
+        )  # fmt: skip
+
+
+def build(
+    hostname: str, original: Original, recipient: str, status: str, reply: str, at: datetime, message_id: str
+) -> bytes:
+    """The DSN of one recipient (RFC 3464), as sent."""
+    said = (f"This is the mail system at host {hostname}.\n\nYour message {original.message_id} could not be "
+            f"delivered to <{recipient}>:\n\n    {reply or 'delivery failed'}\n")  # fmt: skip
+    text = MIMEText(said, "plain", "us-ascii" if said.isascii() else "utf-8")
+    per_message, per_recipient = Message(), Message()
+    per_message["Reporting-MTA"] = f"dns; {hostname}"
+    per_message["Arrival-Date"] = email.utils.format_datetime(original.received_at)
+    per_recipient["Final-Recipient"] = f"rfc822; {recipient}"
+    per_recipient["Action"] = "failed"
+    per_recipient["Status"] = status
+    if reply:
+        per_recipient["Diagnostic-Code"] = f"smtp; {reply}"
+    status_part = Message()
+    status_part["Content-Type"] = "message/delivery-status"
+    status_part.set_payload([per_message, per_recipient])
+    headers = MIMEText("", "rfc822-headers")
+    headers.set_payload(original.headers.decode("utf-8", "replace"))
+    del headers["Content-Transfer-Encoding"]
+    report = MIMEMultipart("report", report_type="delivery-status")
+    report["From"] = f"Mail Delivery System <MAILER-DAEMON@{hostname}>"
+    report["To"] = original.sender
+    report["Subject"] = "Undelivered Mail Returned to Sender"
+    report["Date"] = email.utils.format_datetime(at)
+    report["Message-ID"] = message_id
+    report["Auto-Submitted"] = "auto-replied"
+    report["In-Reply-To"] = original.message_id
+    report["References"] = original.message_id
+    for part in (text, status_part, headers):
+        report.attach(part)
+    return report.as_bytes(policy=SMTP)
+
+
+async def _original(conn: db.Connection, message: uuid.UUID) -> Original | None:
+    row = await conn.fetchrow("spool/get_message", message, HEADERS)
+    if row is None:
+        return None
+    head = bytes(row["head"])
+    end = head.find(b"\r\n\r\n")
+    return Original(row["id"], row["tenant"], row["sender"], row["message_id"], row["received_at"],
+                    head[: end + 2] if end >= 0 else head)  # fmt: skip
+
+
+def _status(reply: str) -> str | None:
+    found = _STATUS.search(reply)
+    return found.group(1) if found else None

@@ -1,0 +1,92 @@
+"""Non-delivery reports against real PostgreSQL: a DSN (RFC 3464) spooled to the
+envelope sender for a bounce after the 250 and for a delivery that failed, once
+per event, from the null sender; none for a null-sender original, a soft bounce,
+or a tenant that turned them off; and the report read back as a bounce."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+from mtad import db
+from mtad.feedback import consumers, reports, signals
+from mtad.feedback.nondelivery import Reporter
+from tests.conftest import query
+from tests.integration.test_delivery import accept, new_message
+
+
+async def reports_spooled(database: db.Database) -> list[dict[str, object]]:
+    rows = await query(database, "SELECT m.sender, d.recipient, m.body, m.tenant, m.idempotency_key "
+                                 "FROM messages m JOIN deliveries d ON d.message = m.id WHERE m.sender = '' "
+                                 "ORDER BY m.received_at")  # fmt: skip
+    return [dict(r) for r in rows]
+
+
+async def bounce(database: db.Database, message_id: str, recipient: str, *, hard: bool = True) -> None:
+    found = await signals.original(database, message_id, recipient)
+    assert found is not None
+    reply = "550 5.1.1 <gone@example.com>: User unknown" if hard else "452 full"
+    signal = signals.Signal(signals.Kind.BOUNCED, recipient, datetime.now(UTC), message=found.message,
+                            delivery=found.delivery, hard=hard, status="5.1.1" if hard else "4.2.2",
+                            diagnostic=reply)  # fmt: skip
+    await signals.record(database, signal)
+
+
+async def test_a_bounce_after_the_250_gets_its_sender_a_report_once(database: db.Database) -> None:
+    reporting = consumers.Consumers(database, [Reporter("mtad.example.org")])
+    await reporting.catch_up()
+    message = new_message("gone@example.com", "full@example.com")
+    message = dataclasses.replace(
+        message, body=f"Message-ID: {message.message_id}\r\nSubject: t\r\n\r\nhi\r\n".encode()
+    )
+    await accept(database, message)
+    await query(database, "UPDATE deliveries SET state = 'delivered' WHERE message = $1", message.id)
+    await bounce(database, message.message_id, "gone@example.com")
+    await bounce(database, message.message_id, "full@example.com", hard=False)  # a delay: no report
+    await reporting.catch_up()
+    await reporting.catch_up()  # nothing twice
+    [report] = await reports_spooled(database)
+    assert (report["recipient"], report["tenant"]) == ("app@example.org", "t1")
+    assert str(report["idempotency_key"]).startswith("ndr:")
+    body = bytes(report["body"])  # type: ignore[arg-type]
+    assert b"From: Mail Delivery System <MAILER-DAEMON@mtad.example.org>" in body
+    read = reports.parse(body)
+    assert read == reports.Bounce((reports.Failed("gone@example.com", True, "5.1.1",
+                                                  "550 5.1.1 <gone@example.com>: User unknown"),),
+                                  message.message_id)  # fmt: skip
+
+
+async def test_a_failed_delivery_is_reported_and_a_report_never_is(database: db.Database) -> None:
+    reporting = consumers.Consumers(database, [Reporter("mtad.example.org")])
+    await reporting.catch_up()
+    message = new_message("slow@example.com")
+    await accept(database, message)
+    [delivery] = await query(database, "SELECT id FROM deliveries WHERE message = $1", message.id)
+    await query(database, "INSERT INTO events (at, kind, message, delivery, tenant, data) VALUES (now(), 'failed', "
+                          "$1, $2, 't1', '{\"recipient\": \"slow@example.com\", \"reply\": \"451 4.4.1 no answer\"}')",
+                message.id, delivery["id"])  # fmt: skip
+    await reporting.catch_up()
+    [report] = await reports_spooled(database)
+    read = reports.parse(bytes(report["body"]))  # type: ignore[arg-type]
+    assert isinstance(read, reports.Bounce)
+    assert (read.recipients[0].recipient, read.recipients[0].status) == ("slow@example.com", "5.4.1")
+
+    # The report itself fails: no report of a report (its sender is null).
+    [again] = await query(database, "SELECT m.id, d.id AS delivery FROM messages m JOIN deliveries d ON "
+                                    "d.message = m.id WHERE m.sender = ''")  # fmt: skip
+    await query(database, "INSERT INTO events (at, kind, message, delivery, tenant, data) VALUES (now(), 'failed', "
+                          "$1, $2, 't1', '{\"recipient\": \"app@example.org\"}')",
+                again["id"], again["delivery"])  # fmt: skip
+    await reporting.catch_up()
+    assert len(await reports_spooled(database)) == 1
+
+
+async def test_a_tenant_may_turn_reports_off(database: db.Database) -> None:
+    reporting = consumers.Consumers(database, [Reporter("mtad.example.org", lambda tenant: tenant != "t1")])
+    await reporting.catch_up()
+    message = new_message("gone@example.com")
+    await accept(database, message)
+    await query(database, "UPDATE deliveries SET state = 'delivered' WHERE message = $1", message.id)
+    await bounce(database, message.message_id, "gone@example.com")
+    await reporting.catch_up()
+    assert await reports_spooled(database) == []
