@@ -35,7 +35,7 @@ log = structlog.get_logger("mtad.nondelivery")
 
 HEADERS = 64 * 1024  # octets of the original returned at most (its headers only)
 _STATUS = re.compile(r"\b([245]\.\d{1,3}\.\d{1,3})\b")
-EXPIRED = "4.4.7"  # RFC 3463: delivery time expired
+EXPIRED = "5.4.7"  # RFC 3463: delivery time expired
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,8 @@ class Reporter:
             original = originals[event.message]
             if original is None or not original.sender or not self._reports(original.tenant):
                 continue  # gone, a null sender (a DSN itself), or the tenant hears by webhook
-            messages.append(self._report(event, original))
+            ended = await conn.fetchrow("feedback/outcome", event.delivery) if event.delivery else None
+            messages.append(self._report(event, original, ended))
         if messages:
             now = self._now()
             await conn.fetchrow("spool/accept", *commit.accept_arguments(messages, now, now, None, None))
@@ -90,13 +91,16 @@ class Reporter:
             return event.data.get("hard", True) is not False  # a delay that came back is no failure
         return True
 
-    def _report(self, event: consumers.Stored, original: Original) -> commit.NewMessage:
+    def _report(self, event: consumers.Stored, original: Original, ended: db.Row | None) -> commit.NewMessage:
         recipient = str(event.data["recipient"])
-        reply = str(event.data.get("reply") or event.data.get("why") or "")
+        reply = str(event.data.get("reply") or "")
         status = event.data.get("status") or _status(reply)
-        if event.kind == events.Kind.FAILED.value:
-            status = status if status and status.startswith("4.") else EXPIRED
-            status = "5" + status[1:]  # given up: a permanent failure now
+        gave_up = event.kind == events.Kind.FAILED.value or (ended is not None and ended["reason"] == "expired")
+        if ended is not None and not reply and ended["last_code"] is not None:
+            reply = f"{ended['last_code']} {ended['last_enhanced'] or ''} {ended['last_text'] or ''}".replace("  ", " ")
+            status = status or ended["last_enhanced"]
+        if gave_up:  # retried until the end: a permanent failure now, with the last temporary reason
+            status = "5" + status[1:] if status and status[0] in "45" else EXPIRED
         status = status or "5.0.0"
         queue_id = commit.new_queue_id()
         message_id = f"<{queue_id.hex}@{self._hostname}>"
