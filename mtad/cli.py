@@ -702,12 +702,13 @@ async def webhooks_ls(args: argparse.Namespace, settings: config.Basics) -> int:
         found = await webhooks.listing(opened.database, args.tenant)
     rows = [{"id": e.id, "tenant": e.tenant, "url": e.url,
              "events": ",".join(sorted(e.events)) if e.events is not None else "all",
-             "previous_secret_until": e.previous_until, "created": e.created_at} for e in found]  # fmt: skip
+             "previous_secret_until": e.previous_until, "created": e.created_at, "pending": e.pending,
+             "delivered": e.delivered, "dead": e.dead} for e in found]  # fmt: skip
     if args.json:
         for row in rows:
             print(_json(row))
     else:
-        _table(rows, ["id", "tenant", "url", "events", "previous_secret_until", "created"])
+        _table(rows, ["id", "tenant", "url", "events", "pending", "delivered", "dead", "previous_secret_until"])
     return EXIT_OK
 
 

@@ -39,6 +39,9 @@ class Endpoint:
     events: frozenset[str] | None  # None: every kind
     previous_until: datetime | None  # the previous secret signs too until then
     created_at: datetime
+    pending: int = 0  # its requests not answered 2xx yet (`listing` counts them)
+    delivered: int = 0
+    dead: int = 0  # given up
 
     def wants(self, kind: str) -> bool:
         return self.events is None or kind in self.events
@@ -135,6 +138,6 @@ def headers(signing: Sequence[Webhook], message_id: str, at: datetime, body: str
 
 def endpoint_of(row: db.Row) -> Endpoint:
     """An endpoint as webhooks/list.sql reads it."""
-    kinds = row["events"]
-    return Endpoint(row["id"], row["tenant"], row["url"], frozenset(kinds) if kinds is not None else None,
-                    row["previous_until"], row["created_at"])  # fmt: skip
+    kinds = frozenset(row["events"]) if row["events"] is not None else None
+    return Endpoint(row["id"], row["tenant"], row["url"], kinds, row["previous_until"], row["created_at"],
+                    row["pending"], row["delivered"], row["dead"])  # fmt: skip

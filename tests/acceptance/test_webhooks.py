@@ -85,5 +85,8 @@ def test_a_tenant_hears_of_its_mail_by_webhook(mtad_factory: Any, dsn: str, tmp_
     replayed = daemon.cli("webhooks", "replay", "default", "--since", "1h")
     assert replayed.stdout.strip() == "1 webhook request(s) written for tenant default; the running nodes send them"
     got = receiver.wait_for(["received", "test", "received"])
+    [listed] = [json.loads(line) for line in daemon.cli("webhooks", "ls", "--json").stdout.splitlines()]
+    # The event and its replay (the test event is no request of the outbox); the last may not be recorded yet.
+    assert (listed["delivered"] + listed["pending"], listed["dead"]) == (2, 0)
     assert json.loads(got[2][1])["data"]["event_id"] == event["data"]["event_id"]  # the same event again
     assert daemon.stop() == 0

@@ -157,6 +157,8 @@ async def test_a_failing_endpoint_is_retried_then_given_up(database: db.Database
             await send(sender)
         dead = (await requests(database))[-1]
         assert (dead["state"], dead["last_error"]) == ("dead", "HTTP 500")
+    [listed] = await webhooks.listing(database)
+    assert (listed.pending, listed.delivered, listed.dead) == (0, 1, 1)
 
 
 async def test_no_request_goes_inside_unless_allowed(database: db.Database) -> None:

@@ -2,4 +2,4 @@
 -- the sealed secret $4; returns it as list does.
 INSERT INTO webhook_endpoints AS w (tenant, url, events, secret)
 VALUES ($1, $2, $3, $4)
-RETURNING w.id, w.tenant, w.url, w.events, w.previous_until, w.created_at
+RETURNING w.id, w.tenant, w.url, w.events, w.previous_until, w.created_at, 0 AS pending, 0 AS delivered, 0 AS dead
