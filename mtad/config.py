@@ -154,6 +154,7 @@ class Settings:
     inbound: inbound.Settings
     inbox: inbox.Settings
     webhooks: webhook_delivery.Settings
+    delayed_after: float | None  # [reports]: a notice of mail still retried this long after it came
     source: Path | None
 
 
@@ -464,6 +465,9 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
     },
     "suppression": {
         "bounce_expiry": (_optional_duration, ""),  # "": a hard bounce suppresses until removed
+    },
+    "reports": {  # the non-delivery reports to envelope senders ([tenants."T"] dsn turns them off)
+        "delayed_after": (_optional_duration, ""),  # "": no notice of mail still being retried
     },
     "bounces": {
         "domain": (_optional_domain, ""),  # "": MX mail keeps its sender (no VERP)
@@ -1031,6 +1035,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
         ),
         inbox=inbox.Settings(**values["inbox"]),
         webhooks=webhook_delivery.Settings(**values["webhooks"]),
+        delayed_after=values["reports"]["delayed_after"],
         source=path,
     )
 

@@ -152,7 +152,8 @@ class Daemon:
                     sending = webhook_delivery.Sender(database, sealer, settings.webhooks, node_id)
                 outbox = webhook_delivery.Outbox(woken=sending.wake if sending is not None else lambda: None)
                 quiet = frozenset(t for t, d in settings.submission.tenant_defaults.items() if not d.dsn)
-                reporter = nondelivery.Reporter(settings.submission.hostname, lambda tenant: tenant not in quiet)
+                reporter = nondelivery.Reporter(settings.submission.hostname, lambda tenant: tenant not in quiet,
+                                                delayed_after=settings.delayed_after)  # fmt: skip
                 handlers: list[consumers.Handler] = [suppression.Suppressor(settings.suppression), outbox, reporter]
                 background = [
                     tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),

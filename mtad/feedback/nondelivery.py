@@ -8,7 +8,8 @@ the node's hostname to the original's envelope sender, with a null envelope send
 so that it can never bounce back. It is spooled in the consumer's transaction, so
 each is written once; it goes out like any mail. None is sent for mail with a null
 sender (never a DSN about a DSN), nor for a tenant that set `dsn = false` (it hears
-by webhook instead).
+by webhook instead). With `[reports] delayed_after`, a delivery still deferred that
+long after its message came gets its sender one notice (Action: delayed).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.message import Message
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
@@ -36,6 +37,7 @@ log = structlog.get_logger("mtad.nondelivery")
 HEADERS = 64 * 1024  # octets of the original returned at most (its headers only)
 _STATUS = re.compile(r"\b([245]\.\d{1,3}\.\d{1,3})\b")
 EXPIRED = "5.4.7"  # RFC 3463: delivery time expired
+KEYS_KEPT = timedelta(days=30)  # longer than any delivery is retried
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,17 +54,21 @@ class Reporter:
     """The event consumer that writes the non-delivery reports."""
 
     name = "nondelivery"
-    kinds: frozenset[str] | None = frozenset({events.Kind.BOUNCED.value, events.Kind.FAILED.value})
 
     def __init__(
         self,
         hostname: str,
         reports: Callable[[str], bool] = lambda tenant: True,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        *,
+        delayed_after: float | None = None,
     ) -> None:
         self._hostname = hostname
         self._reports = reports  # whether a tenant's senders get reports ([tenants."T"] dsn)
         self._now = now
+        self._delayed_after = timedelta(seconds=delayed_after) if delayed_after is not None else None
+        wanted = {events.Kind.BOUNCED, events.Kind.FAILED} | ({events.Kind.DEFERRED} if delayed_after else set())
+        self.kinds: frozenset[str] | None = frozenset(kind.value for kind in wanted)
 
     async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> None:
         due = [event for event in batch if self._due(event)]
@@ -77,16 +83,25 @@ class Reporter:
             original = originals[event.message]
             if original is None or not original.sender or not self._reports(original.tenant):
                 continue  # gone, a null sender (a DSN itself), or the tenant hears by webhook
+            if event.kind == events.Kind.DEFERRED.value and not self._late(event, original):
+                continue
             ended = await conn.fetchrow("feedback/outcome", event.delivery) if event.delivery else None
             messages.append(self._report(event, original, ended))
         if messages:
             now = self._now()
-            await conn.fetchrow("spool/accept", *commit.accept_arguments(messages, now, now, None, None))
+            keys_until = now + KEYS_KEPT  # a delay notice's key holds while its delivery is retried
+            await conn.fetchrow("spool/accept", *commit.accept_arguments(messages, now, keys_until, None, None))
             log.info("nondelivery_reports", count=len(messages))
+
+    def _late(self, event: consumers.Stored, original: Original) -> bool:
+        """A deferral long enough after the message came for a delay notice."""
+        return self._delayed_after is not None and event.at - original.received_at >= self._delayed_after
 
     def _due(self, event: consumers.Stored) -> bool:
         if event.message is None or not event.data.get("recipient"):
             return False
+        if event.kind == events.Kind.DEFERRED.value:
+            return self._delayed_after is not None
         if event.kind == events.Kind.BOUNCED.value and event.data.get("async"):
             return event.data.get("hard", True) is not False  # a delay that came back is no failure
         return True
@@ -95,35 +110,51 @@ class Reporter:
         recipient = str(event.data["recipient"])
         reply = str(event.data.get("reply") or "")
         status = event.data.get("status") or _status(reply)
+        delayed = event.kind == events.Kind.DEFERRED.value
         gave_up = event.kind == events.Kind.FAILED.value or (ended is not None and ended["reason"] == "expired")
-        if ended is not None and not reply and ended["last_code"] is not None:
+        if ended is not None and not reply and ended["last_code"] is not None and not delayed:
             reply = f"{ended['last_code']} {ended['last_enhanced'] or ''} {ended['last_text'] or ''}".replace("  ", " ")
             status = status or ended["last_enhanced"]
         if gave_up:  # retried until the end: a permanent failure now, with the last temporary reason
             status = "5" + status[1:] if status and status[0] in "45" else EXPIRED
-        status = status or "5.0.0"
+        status = status or ("4.0.0" if delayed else "5.0.0")
         queue_id = commit.new_queue_id()
         message_id = f"<{queue_id.hex}@{self._hostname}>"
-        body = build(self._hostname, original, recipient, status, reply, event.at, message_id)
+        body = build(self._hostname, original, recipient, status, reply, event.at, message_id, delayed=delayed)
+        # One report per event, and one delay notice per delivery (its key outlives the retries).
+        key = f"delayed:{event.delivery}" if delayed else f"ndr:{event.id}"
         return commit.NewMessage(
             id=queue_id, tenant=original.tenant, sender="", recipients=(envelope.parse_mailbox(original.sender),),
-            message_id=message_id, idempotency_key=f"ndr:{event.id}", body=body,
-            client_address="127.0.0.1", received_at=self._now(),
+            message_id=message_id, idempotency_key=key, body=body, client_address="127.0.0.1", received_at=self._now(),
         )  # fmt: skip
 
 
 def build(
-    hostname: str, original: Original, recipient: str, status: str, reply: str, at: datetime, message_id: str
+    hostname: str,
+    original: Original,
+    recipient: str,
+    status: str,
+    reply: str,
+    at: datetime,
+    message_id: str,
+    *,
+    delayed: bool = False,
 ) -> bytes:
-    """The DSN of one recipient (RFC 3464), as sent."""
-    said = (f"This is the mail system at host {hostname}.\n\nYour message {original.message_id} could not be "
-            f"delivered to <{recipient}>:\n\n    {reply or 'delivery failed'}\n")  # fmt: skip
+    """The DSN of one recipient (RFC 3464), as sent: a failure, or (delayed) a notice
+    that the message is still being retried."""
+    if delayed:
+        said = (f"This is the mail system at host {hostname}.\n\nYour message {original.message_id} has not been "
+                f"delivered to <{recipient}> yet; it is still being retried:\n\n    {reply or 'no answer'}\n\n"
+                "You need not send it again.\n")  # fmt: skip
+    else:
+        said = (f"This is the mail system at host {hostname}.\n\nYour message {original.message_id} could not be "
+                f"delivered to <{recipient}>:\n\n    {reply or 'delivery failed'}\n")  # fmt: skip
     text = MIMEText(said, "plain", "us-ascii" if said.isascii() else "utf-8")
     per_message, per_recipient = Message(), Message()
     per_message["Reporting-MTA"] = f"dns; {hostname}"
     per_message["Arrival-Date"] = email.utils.format_datetime(original.received_at)
     per_recipient["Final-Recipient"] = f"rfc822; {recipient}"
-    per_recipient["Action"] = "failed"
+    per_recipient["Action"] = "delayed" if delayed else "failed"
     per_recipient["Status"] = status
     if reply:
         per_recipient["Diagnostic-Code"] = f"smtp; {reply}"
@@ -136,7 +167,7 @@ def build(
     report = MIMEMultipart("report", report_type="delivery-status")
     report["From"] = f"Mail Delivery System <MAILER-DAEMON@{hostname}>"
     report["To"] = original.sender
-    report["Subject"] = "Undelivered Mail Returned to Sender"
+    report["Subject"] = "Delayed Mail (still being retried)" if delayed else "Undelivered Mail Returned to Sender"
     report["Date"] = email.utils.format_datetime(at)
     report["Message-ID"] = message_id
     report["Auto-Submitted"] = "auto-replied"

@@ -90,3 +90,25 @@ async def test_a_tenant_may_turn_reports_off(database: db.Database) -> None:
     await bounce(database, message.message_id, "gone@example.com")
     await reporting.catch_up()
     assert await reports_spooled(database) == []
+
+
+async def test_mail_still_retried_gets_one_delay_notice_when_asked(database: db.Database) -> None:
+    reporting = consumers.Consumers(database, [Reporter("mtad.example.org", delayed_after=0.001)])
+    await reporting.catch_up()
+    message = new_message("slow@example.com")
+    await accept(database, message)
+    [delivery] = await query(database, "SELECT id FROM deliveries WHERE message = $1", message.id)
+    for _ in range(2):  # two deferrals: one notice
+        await query(database, "INSERT INTO events (at, kind, message, delivery, tenant, data) VALUES (now() + "
+                              "interval '1 second', 'deferred', $1, $2, 't1', '{\"recipient\": \"slow@example.com\", "
+                              "\"reply\": \"451 4.3.0 try later\"}')", message.id, delivery["id"])  # fmt: skip
+        await reporting.catch_up()
+    [notice] = await reports_spooled(database)
+    body = bytes(notice["body"])  # type: ignore[arg-type]
+    assert b"Subject: Delayed Mail (still being retried)" in body
+    read = reports.parse(body)
+    assert read == reports.Bounce((reports.Failed("slow@example.com", False, "4.3.0", "451 4.3.0 try later"),), None)
+
+    default = Reporter("mtad.example.org").kinds
+    assert default is not None
+    assert "deferred" not in default  # off unless [reports] delayed_after is set
