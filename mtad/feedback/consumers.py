@@ -78,7 +78,7 @@ class Settings:
     # Seconds a consumer waits after a NOTIFY before it reads: the events of the
     # transactions that commit meanwhile join its batch (every transaction that writes
     # events notifies, and a batch costs a transaction of its own).
-    linger: float = 0.05
+    linger: float = 0.25
     batch: int = 500  # events per transaction at most
     max_failures: int = 5  # an event that fails this often alone is skipped
 
