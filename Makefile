@@ -11,8 +11,8 @@ BIN    := $(VENV)/bin
 TOOLS  := .venv-tools
 CONFIG ?= conf/mtad.toml
 # `make test` runs the tests marked serial first, alone on a quiet machine (load
-# and rate tests whose bounds assume the cores are theirs; after the parallel
-# run, its PostgreSQL servers still shutting down skewed them), then the rest on
+# and rate tests whose bounds assume the cores are theirs; right after the
+# parallel run one failed where alone it passed), then the rest on
 # two workers, a test file each at a time with its own embedded PostgreSQL
 # (about 6 minutes instead of 10 on 2 cores).
 # PYTEST_ARGS adds to both runs (PYTEST_ARGS="-k relay"); WORKERS=0 runs serially.
