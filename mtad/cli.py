@@ -44,7 +44,7 @@ REASONS = ("hard_bounce", "complaint", "unsubscribe", "manual")  # suppression.R
 EVENT_KINDS = (
     "received", "delivered", "deferred", "bounced", "failed", "cancelled", "requeued", "account_state",
     "account_failure", "account_bounce", "account_pool", "dkim_key", "complained", "unsubscribed", "replied",
-    "auto_replied",
+    "auto_replied", "tenant_paused", "tenant_resumed", "tenant_graduated",
 )  # events.Kind  # fmt: skip
 
 
@@ -184,9 +184,130 @@ async def tenants_add(args: argparse.Namespace, settings: config.Basics) -> int:
     if not password:
         print("mtad: give the password on standard input (one line)", file=sys.stderr)
         return EXIT_USAGE
+    probation = settings.tenants.probation_default if args.probation is None else args.probation
     async with _spool(settings) as opened:
         await tenants.add(opened.database, args.name, password, replace=args.replace)
-    print(f"tenant {args.name} {'updated' if args.replace else 'added'}")
+        if probation and not args.replace:
+            await tenants.set_probation(opened.database, args.name, True, datetime.now(UTC))
+    print(f"tenant {args.name} {'updated' if args.replace else 'added'}" + (", on probation" if probation else ""))
+    return EXIT_OK
+
+
+def _tenant_name(text: str) -> str:
+    from mtad.spool import tenants
+
+    try:
+        return tenants.check_name(text)
+    except errors.MtadError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+async def tenants_pause(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.spool import tenants
+
+    async with _spool(settings) as opened:
+        held = await tenants.pause(opened.database, args.name, args.reason, by="operator", now=datetime.now(UTC))
+        if held is None:
+            why = await tenants.state(opened.database, args.name)
+            print(f"mtad: tenant {args.name} is paused already ({why['paused_by']}: {why['paused_reason']})",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_FAILED
+    print(f"tenant {args.name} paused; {held} deliveries wait")
+    return EXIT_OK
+
+
+async def tenants_resume(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.spool import tenants
+
+    async with _spool(settings) as opened:
+        released = await tenants.resume(opened.database, args.name, by="operator", now=datetime.now(UTC))
+    if released is None:
+        print(f"mtad: tenant {args.name} is not paused", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"tenant {args.name} resumed; {released} deliveries due now")
+    return EXIT_OK
+
+
+async def tenants_probation(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.spool import tenants
+
+    async with _spool(settings) as opened:
+        await tenants.set_probation(opened.database, args.name, args.state == "on", datetime.now(UTC))
+    print(f"tenant {args.name} {'on' if args.state == 'on' else 'off'} probation")
+    return EXIT_OK
+
+
+async def tenants_show(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.feedback import reputation
+    from mtad.spool import tenants
+
+    now = datetime.now(UTC)
+    quota, guard = settings.tenants.of(args.name)
+    async with _spool(settings) as opened:
+        state = await tenants.state(opened.database, args.name)
+        used = await opened.database.fetchrow("tenants/usage", args.name, now)
+        held = await opened.database.fetch("tenants/queued_bytes", [args.name])
+        [windows] = await reputation.windows(opened.database, "tenant", [args.name], now) or [
+            {w: dict.fromkeys(reputation.OUTCOMES, 0) for w in reputation.WINDOWS}
+        ]
+    shown = {
+        "tenant": args.name,
+        "paused": state["paused_at"] is not None,
+        "paused_at": state["paused_at"],
+        "paused_by": state["paused_by"],
+        "paused_reason": state["paused_reason"],
+        "resumed_at": state["resumed_at"],
+        "probation": state["probation"],
+        "probation_since": state["probation_since"],
+        "probation_sent": state["probation_sent"],
+        "graduate_after": guard.graduate_after,
+        "graduated_at": state["graduated_at"],
+        "quotas": {
+            "max_per_hour": quota.max_per_hour, "messages_this_hour": int(used["hour"]) if used else 0,
+            "max_per_day": quota.max_per_day, "messages_today": int(used["day"]) if used else 0,
+            "max_queued_bytes": quota.max_queued_bytes, "queued_bytes": int(held[0]["bytes"]) if held else 0,
+        },
+        "limits": {"max_complaint_rate": guard.max_complaint_rate, "max_bounce_rate": guard.max_bounce_rate,
+                   "reputation_min_volume": guard.min_volume},
+        "windows": {w: windows[w] for w in reputation.WINDOWS},
+    }  # fmt: skip
+    if args.json:
+        print(_json(shown))
+        return EXIT_OK
+    state_text = "active"
+    if shown["paused"]:
+        state_text = (
+            f"paused by {shown['paused_by']} at {shown['paused_at']:%Y-%m-%d %H:%M:%S}: {shown['paused_reason']}"
+        )
+    print(f"tenant     {args.name}")
+    print(f"state      {state_text}")
+    if shown["probation"]:
+        print(f"probation  since {shown['probation_since']:%Y-%m-%d %H:%M:%S}, "
+              f"{shown['probation_sent']} of {guard.graduate_after} delivered")  # fmt: skip
+    elif shown["graduated_at"] is not None:
+        print(f"probation  graduated at {shown['graduated_at']:%Y-%m-%d %H:%M:%S}")
+    q = shown["quotas"]
+    print(f"quotas     {q['messages_this_hour']} this hour (max_per_hour {q['max_per_hour'] or 'none'}), "
+          f"{q['messages_today']} today (max_per_day {q['max_per_day'] or 'none'}), "
+          f"{q['queued_bytes']} octets queued (max_queued_bytes {q['max_queued_bytes'] or 'none'})")  # fmt: skip
+    print(f"limits     max_complaint_rate {guard.max_complaint_rate}, max_bounce_rate {guard.max_bounce_rate}, "
+          f"over at least {guard.min_volume} deliveries")  # fmt: skip
+    rows = [{"window": w, **windows[w]} for w in reputation.WINDOWS]
+    _table(rows, ["window", *reputation.OUTCOMES])
+    return EXIT_OK
+
+
+async def reputation_ls(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.feedback import reputation
+
+    async with _spool(settings) as opened:
+        found = await reputation.windows(opened.database, args.scope)
+    if args.json:
+        for row in found:
+            print(_json(row))
+        return EXIT_OK
+    rows = [{"scope": r["scope"], "key": r["key"], "window": w, **r[w]} for r in found for w in reputation.WINDOWS]
+    _table(rows, ["scope", "key", "window", *reputation.OUTCOMES])
     return EXIT_OK
 
 
@@ -886,10 +1007,48 @@ def _parser() -> argparse.ArgumentParser:
     )
     tadd.add_argument("name", help="tenant name: letters, digits, '.', '_', '-'")
     tadd.add_argument("--replace", action="store_true", help="set a new password if the tenant exists")
+    tadd.add_argument("--probation", action=argparse.BooleanOptionalAction, default=None,
+                      help="put the new tenant on probation (default: [tenants] probation_default)")  # fmt: skip
     tadd.set_defaults(command=tenants_add)
     tls = tenant_commands.add_parser("ls", parents=[common], help="List the tenants.")
     tls.add_argument("--json", action="store_true", help="one JSON object per line")
     tls.set_defaults(command=tenants_ls)
+    tshow = tenant_commands.add_parser(
+        "show", parents=[common], help="A tenant's state, probation, quotas and reputation windows (1h, 24h)."
+    )
+    tshow.add_argument("name", type=_tenant_name)
+    tshow.add_argument("--json", action="store_true", help="one JSON object")
+    tshow.set_defaults(command=tenants_show)
+    tpause = tenant_commands.add_parser(
+        "pause",
+        parents=[common],
+        help="Pause a tenant: its queued mail waits (nothing is failed), new mail gets 451 4.7.1.",
+    )
+    tpause.add_argument("name", type=_tenant_name)
+    tpause.add_argument("--reason", default="paused by an operator", help="said in the 451 reply and the event")
+    tpause.set_defaults(command=tenants_pause)
+    tresume = tenant_commands.add_parser(
+        "resume", parents=[common], help="Resume a paused tenant: its mail is due again at once."
+    )
+    tresume.add_argument("name", type=_tenant_name)
+    tresume.set_defaults(command=tenants_resume)
+    tprob = tenant_commands.add_parser(
+        "probation",
+        parents=[common],
+        help="Put a tenant on probation (its mail leaves from [delivery] probation_pool) or take it off.",
+    )
+    tprob.add_argument("name", type=_tenant_name)
+    tprob.add_argument("state", choices=["on", "off"])
+    tprob.set_defaults(command=tenants_probation)
+
+    rep_parser = commands.add_parser(
+        "reputation", parents=[common], help="The sliding windows of outcomes by tenant, provider group and source."
+    )
+    rep_commands = rep_parser.add_subparsers(title="reputation commands", metavar="COMMAND", required=True)
+    rls = rep_commands.add_parser("ls", parents=[common], help="Every window with outcomes in the last 24 hours.")
+    rls.add_argument("--scope", choices=["tenant", "provider", "source"], help="only this scope")
+    rls.add_argument("--json", action="store_true", help="one JSON object per line")
+    rls.set_defaults(command=reputation_ls)
 
     queue_parser = commands.add_parser("queue", parents=[common], help="See the messages and deliveries in the spool.")
     queue_commands = queue_parser.add_subparsers(title="queue commands", metavar="COMMAND", required=True)

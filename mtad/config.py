@@ -32,11 +32,11 @@ from mtad.spool import tenants
 if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of them
     from mtad import submission
     from mtad.deliver import delivery, egress
-    from mtad.feedback import inbound, inbox, suppression, webhook_delivery
+    from mtad.feedback import inbound, inbox, reputation, suppression, webhook_delivery
     from mtad.mailboxes import relay
     from mtad.outbound import routing, sessions
     from mtad.signing import rotation
-    from mtad.spool import retention
+    from mtad.spool import quotas, retention
 
 DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
 # A held delivery's lease is renewed every third of it, on the wire too, so it covers an
@@ -115,7 +115,22 @@ class Basics:
     node: NodeSettings
     accounts: AccountsSettings
     dns: DnsSettings
+    tenants: TenantLimits
     source: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLimits:
+    """What [tenants] says of the tenants' quotas and reputation limits."""
+
+    quota: quotas.Quota  # of a tenant without its own table
+    guard: reputation.Guard
+    probation_default: bool  # `mtad tenants add` puts a new tenant on probation
+    own_quotas: dict[str, quotas.Quota]  # by tenant
+    own_guards: dict[str, reputation.Guard]
+
+    def of(self, tenant: str) -> tuple[quotas.Quota, reputation.Guard]:
+        return self.own_quotas.get(tenant, self.quota), self.own_guards.get(tenant, self.guard)
 
 
 BASIC_SECTIONS = ("database", "node", "accounts", "dns")
@@ -154,6 +169,7 @@ class Settings:
     inbound: inbound.Settings
     inbox: inbox.Settings
     webhooks: webhook_delivery.Settings
+    reputation: reputation.Settings
     delayed_after: float | None  # [reports]: a notice of mail still retried this long after it came
     source: Path | None
 
@@ -453,6 +469,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "shutdown_timeout": (duration, "30s"),
         "checkpoint_interval": (_positive_duration, "5s"),
         "default_pool": (_optional_string, ""),
+        "probation_pool": (_optional_string, ""),  # "": tenants on probation send as the others do
     },
     "retention": {
         "enabled": (_boolean, True),
@@ -465,6 +482,10 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
     },
     "suppression": {
         "bounce_expiry": (_optional_duration, ""),  # "": a hard bounce suppresses until removed
+    },
+    "reputation": {  # the windows of outcomes, the auto-pause and probation ([tenants] sets the limits)
+        "enabled": (_boolean, True),  # false: nothing is counted, no tenant is paused or graduates by itself
+        "publish": (_positive_duration, "30s"),  # how often the windows' metrics are updated
     },
     "reports": {  # the non-delivery reports to envelope senders ([tenants."T"] dsn turns them off)
         "delayed_after": (_optional_duration, ""),  # "": no notice of mail still being retried
@@ -532,6 +553,8 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
                                  document.get("account_pools", {}), problems)  # fmt: skip
     extras["tenant_weights"] = {}
     extras["tenant_dkim_domains"] = {}
+    extras["tenant_guards"] = {}
+    extras["tenants_shared"] = _tenants_shared(document.get("tenants", {}), problems)
     extras["tenant_defaults"] = _load_tenant_defaults(
         document.get("tenants", {}),
         extras["pools"],
@@ -539,6 +562,8 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
         extras["tenant_weights"],
         problems,
         extras["tenant_dkim_domains"],
+        extras["tenants_shared"],
+        extras["tenant_guards"],
     )
     if extras["account_pools"] and not _accounts(values).key_file and not values["accounts"].get("key_env"):
         problems.append("[accounts] key_file or key_env: [account_pools] are configured, and their accounts' "
@@ -556,7 +581,8 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
 def load_basics(path: Path | None, environ: Mapping[str, str] | None = None) -> Basics:
     """What a command-line tool needs (the database, the node, the account key, DNS),
     parsed and checked alone: it imports none of the delivery or submission code."""
-    values, _, _, problems = _read(path, environ, BASIC_SECTIONS)
+    values, document, _, problems = _read(path, environ, BASIC_SECTIONS)
+    limits = _tenant_limits(document.get("tenants", {}), problems)
     if problems:
         raise errors.ConfigError(problems)
     dns = values["dns"]
@@ -565,8 +591,20 @@ def load_basics(path: Path | None, environ: Mapping[str, str] | None = None) -> 
         node=NodeSettings(**values["node"]),
         accounts=_accounts(values),
         dns=DnsSettings(dns["nameservers"], dns["timeout"]),
+        tenants=limits,
         source=path,
     )
+
+
+def _tenant_limits(table: Any, problems: list[str]) -> TenantLimits:
+    """The quotas and limits of [tenants] and of each [tenants."NAME"], alone."""
+    shared = _tenants_shared(table, problems)
+    found = TenantLimits(shared["quota"], shared["guard"], shared["probation_default"], {}, {})
+    for name, keys in table.items() if isinstance(table, dict) else ():
+        if isinstance(keys, dict):
+            found.own_quotas[name], found.own_guards[name] = _limits(keys, f'[tenants."{name}"]', found.quota,
+                                                             found.guard, problems)  # fmt: skip
+    return found
 
 
 def _accounts(values: dict[str, dict[str, Any]]) -> AccountsSettings:
@@ -731,9 +769,10 @@ def _load_delivery_data(
         "pools": egress.parse_pools(pools, problems),
         "account_pools": parse_account_pools(account_pools, problems),
     }
-    default_pool = values["delivery"].get("default_pool")
-    if default_pool and default_pool not in extras["pools"]:
-        problems.append(f"[delivery] default_pool: no pool named {default_pool!r}{_pools_known(extras['pools'])}")
+    for key in ("default_pool", "probation_pool"):
+        named = values["delivery"].get(key)
+        if named and named not in extras["pools"]:
+            problems.append(f"[delivery] {key}: no pool named {named!r}{_pools_known(extras['pools'])}")
     for key, load_file in (("providers", routing.load_providers), ("replies", outcomes.load_rules)):
         if key not in values["delivery"]:
             continue  # a bad value, already reported
@@ -857,7 +896,64 @@ _TENANT_KEYS = {
     "suppressed": '"cancel" or "refuse"',
     "list_unsubscribe": "true or false",
     "dsn": "true or false",
+    "max_per_hour": "a whole number of messages",
+    "max_per_day": "a whole number of messages",
+    "max_queued_bytes": 'a size such as "2GiB"',
+    "max_complaint_rate": "a fraction such as 0.003",
+    "max_bounce_rate": "a fraction such as 0.05",
+    "reputation_min_volume": "a whole number of deliveries",
+    "graduate_after": "a whole number of deliveries",
 }
+# Keys of [tenants] itself: the limits of every tenant without its own, and probation_default.
+_TENANTS_SHARED = frozenset(
+    {"probation_default", *(k for k in _TENANT_KEYS if k.startswith(("max_", "reputation_", "graduate_")))}
+)
+
+
+def _fraction(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ValueError(f"expected a fraction above 0 and at most 1, got {value!r}")
+    return float(value)
+
+
+# key -> (parser, where it goes: "quota" or "guard", the field)
+_LIMITS: Mapping[str, tuple[Callable[[Any], Any], str, str]] = {
+    "max_per_hour": (_integer(1, 1_000_000_000), "quota", "max_per_hour"),
+    "max_per_day": (_integer(1, 1_000_000_000), "quota", "max_per_day"),
+    "max_queued_bytes": (size, "quota", "max_queued_bytes"),
+    "max_complaint_rate": (_fraction, "guard", "max_complaint_rate"),
+    "max_bounce_rate": (_fraction, "guard", "max_bounce_rate"),
+    "reputation_min_volume": (_integer(1, 1_000_000_000), "guard", "min_volume"),
+    "graduate_after": (_integer(1, 1_000_000_000), "guard", "graduate_after"),
+}
+
+
+def _limits(keys: Mapping[str, Any], where: str, quota: Any, guard: Any, problems: list[str]) -> tuple[Any, Any]:
+    """A quota and a guard: those given, with what `keys` sets in place of theirs."""
+    import dataclasses
+
+    changes: dict[str, dict[str, Any]] = {"quota": {}, "guard": {}}
+    for key, (parse, part, name) in _LIMITS.items():
+        if key in keys:
+            try:
+                changes[part][name] = parse(keys[key])
+            except ValueError as exc:
+                problems.append(f"{where} {key}: {exc}")
+    return dataclasses.replace(quota, **changes["quota"]), dataclasses.replace(guard, **changes["guard"])
+
+
+def _tenants_shared(table: Any, problems: list[str]) -> dict[str, Any]:
+    """[tenants]' own keys, parsed: "quota", "guard", "probation_default"."""
+    from mtad.feedback import reputation
+    from mtad.spool import quotas
+
+    keys = {k: v for k, v in table.items() if k in _TENANTS_SHARED and not isinstance(v, dict)} if isinstance(
+        table, dict) else {}  # fmt: skip
+    quota, guard = _limits(keys, "[tenants]", quotas.NONE, reputation.Guard(), problems)
+    probation = keys.get("probation_default", False)
+    if not isinstance(probation, bool):
+        problems.append(f"[tenants] probation_default: expected true or false, got {probation!r}")
+    return {"quota": quota, "guard": guard, "probation_default": probation is True}
 
 
 def _load_tenant_defaults(
@@ -867,6 +963,8 @@ def _load_tenant_defaults(
     weights: dict[str, int],
     problems: list[str],
     dkim_domains: dict[str, str] | None = None,
+    shared: Mapping[str, Any] | None = None,
+    guards: dict[str, Any] | None = None,
 ) -> dict[str, submission.TenantDefaults]:
     """The [tenants."NAME"] tables: the priority and source IP pool of a tenant's
     messages when they name none (X-Mtad-Priority, Priority, X-Mtad-Pool), and the
@@ -877,6 +975,8 @@ def _load_tenant_defaults(
     if not isinstance(table, dict):
         problems.append('[tenants]: expected tables such as [tenants."shop"]')
         return {}
+    shared = shared if shared is not None else _tenants_shared(table, problems)
+    table = {k: v for k, v in table.items() if not (k in _TENANTS_SHARED and not isinstance(v, dict))}
     priority = _integer(submission.MIN_PRIORITY, submission.MAX_PRIORITY)
     defaults: dict[str, submission.TenantDefaults] = {}
     example = 'priority = 10, pool = "bulk"'
@@ -910,16 +1010,19 @@ def _load_tenant_defaults(
         reporting = keys.get("dsn", True)
         if not isinstance(reporting, bool):
             problems.append(f"{where} dsn: expected true or false, got {reporting!r}")
+        quota, guard = _limits(keys, where, shared["quota"], shared["guard"], problems)
+        if guards is not None and any(k in keys for k, (_, part, _) in _LIMITS.items() if part == "guard"):
+            guards[name] = guard
         if len(problems) == found:
             defaults[name] = submission.TenantDefaults(chosen, pool, account_pool, refusing == "refuse",
-                                                       leaving is True, reporting is not False)  # fmt: skip
+                                                       leaving is True, reporting is not False, quota)  # fmt: skip
     return defaults
 
 
 def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None) -> Settings:
     from mtad import submission
     from mtad.deliver import delivery
-    from mtad.feedback import inbound, inbox, suppression, webhook_delivery
+    from mtad.feedback import inbound, inbox, reputation, suppression, webhook_delivery
     from mtad.mailboxes import accounts, relay
     from mtad.outbound import sessions
     from mtad.signing import rotation
@@ -951,6 +1054,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
             pools=frozenset(extras["pools"]),
             account_pools=frozenset(extras["account_pools"]),
             tenant_defaults=extras["tenant_defaults"],
+            default_quota=extras["tenants_shared"]["quota"],
         ),
         spool=SpoolSettings(**values["spool"]),
         http=HttpSettings(**values["http"]),
@@ -979,6 +1083,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
                 checkpoint_interval=d["checkpoint_interval"],
                 node_timeout=3 * values["node"]["heartbeat_interval"],
                 default_pool=d["default_pool"],
+                probation_pool=d["probation_pool"],
                 route_pools=extras["route_pools"],
                 route_account_pools=extras["route_account_pools"],
                 tenant_dkim_domains=extras["tenant_dkim_domains"],
@@ -1035,6 +1140,12 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
         ),
         inbox=inbox.Settings(**values["inbox"]),
         webhooks=webhook_delivery.Settings(**values["webhooks"]),
+        reputation=reputation.Settings(
+            enabled=values["reputation"]["enabled"],
+            default=extras["tenants_shared"]["guard"],
+            tenants=extras["tenant_guards"],
+            publish=values["reputation"]["publish"],
+        ),
         delayed_after=values["reports"]["delayed_after"],
         source=path,
     )

@@ -38,11 +38,21 @@ from mtad import config, db, submission
 from mtad.base import errors, http, log, vault
 from mtad.db import embedded, opening
 from mtad.deliver import delivery, egress
-from mtad.feedback import consumers, inbound, inbox, nondelivery, suppression, unsubscribe, verp, webhook_delivery
+from mtad.feedback import (
+    consumers,
+    inbound,
+    inbox,
+    nondelivery,
+    reputation,
+    suppression,
+    unsubscribe,
+    verp,
+    webhook_delivery,
+)
 from mtad.mailboxes import relay
 from mtad.outbound import routing, sessions
 from mtad.signing import dkim, rotation
-from mtad.spool import commit, leases, nodes, retention
+from mtad.spool import commit, leases, nodes, retention, tenants
 from mtad.submission import port, processes
 
 logger = structlog.get_logger("mtad.daemon")
@@ -108,6 +118,9 @@ class Daemon:
         signer = dkim.Signer(threads=out.dkim_threads)
         sealer = _vault(settings)
         tokens = _unsubscribing(settings.unsubscribe)
+        states = tenants.States(database)  # paused, on probation: read again by the gate's task
+        handed = port_settings(settings, database.dsn)
+        gate = handed.gate(database, states)
         if out.enabled and sealer is not None:
             await self._dkim_keys(database, signer, sealer)  # the keys active now, before the first send
         if out.enabled:
@@ -119,14 +132,14 @@ class Daemon:
             engine = delivery.Delivery(
                 out.engine, queue, router, sessions.Pool(out.sessions), out.rules, pools=egress.Egress(out.pools),
                 mailboxes=mailboxes, signer=signer, verp=_verp(settings.bounces), unsubscribing=links,
+                on_probation=states.on_probation,
             )  # fmt: skip
         sub = settings.submission
         accepting: port.InProcess | processes.Processes
-        handed = port_settings(settings, database.dsn)
         if sub.processes:
             accepting = processes.Processes(handed, submission.bind(sub.listen), sub.processes, fast_path=engine)
         else:
-            accepting = port.InProcess(handed, database, router, fast_path=engine)
+            accepting = port.InProcess(handed, database, router, fast_path=engine, gate=gate)
         listening = None  # bounces and complaints
         if settings.inbound.listen:
             listening = inbound.Inbound(settings.inbound, database, _verp(settings.bounces))
@@ -157,8 +170,15 @@ class Daemon:
                 handlers: list[consumers.Handler] = [suppression.Suppressor(settings.suppression), outbox, reporter]
                 background = [
                     tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),
-                    tasks.create_task(consumers.Consumers(database, handlers).run(), name="event-consumers"),
+                    tasks.create_task(gate.run(), name="tenant-states"),
                 ]
+                if settings.reputation.enabled:
+                    handlers.append(reputation.Reputation(settings.reputation))
+                    publishing = reputation.Publisher(database, settings.reputation.publish)
+                    background.append(tasks.create_task(publishing.run(), name="reputation-metrics"))
+                background.append(
+                    tasks.create_task(consumers.Consumers(database, handlers).run(), name="event-consumers")
+                )
                 if sending is not None:
                     background.append(tasks.create_task(sending.run(), name="webhooks"))
                 if out.enabled and sealer is not None:

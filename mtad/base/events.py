@@ -35,6 +35,10 @@ class Kind(enum.StrEnum):
     UNSUBSCRIBED = "unsubscribed"  # the recipient asked for no more (one-click, or mailto)
     REPLIED = "replied"  # a person answered
     AUTO_REPLIED = "auto_replied"  # an automatic answer (out of office, RFC 3834)
+    # A tenant's state (mtad.spool.tenants); no message.
+    TENANT_PAUSED = "tenant_paused"  # by an operator, or by its complaint or bounce rate ("by": "auto")
+    TENANT_RESUMED = "tenant_resumed"
+    TENANT_GRADUATED = "tenant_graduated"  # off probation: enough mail sent within the rates
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,6 +155,18 @@ CONSUMER_LAG = Gauge(
 CONSUMER_FAILURES = Counter(
     "mtad_event_consumer_failures", "Batches an event consumer failed to process (retried)", ["consumer"]
 )
+TENANT_PAUSED = Gauge(
+    "mtad_tenant_paused", "1 while a tenant is paused, by who paused it (auto, operator)", ["tenant", "by"]
+)
+TENANT_PROBATION = Gauge("mtad_tenant_probation", "1 while a tenant is on probation", ["tenant"])
+QUOTA_REFUSALS = Counter(
+    "mtad_tenant_quota_refusals", "Messages refused for a tenant's quota (hour, day, queued_bytes)", ["tenant", "quota"]
+)
+REPUTATION = Gauge(
+    "mtad_reputation",
+    "Outcomes in the sliding windows (1h, 24h) by scope (tenant, provider, source) and key",
+    ["scope", "key", "window", "outcome"],
+)
 SPOOL_DEPTH = Gauge(
     "mtad_spool_deliveries",
     "Deliveries in the spool by state, as of the last scrape.",

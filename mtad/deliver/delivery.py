@@ -81,6 +81,7 @@ class Settings:
     checkpoint_interval: float = 5.0  # buckets and warm-up to and from PostgreSQL, and the live node count
     node_timeout: float = 30.0  # a node whose heartbeat is older is not counted as live
     default_pool: str | None = None  # the source IP pool of mail that names none (None: source_address)
+    probation_pool: str | None = None  # the source IP pool of the tenants on probation (None: as any other)
     route_pools: Mapping[str, str] = field(default_factory=dict)  # domain -> pool, over what the message says
     route_account_pools: Mapping[str, str] = field(
         default_factory=dict
@@ -154,6 +155,7 @@ class Delivery:
         signer: dkim.Signer | None = None,
         verp: Verp | None = None,
         unsubscribing: Unsubscribing | None = None,
+        on_probation: Callable[[str], bool] = lambda tenant: False,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: random.Random | None = None,
     ) -> None:
@@ -169,6 +171,7 @@ class Delivery:
         self._signer = signer or dkim.Signer()
         self._verp = verp  # MX mail's envelope sender names its delivery: one recipient per transaction
         self._unsubscribing = unsubscribing  # links for the tenants of settings.list_unsubscribe
+        self._on_probation = on_probation  # tenants.States.on_probation
         self._default_source = pool.settings.source_address or ""  # the source of mail without a pool
         self._now = now
         self._rng = rng or random.Random()
@@ -188,7 +191,7 @@ class Delivery:
         # Rows per statement are capped: the statements look each row's values up in
         # the arrays, a cost that grows with the batch (42 us a row at 50 rows, 70 at
         # 350, 119 at 1,000), and a slow batch would make the next one bigger.
-        self._begin: Batcher[leases.Attempt, tuple[set[int], set[int]]] = Batcher(
+        self._begin: Batcher[leases.Attempt, leases.Begun] = Batcher(
             self._begin_batch, max_batch=MAX_ROWS_PER_WRITE, weight=lambda a: len(a.deliveries)
         )
         self._record: Batcher[list[Outcome], set[int]] = Batcher(
@@ -540,9 +543,15 @@ class Delivery:
         return _Wait(min(timed) if timed else None)  # the first token, or a session freed (freed is set)
 
     def _pool_of(self, job: _Job) -> str | None:
-        """The source pool of a job: its route's, else its message's, else the default."""
+        """The source pool of a job: its route's, else the probation pool for a tenant on
+        probation, else its message's, else the default."""
+        route = self.settings.route_pools.get(job.domain)
+        if route is not None:
+            return route
+        if self.settings.probation_pool is not None and self._on_probation(job.tenant):
+            return self.settings.probation_pool
         message = self._holdings.message(job.message)
-        return self.settings.route_pools.get(job.domain) or (message and message.pool) or self.settings.default_pool
+        return (message and message.pool) or self.settings.default_pool
 
     def _egress_for(
         self, job: _Job, provider: str, refused: frozenset[str] = frozenset()
@@ -777,22 +786,25 @@ class Delivery:
         return [None] * len(signed)
 
     async def _begin_attempt(self, job: _Job, attempt: uuid.UUID, group: str) -> bool:
-        """Write the attempt id before DATA; drop deliveries whose lease was lost, and
-        those whose recipient was suppressed while they waited (cancelled now). False
-        when none is left to send."""
+        """Write the attempt id before DATA; drop deliveries whose lease was lost, those
+        whose recipient was suppressed while they waited (cancelled now) and those of a
+        tenant paused meanwhile (queued again). False when none is left to send."""
         ids = tuple(d.id for d in job.deliveries)
-        owned, suppressed = await self._begin.submit(leases.Attempt(attempt, ids, group, job.tenant))
-        lost = [d for d in job.deliveries if d.id not in owned]
+        begun = await self._begin.submit(leases.Attempt(attempt, ids, group, job.tenant))
+        lost = [d for d in job.deliveries if d.id not in begun.owned]
         if lost:
             for d in lost:
-                if d.id in suppressed:
+                if d.id in begun.suppressed:
                     log.info("cancelled", delivery=d.id, queue_id=str(job.message), recipient=d.recipient,
                              reason="suppressed", group=group)  # fmt: skip
-            if len(lost) > len(suppressed):
-                log.warning("leases_lost_before_sending", count=len(lost) - len(suppressed))
-            self._stats.cancelled += len(suppressed)
+            if begun.held:
+                log.info("held", queue_id=str(job.message), tenant=job.tenant, count=len(begun.held),
+                         reason="tenant_paused", group=group)  # fmt: skip
+            if len(lost) > len(begun.suppressed) + len(begun.held):
+                log.warning("leases_lost_before_sending", count=len(lost) - len(begun.suppressed) - len(begun.held))
+            self._stats.cancelled += len(begun.suppressed)
             self._holdings.let_go(d.id for d in lost)
-            job.deliveries = [d for d in job.deliveries if d.id in owned]
+            job.deliveries = [d for d in job.deliveries if d.id in begun.owned]
             if not job.deliveries:
                 self._holdings.job_done(job.message)
                 return False
@@ -980,9 +992,9 @@ class Delivery:
         delay = self.settings.retry.delay(d.attempts + 1, self._rng)
         return State.DEFERRED, reason, now + timedelta(seconds=delay)
 
-    async def _begin_batch(self, attempts: list[leases.Attempt]) -> list[tuple[set[int], set[int]]]:
-        owned, suppressed = await leases.begin(self._db, self.node, attempts, self._now())
-        return [(owned.intersection(a.deliveries), suppressed.intersection(a.deliveries)) for a in attempts]
+    async def _begin_batch(self, attempts: list[leases.Attempt]) -> list[leases.Begun]:
+        begun = await leases.begin(self._db, self.node, attempts, self._now())
+        return [begun.of(a.deliveries) for a in attempts]
 
     async def _record_batch(self, batches: list[list[Outcome]]) -> list[set[int]]:
         expiry = self.settings.bounce_suppression

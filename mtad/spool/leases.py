@@ -89,18 +89,34 @@ class Attempt:
     tenant: str = ""
 
 
-async def begin(
-    database: db.Database, node: str, attempts: Sequence[Attempt], now: datetime
-) -> tuple[set[int], set[int]]:
-    """Write the attempt ids before DATA (one statement for several attempts).
-    Returns the delivery ids still leased to this node, to send; and those found
-    suppressed meanwhile, cancelled now with their event (not to send)."""
+@dataclass(frozen=True, slots=True)
+class Begun:
+    """What begin() found: the deliveries to send now; those suppressed meanwhile
+    (cancelled, with their event); those of a tenant paused meanwhile (queued again
+    to wait for its resume)."""
+
+    owned: frozenset[int]
+    suppressed: frozenset[int] = frozenset()
+    held: frozenset[int] = frozenset()
+
+    def of(self, ids: Sequence[int]) -> Begun:
+        """The part of this answer about `ids` (one attempt's)."""
+        mine = frozenset(ids)
+        return Begun(self.owned & mine, self.suppressed & mine, self.held & mine)
+
+
+async def begin(database: db.Database, node: str, attempts: Sequence[Attempt], now: datetime) -> Begun:
+    """Write the attempt ids before DATA (one statement for several attempts);
+    deliveries no longer leased to this node are in none of the answer's sets."""
     ids = [d for a in attempts for d in a.deliveries]
     attempt_ids = [a.id for a in attempts for _ in a.deliveries]
     groups = [a.group for a in attempts for _ in a.deliveries]
     tenants = [a.tenant for a in attempts for _ in a.deliveries]
     rows = await database.fetch("leases/begin", node, ids, attempt_ids, groups, now, tenants)
-    return {r["id"] for r in rows if not r["suppressed"]}, {r["id"] for r in rows if r["suppressed"]}
+    became: dict[str, set[int]] = {"begun": set(), "suppressed": set(), "held": set()}
+    for row in rows:
+        became[row["became"]].add(row["id"])
+    return Begun(frozenset(became["begun"]), frozenset(became["suppressed"]), frozenset(became["held"]))
 
 
 async def unbegin(database: db.Database, node: str, ids: Sequence[int], now: datetime) -> None:

@@ -5,7 +5,8 @@ short transaction over a range of a primary key (never a scan of the hot indexes
 messages received more than `messages` ago whose every delivery is final, with
 their deliveries; events older than `events` (account events no sooner than the
 breaker and the health score stop reading them); settled mailbox reservations and
-daily counts older than any limit reads; webhook requests delivered or given up
+daily counts older than any limit reads; the reputation windows' and quotas'
+counts as old; webhook requests delivered or given up
 more than `events` ago. At most one node prunes at a time: a
 session advisory lock on a connection of the round's own. `purge` does the same
 at once for everything before a given time (`mtad queue purge`).
@@ -68,12 +69,13 @@ class Pruned:
     days: int = 0
     keys: int = 0  # expired idempotency keys
     webhooks: int = 0  # webhook requests delivered or dead
+    windows: int = 0  # reputation minute counts and quota counts of days gone
     indexes: int = 0  # indexes rebuilt, being mostly empty pages
     batches: int = 0
 
     def removed(self) -> int:
         return (self.messages + self.deliveries + self.events + self.reservations + self.days + self.keys
-                + self.webhooks)  # fmt: skip
+                + self.webhooks + self.windows)  # fmt: skip
 
     def counts(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -122,6 +124,7 @@ async def prune(
         pruned.reservations += await _by_id(conn, "retention/reservations", cutoffs.account_history, batch=batch,
                                             pause=pause, pruned=pruned)  # fmt: skip
         pruned.days = int(await conn.fetchval("retention/days", cutoffs.account_history))
+        pruned.windows = int(await conn.fetchval("retention/windows", cutoffs.account_history))
         pruned.webhooks += await _by_id(conn, "retention/webhooks", cutoffs.events, batch=batch, pause=pause,
                                         pruned=pruned)  # fmt: skip
         await _keys(conn, cutoffs.keys, batch, pause, pruned)

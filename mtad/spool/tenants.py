@@ -1,4 +1,6 @@
-"""Tenants: who may submit mail, and how they prove it (scrypt password hashes).
+"""Tenants: who may submit mail, how they prove it (scrypt password hashes), and
+whether they may now: paused (its mail waits, new mail is refused) or on probation
+(its mail leaves from the probation pool).
 
 scrypt with N=2^14 costs ~75 ms of CPU; verification runs in a worker thread
 and a success is remembered for `cache_ttl` seconds (keyed by a salted digest
@@ -16,11 +18,17 @@ import os
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+import structlog
+
 from mtad import db
-from mtad.base import errors
+from mtad.base import errors, events, metrics
+
+log = structlog.get_logger("mtad.tenants")
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
@@ -124,3 +132,78 @@ class Authenticator:
         while len(self._ok) > self._size:
             self._ok.popitem(last=False)
         return True
+
+
+# --- paused, on probation -------------------------------------------------------------
+
+
+async def pause(conn: db.Connection | db.Database, tenant: str, reason: str, *, by: str, now: datetime,
+                data: Mapping[str, Any] | None = None) -> int | None:  # fmt: skip
+    """Pause `tenant` (by "auto" or "operator"): its waiting mail is held, new mail is
+    refused (Gate), with a tenant_paused event carrying `data` too. Returns how many
+    deliveries were held; None when it was paused already."""
+    check_name(tenant)
+    held = await conn.fetchval("tenants/pause", tenant, by, reason, now, events.encode(data or {}))
+    return None if held is None else int(held)
+
+
+async def resume(database: db.Database, tenant: str, *, by: str, now: datetime) -> int | None:
+    """Resume a paused tenant: its held mail is due now. Returns how many deliveries
+    were released; None when it was not paused."""
+    check_name(tenant)
+    async with database.transaction() as tx:
+        if await tx.fetchval("tenants/resume", tenant, now, by) is None:
+            return None
+        return int(await tx.fetchval("tenants/unhold", tenant, now))
+
+
+async def set_probation(database: db.Database, tenant: str, on: bool, now: datetime) -> None:
+    check_name(tenant)
+    await database.fetchrow("tenants/probation", tenant, now, on)
+
+
+async def state(database: db.Database, tenant: str) -> dict[str, Any]:
+    """A tenant's state; the defaults when it has none recorded."""
+    row = await database.fetchrow("tenants/state", tenant)
+    if row is None:
+        return {"tenant": tenant, "paused_at": None, "paused_by": None, "paused_reason": None, "resumed_at": None,
+                "probation": False, "probation_since": None, "probation_sent": 0, "graduated_at": None}  # fmt: skip
+    return dict(row)
+
+
+@dataclass(frozen=True, slots=True)
+class Paused:
+    by: str  # "auto" or "operator"
+    reason: str
+
+
+class States:
+    """The tenants paused or on probation, as PostgreSQL said at the last load()
+    (quotas.Gate.run loads it every few seconds): what this process's submission and
+    delivery heed."""
+
+    def __init__(self, database: db.Database) -> None:
+        self._db = database
+        self._paused: dict[str, Paused] = {}
+        self._probation: frozenset[str] = frozenset()
+        self.loaded = asyncio.Event()
+
+    def paused(self, tenant: str) -> Paused | None:
+        return self._paused.get(tenant)
+
+    def on_probation(self, tenant: str) -> bool:
+        return tenant in self._probation
+
+    async def load(self) -> None:
+        """Read the states once; DatabaseUnavailable (or SpoolError) when it cannot."""
+        rows = await self._db.fetch("tenants/states")
+        paused = {r["tenant"]: Paused(r["paused_by"], r["paused_reason"]) for r in rows if r["paused_by"] is not None}
+        probation = frozenset(r["tenant"] for r in rows if r["probation"])
+        for tenant in self._paused.keys() - paused.keys():
+            metrics.TENANT_PAUSED.labels(tenant=tenant, by=self._paused[tenant].by).set(0)
+        for tenant, why in paused.items():
+            metrics.TENANT_PAUSED.labels(tenant=tenant, by=why.by).set(1)
+        for tenant in self._probation | probation:
+            metrics.TENANT_PROBATION.labels(tenant=tenant).set(1 if tenant in probation else 0)
+        self._paused, self._probation = paused, probation
+        self.loaded.set()

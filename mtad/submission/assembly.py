@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from mtad.base import headers, replies
 from mtad.base.envelope import Address
 from mtad.base.replies import Reply
-from mtad.spool import commit
+from mtad.spool import commit, quotas
 
 MIN_PRIORITY = -100
 MAX_PRIORITY = 100
@@ -58,6 +58,7 @@ class TenantDefaults:
     refuse_suppressed: bool = False  # a suppressed recipient is refused at RCPT (else its delivery is cancelled)
     list_unsubscribe: bool = False  # its mail gets List-Unsubscribe (one-click) fields, one recipient per transaction
     dsn: bool = True  # its senders get a non-delivery report for mail that bounced or failed
+    quota: quotas.Quota = quotas.NONE  # what it may submit (mtad.spool.quotas)
 
 
 NO_DEFAULTS = TenantDefaults()

@@ -18,7 +18,7 @@ import structlog
 
 from mtad import db
 from mtad.base import errors, log, metrics
-from mtad.spool import commit
+from mtad.spool import commit, tenants
 from mtad.submission import control
 from mtad.submission.port import InProcess
 
@@ -66,10 +66,12 @@ async def _serve(start: control.Start) -> None:
     listening = [socket.socket(fileno=fd) for fd in start.listening]
     database = await db.Database.connect(settings.dsn, max_size=settings.pool_size)
     handing = _Handing(settings.node, settings.lease_duration, writer) if start.fast_path else None
-    port = InProcess(settings, database, settings.router(), fast_path=handing)
+    gate = settings.gate(database, tenants.States(database))
+    port = InProcess(settings, database, settings.router(), fast_path=handing, gate=gate)
     try:
         async with asyncio.TaskGroup() as tasks:
             committing = tasks.create_task(port.run(), name="group-commit")
+            checking = tasks.create_task(gate.run(), name="tenant-states")
             answering = tasks.create_task(_answer(reader, writer, handing), name="control")
             await port.start(listening)
             logger.info("submission_process_ready", process=start.index, pid=os.getpid())
@@ -81,6 +83,7 @@ async def _serve(start: control.Start) -> None:
             await committing
             control.say(writer, control.Counts(metrics.snapshot()))
             answering.cancel()
+            checking.cancel()
     finally:
         port.close()
         writer.close()

@@ -27,7 +27,7 @@ from mtad.base.envelope import Address
 from mtad.base.replies import Reply
 from mtad.feedback import suppression
 from mtad.outbound import routing
-from mtad.spool import commit, tenants
+from mtad.spool import commit, quotas, tenants
 from mtad.submission import assembly
 
 log = structlog.get_logger("mtad.submission")
@@ -60,6 +60,7 @@ class Settings:
     pools: frozenset[str] = frozenset()  # the configured source IP pools, for X-Mtad-Pool
     account_pools: frozenset[str] = frozenset()  # the configured account pools, for X-Mtad-Account-Pool
     tenant_defaults: Mapping[str, assembly.TenantDefaults] = field(default_factory=dict)  # by tenant
+    default_quota: quotas.Quota = quotas.NONE  # the quotas of a tenant without its own ([tenants])
 
 
 def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -167,12 +168,14 @@ class Handler:
         *,
         router: routing.Router | None = None,
         suppressions: suppression.Checker | None = None,
+        gate: quotas.Gate | None = None,
         now: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self._committer = committer
         self._auth = authenticator
         self._suppressions = suppressions
+        self._gate = gate
         self._router = router if settings.check_recipient_domains else None
         self._throttle = AuthThrottle(settings.auth_max_failures, settings.auth_failure_window)
         self._now = now
@@ -266,6 +269,11 @@ class Handler:
             except errors.AddressError as exc:
                 return refuse(_address_reply(exc), "bad_sender")
             env.mail_from = str(sender)
+        if self._gate is not None:
+            tenant = str(session.auth_data) if session.authenticated else self.settings.default_tenant
+            refused = self._gate.refusal(tenant)
+            if refused is not None:
+                return refuse(refused, "tenant_refused")
         env.mail_options.extend(options)
         return replies.SENDER_OK.line()
 
@@ -337,20 +345,33 @@ class Handler:
         )
         if isinstance(message, Reply):
             return refuse(message, "bad_instruction")
+        taken = None
+        if self._gate is not None:
+            try:
+                counted = await self._gate.take(origin.tenant, len(message.body))
+            except errors.SpoolError as exc:
+                log.warning("accept_spool_unavailable", error=str(exc))
+                return refuse(replies.SPOOL_UNAVAILABLE, "spool_unavailable")
+            if isinstance(counted, Reply):
+                return refuse(counted, "tenant_refused")
+            taken = counted
         try:
             accepted = await self._committer.commit(message)
-        except errors.OutcomeUnknown as exc:
+        except errors.OutcomeUnknown as exc:  # committed or not: the count stays
             log.warning("accept_outcome_unknown", queue_id=str(message.id), error=str(exc))
             return refuse(replies.OUTCOME_UNKNOWN, "spool_unavailable")
         except errors.DatabaseUnavailable as exc:
             log.warning("accept_spool_unavailable", error=str(exc))
+            await self._give_back(taken)
             return refuse(replies.SPOOL_UNAVAILABLE, "spool_unavailable")
         except errors.SpoolError as exc:
             log.error("accept_failed", error=str(exc))
+            await self._give_back(taken)
             return refuse(replies.INTERNAL_ERROR, "internal")
         metrics.ACCEPT_LATENCY.observe(time.perf_counter() - started)
         queue_id = str(accepted.queue_id)
         if accepted.duplicate:
+            await self._give_back(taken)
             metrics.DUPLICATES.inc()
             log.info(
                 "duplicate",
@@ -360,6 +381,8 @@ class Handler:
                 client=message.client_address,
             )
             return replies.already_queued(queue_id).line()
+        if taken is not None and self._gate is not None:
+            self._gate.accepted(taken)
         metrics.ACCEPTED.inc()
         metrics.ACCEPTED_RECIPIENTS.inc(len(message.recipients))
         log.info(
@@ -373,6 +396,10 @@ class Handler:
             message_id=message.message_id,
         )
         return replies.queued(queue_id).line()
+
+    async def _give_back(self, taken: quotas.Taken | None) -> None:
+        if taken is not None and self._gate is not None:
+            await self._gate.give_back(taken)
 
     async def handle_exception(self, error: Exception) -> str:
         log.error("session_error", error=f"{type(error).__name__}: {error}")

@@ -14,7 +14,7 @@ from mtad.base import metrics
 from mtad.base.endpoints import HostPort
 from mtad.feedback import suppression
 from mtad.outbound import routing
-from mtad.spool import commit, tenants
+from mtad.spool import commit, quotas, tenants
 
 logger = structlog.get_logger("mtad.submission.port")
 
@@ -41,6 +41,12 @@ class PortSettings:
     node: str  # the fast path hands over leases of this node
     lease_duration: float
 
+    def gate(self, database: db.Database, states: tenants.States) -> quotas.Gate:
+        """The check of the tenants' states and quotas for a process serving the port."""
+        sub = self.submission
+        quota = {t: d.quota for t, d in sub.tenant_defaults.items()}
+        return quotas.Gate(database, states, quota, sub.default_quota)
+
     def router(self) -> routing.Router:
         resolver = routing.DnsResolver(self.nameservers, timeout=self.dns_timeout)
         return routing.Router(resolver, self.providers, routes=self.routes, port=self.port)
@@ -59,6 +65,7 @@ class InProcess:
         router: routing.Router,
         *,
         fast_path: commit.FastPath | None = None,
+        gate: quotas.Gate | None = None,
     ) -> None:
         sub = settings.submission
         self._within = sub.shutdown_timeout
@@ -74,7 +81,7 @@ class InProcess:
         refusing = any(t.refuse_suppressed for t in sub.tenant_defaults.values())  # asks at RCPT
         checker = suppression.Checker(database) if refusing else None
         handler = submission.Handler(sub, self.committer, tenants.Authenticator(database), router=router,
-                                     suppressions=checker)  # fmt: skip
+                                     suppressions=checker, gate=gate)  # fmt: skip
         self.server = submission.Server(sub, handler, tls)
 
     async def run(self) -> None:

@@ -16,7 +16,7 @@ from mtad import db, submission
 from mtad.base.endpoints import HostPort
 from mtad.feedback import suppression
 from mtad.outbound import routing
-from mtad.spool import commit, tenants
+from mtad.spool import commit, quotas, tenants
 from tests.sink import Sink
 from tests.zones import ZoneResolver
 
@@ -28,6 +28,7 @@ class Submission:
     server: submission.Server
     committer: commit.GroupCommitter
     database: db.Database
+    gate: quotas.Gate
 
     @property
     def port(self) -> int:
@@ -52,13 +53,16 @@ async def submission_server(
     committer = commit.GroupCommitter(database, window=0.001)
     context = submission.tls_context(*tls) if tls else None
     router = routing.Router(ZoneResolver(ZONE, servfail={"dnsdown.test"}), TEST_PROVIDERS)
+    quota = {t: d.quota for t, d in settings.tenant_defaults.items()}
+    gate = quotas.Gate(database, tenants.States(database), quota, settings.default_quota)
+    await gate.refresh()
     handler = submission.Handler(settings, committer, tenants.Authenticator(database), router=router,
-                                 suppressions=suppression.Checker(database))  # fmt: skip
+                                 suppressions=suppression.Checker(database), gate=gate)  # fmt: skip
     server = submission.Server(settings, handler, context)
     task = asyncio.create_task(committer.run())
     await server.start()
     try:
-        yield Submission(server, committer, database)
+        yield Submission(server, committer, database, gate)
     finally:
         server.stop_accepting()
         await server.close_sessions()

@@ -68,7 +68,7 @@ async def test_renew_and_begin_only_touch_own_leases(database: db.Database) -> N
     assert await leases.renew(database, "n1", ids, now + timedelta(minutes=5)) == {mine[0].id}
     attempt = uuid.uuid4()
     begun = await leases.begin(database, "n1", [leases.Attempt(attempt, tuple(ids), "mx:x")], now)
-    assert begun == ({mine[0].id}, set())  # to send; none suppressed
+    assert begun == leases.Begun(frozenset({mine[0].id}))  # to send; none suppressed or held
     [row] = await query(database, "SELECT attempt_id, route_group FROM deliveries WHERE id = $1", mine[0].id)
     assert (row["attempt_id"], row["route_group"]) == (attempt, "mx:x")
 

@@ -71,6 +71,12 @@ EXPECTED_COLUMNS = {
     "account_days": {"account", "day", "sends"},
     "source_addresses": {"address", "pool", "turn", "turn_sends", "parked_until", "updated_at"},
     "source_leases": {"address", "node", "sends", "taken_at", "expires_at"},
+    "tenant_states": {
+        "tenant", "paused_at", "paused_by", "paused_reason", "resumed_at", "probation", "probation_since",
+        "probation_sent", "graduated_at",
+    },
+    "tenant_usage": {"tenant", "period", "starts", "messages"},
+    "reputation_counts": {"scope", "key", "minute", "delivered", "deferred", "bounced", "complained", "unsubscribed"},
     "dkim_keys": {
         "id", "domain", "selector", "algorithm", "private_key", "record", "state", "created_at", "changed_at",
         "published_at", "published_ttl",

@@ -27,7 +27,7 @@ from mtad.feedback import signals
 from mtad.mailboxes import accounts
 from mtad.signing import dkim
 from mtad.signing.dkim import Algorithm, KeyState
-from mtad.spool import commit, leases
+from mtad.spool import commit, leases, tenants
 from tests.conftest import query
 from tests.integration.test_accounts import make
 from tests.integration.test_leases import Collector, outcome, spool_messages
@@ -173,7 +173,18 @@ async def exercise(database: db.Database) -> None:
     suppress += " SELECT '', lower(recipient), 'manual', $2 FROM deliveries WHERE id = $1"
     await query(database, suppress, waiting, now)
     begun = await leases.begin(database, "n1", [leases.Attempt(uuid.uuid4(), (waiting,), "g", "t1")], now)
-    assert begun == (set(), {waiting})
+    assert (begun.owned, begun.suppressed) == (set(), {waiting})
+
+    # A tenant paused: its waiting mail is held (due at infinity), its leased mail
+    # queued again before its attempt; resumed, all of it is due.
+    [held] = await lease(1)
+    await queued()
+    assert await tenants.pause(database, "t1", "checks", by="operator", now=now) is not None
+    begun = await leases.begin(database, "n1", [leases.Attempt(uuid.uuid4(), (held,), "g", "t1")], now)
+    assert begun.held == {held}
+    assert await tenants.resume(database, "t1", by="operator", now=now)
+    await tenants.set_probation(database, "t1", True, now)
+    assert await database.fetchval("reputation/graduate", "t1", now, 1) == "t1"
 
     # An operator's every action, on a queued delivery and on a deferred one.
     for action in leases.ACTIONS:

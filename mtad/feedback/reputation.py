@@ -1,0 +1,227 @@
+"""Reputation windows, the auto-pause and probation.
+
+`Reputation` is the event consumer that counts outcomes per minute by tenant,
+provider group and source address (`reputation_counts`): delivered, deferred,
+hard bounces (the address does not exist: a bounce of class "recipient", or a
+hard DSN), complaints and unsubscribes. A complaint, an unsubscribe or a late
+bounce counts for the group and address its delivery left from. The sliding
+windows are the sums over the last hour and the last 24 hours.
+
+After each batch it guards the tenants the batch touched, in the same
+transaction: one whose complaint rate (complaints per delivered) or hard-bounce
+rate (hard bounces per delivered and hard-bounced) passes its limit in either
+window, over at least `min_volume` of them counted since it was last resumed, is
+paused (mtad.spool.tenants.pause). A tenant on probation graduates once it has
+delivered `graduate_after` since it was put on it, with both 24-hour rates
+within the limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from mtad import db
+from mtad.base import errors, events, metrics
+from mtad.feedback import consumers
+from mtad.spool import tenants
+
+log = structlog.get_logger("mtad.reputation")
+
+OUTCOMES = ("delivered", "deferred", "bounced", "complained", "unsubscribed")
+WINDOWS = ("1h", "24h")
+SCOPES = ("tenant", "provider", "source")
+_KINDS = {
+    events.Kind.DELIVERED.value: "delivered",
+    events.Kind.DEFERRED.value: "deferred",
+    events.Kind.BOUNCED.value: "bounced",
+    events.Kind.COMPLAINED.value: "complained",
+    events.Kind.UNSUBSCRIBED.value: "unsubscribed",
+}
+_LATER = frozenset({"bounced", "complained", "unsubscribed"})  # may come after the delivery: where did it leave from?
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A tenant's limits ([tenants] and [tenants."NAME"])."""
+
+    max_complaint_rate: float = 0.003  # the bulk-sender threshold Gmail and Yahoo publish
+    max_bounce_rate: float = 0.05
+    min_volume: int = 1000  # deliveries in a window before its rates count
+    graduate_after: int = 1000  # deliveries on probation before it ends
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    enabled: bool = True  # false: nothing is counted, no tenant is paused or graduates by itself
+    default: Guard = Guard()
+    tenants: Mapping[str, Guard] = field(default_factory=dict)
+    publish: float = 30.0  # seconds between updates of the windows' metrics
+
+    def guard(self, tenant: str) -> Guard:
+        return self.tenants.get(tenant, self.default)
+
+
+def hard(data: Mapping[str, Any]) -> bool:
+    """Whether a bounced event says the address does not exist."""
+    if data.get("async"):
+        return bool(data.get("hard"))
+    return data.get("class") == "recipient"
+
+
+class Reputation:
+    """The `reputation` event consumer (consumers.Handler)."""
+
+    name = "reputation"
+    kinds = frozenset(_KINDS)
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> None:
+        counted = [e for e in batch if e.tenant and (e.kind != "bounced" or hard(e.data))]
+        if not counted:
+            return
+        origins = await self._origins(conn, [e for e in counted if _KINDS[e.kind] in _LATER and e.delivery])
+        counts: dict[tuple[str, str, datetime], list[int]] = defaultdict(lambda: [0] * len(OUTCOMES))
+        delivered: dict[str, int] = defaultdict(int)
+        for e in counted:
+            assert e.tenant is not None
+            outcome = OUTCOMES.index(_KINDS[e.kind])
+            group, source = e.data.get("group"), e.data.get("source")
+            if e.delivery in origins:
+                group, source = origins[e.delivery]
+            minute = e.at.replace(second=0, microsecond=0)
+            for scope, key in (("tenant", e.tenant), ("provider", group), ("source", source)):
+                if key:
+                    counts[(scope, str(key), minute)][outcome] += 1
+            if outcome == 0:
+                delivered[e.tenant] += 1
+        keys = list(counts)
+        await conn.execute(
+            "reputation/count",
+            [k[0] for k in keys],
+            [k[1] for k in keys],
+            [k[2] for k in keys],
+            *([counts[k][i] for k in keys] for i in range(len(OUTCOMES))),
+        )
+        await self._guard(conn, sorted({e.tenant for e in counted if e.tenant and e.kind != "deferred"}), delivered)
+
+    async def _origins(
+        self, conn: db.Connection, later: Sequence[consumers.Stored]
+    ) -> dict[int, tuple[str | None, str | None]]:
+        if not later:
+            return {}
+        rows = await conn.fetch(
+            "reputation/origins", list({e.message for e in later if e.message}), [e.delivery for e in later]
+        )
+        return {r["delivery"]: (r["route_group"], r["source"]) for r in rows}
+
+    async def _guard(self, conn: db.Connection, touched: list[str], delivered: Mapping[str, int]) -> None:
+        """Pause the tenants past a limit; count the deliveries of those on probation
+        and graduate the ones that have sent enough."""
+        if not touched:
+            return
+        now = datetime.now(UTC)
+        sent: dict[str, int] = {}
+        if delivered:
+            names = list(delivered)
+            rows = await conn.fetch("reputation/probation_sent", names, [delivered[t] for t in names])
+            sent = {r["tenant"]: r["probation_sent"] for r in rows}
+        for row in await conn.fetch("reputation/guarded", touched, now):
+            tenant = row["tenant"]
+            guard = self.settings.guard(tenant)
+            if not row["paused"]:
+                why = _past_limit(row, guard)
+                if why is not None:
+                    reason, data = why
+                    await tenants.pause(conn, tenant, reason, by="auto", now=now, data=data)
+                    log.warning("tenant_paused", tenant=tenant, by="auto", reason=reason)
+                    continue
+            ready = tenant in sent and sent[tenant] >= guard.graduate_after and _within(row, guard)
+            if ready and await conn.fetchval("reputation/graduate", tenant, now, sent[tenant]) is not None:
+                log.info("tenant_graduated", tenant=tenant, sent=sent[tenant])
+
+
+def _rates(row: Mapping[str, Any], window: str) -> tuple[int, float, int, float]:
+    """(deliveries, complaint rate, sent, hard-bounce rate) of a window."""
+    delivered, bounced = int(row[f"delivered_{window}"]), int(row[f"bounced_{window}"])
+    complained = int(row[f"complained_{window}"])
+    sent = delivered + bounced
+    return delivered, complained / delivered if delivered else 0.0, sent, bounced / sent if sent else 0.0
+
+
+def _past_limit(row: Mapping[str, Any], guard: Guard) -> tuple[str, dict[str, Any]] | None:
+    """Why a tenant is to be paused (the reason and the figures), or None."""
+    for window in WINDOWS:
+        delivered, complaint_rate, sent, bounce_rate = _rates(row, window)
+        if delivered >= guard.min_volume and complaint_rate > guard.max_complaint_rate:
+            return (
+                f"complaint rate {complaint_rate:.4f} over {window} ({row[f'complained_{window}']} of {delivered} "
+                f"delivered) passes max_complaint_rate {guard.max_complaint_rate}",
+                {"rate": "complaint", "value": round(complaint_rate, 6), "limit": guard.max_complaint_rate,
+                 "window": window, "volume": delivered},
+            )  # fmt: skip
+        if sent >= guard.min_volume and bounce_rate > guard.max_bounce_rate:
+            return (
+                f"hard-bounce rate {bounce_rate:.4f} over {window} ({row[f'bounced_{window}']} of {sent} sent) "
+                f"passes max_bounce_rate {guard.max_bounce_rate}",
+                {"rate": "bounce", "value": round(bounce_rate, 6), "limit": guard.max_bounce_rate,
+                 "window": window, "volume": sent},
+            )  # fmt: skip
+    return None
+
+
+def _within(row: Mapping[str, Any], guard: Guard) -> bool:
+    _, complaint_rate, _, bounce_rate = _rates(row, "24h")
+    return complaint_rate <= guard.max_complaint_rate and bounce_rate <= guard.max_bounce_rate
+
+
+async def windows(
+    database: db.Database, scope: str | None = None, keys: Sequence[str] | None = None, now: datetime | None = None
+) -> list[dict[str, Any]]:
+    """The sliding windows of a scope's keys: {"scope", "key", "1h": {...}, "24h": {...}}."""
+    at = now or datetime.now(UTC)
+    rows = await database.fetch("reputation/windows", scope, list(keys) if keys is not None else None, at)
+    return [
+        {"scope": r["scope"], "key": r["key"],
+         **{w: {o: int(r[f"{o}_{w}"] or 0) for o in OUTCOMES} for w in WINDOWS}}
+        for r in rows
+    ]  # fmt: skip
+
+
+class Publisher:
+    """Keeps the windows' metrics (mtad_reputation) up to date, every `publish` seconds."""
+
+    def __init__(self, database: db.Database, every: float) -> None:
+        self._db = database
+        self._every = every
+        self._shown: set[tuple[str, str]] = set()
+
+    async def publish(self) -> None:
+        found = await windows(self._db)
+        now = {(w["scope"], w["key"]) for w in found}
+        for scope, key in self._shown - now:
+            for window in WINDOWS:
+                for outcome in OUTCOMES:
+                    metrics.REPUTATION.labels(scope=scope, key=key, window=window, outcome=outcome).set(0)
+        for w in found:
+            for window in WINDOWS:
+                for outcome in OUTCOMES:
+                    metrics.REPUTATION.labels(scope=w["scope"], key=w["key"], window=window,
+                                              outcome=outcome).set(w[window][outcome])  # fmt: skip
+        self._shown = now
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.publish()
+            except errors.SpoolError as exc:
+                log.warning("reputation_unread", error=str(exc))
+            await asyncio.sleep(self._every)

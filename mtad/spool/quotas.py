@@ -1,0 +1,166 @@
+"""What a tenant may submit now: nothing while it is paused, and no more than its
+quotas ([tenants] max_per_hour, max_per_day, max_queued_bytes).
+
+The rate quotas count messages per clock hour and per UTC day in PostgreSQL
+(`tenant_usage`, sql/functions/mtad_quota_take.sql), taken before the accept's
+COMMIT and given back when the message is not accepted after all, so every node
+and submission process draws on the same count. The spool quota compares the
+octets of the tenant's messages not yet final, read every `refresh` seconds, plus
+what this process accepted since, with the new message's. A refusal is
+remembered until its quota could have room again, so that MAIL is refused at
+once without a round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import structlog
+
+from mtad import db
+from mtad.base import errors, metrics
+from mtad.base.replies import Reply
+from mtad.spool import tenants
+
+log = structlog.get_logger("mtad.quotas")
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A tenant's quotas; None: no limit."""
+
+    max_per_hour: int | None = None  # messages accepted in a clock hour
+    max_per_day: int | None = None  # messages accepted in a UTC day
+    max_queued_bytes: int | None = None  # octets of its messages the spool holds, not final yet
+
+    @property
+    def counts_messages(self) -> bool:
+        return self.max_per_hour is not None or self.max_per_day is not None
+
+
+NONE = Quota()
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A message counted against its tenant's rate quotas at `at` (give_back undoes it)."""
+
+    tenant: str
+    at: datetime | None  # None: nothing was counted (no rate quota)
+    size: int
+
+
+def paused_reply(tenant: str, why: tenants.Paused) -> Reply:
+    return Reply(451, "4.7.1", f"Tenant {tenant} is paused ({why.by}): {why.reason}; try again later")
+
+
+class Gate:
+    """The submission's check of a tenant's state and quotas (one per process)."""
+
+    def __init__(
+        self,
+        database: db.Database,
+        states: tenants.States,
+        quotas: Mapping[str, Quota],
+        default: Quota = NONE,
+        *,
+        refresh: float = 2.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._db = database
+        self._states = states
+        self._quotas = dict(quotas)
+        self._default = default
+        self._refresh = refresh
+        self._clock = clock
+        self._full: dict[str, tuple[float, Reply]] = {}  # tenant -> (until, its refusal)
+        self._queued: dict[str, int] = {}  # tenant -> octets held in the spool (max_queued_bytes only)
+
+    def refusal(self, tenant: str) -> Reply | None:
+        """Why `tenant` may not submit now, as far as this process knows (MAIL FROM)."""
+        why = self._states.paused(tenant)
+        if why is not None:
+            return paused_reply(tenant, why)
+        full = self._full.get(tenant)
+        if full is not None:
+            if full[0] > self._clock():
+                return full[1]
+            del self._full[tenant]
+        quota = self._quotas.get(tenant, self._default)
+        if quota.max_queued_bytes is not None and self._queued.get(tenant, 0) >= quota.max_queued_bytes:
+            return self._spool_full(tenant, quota.max_queued_bytes)
+        return None
+
+    async def take(self, tenant: str, size: int) -> Taken | Reply:
+        """Count a message of `size` octets about to be committed, or refuse it.
+        DatabaseUnavailable (a SpoolError) when the count cannot be taken."""
+        refused = self.refusal(tenant)
+        if refused is not None:
+            return refused
+        quota = self._quotas.get(tenant, self._default)
+        if quota.max_queued_bytes is not None and self._queued.get(tenant, 0) + size > quota.max_queued_bytes:
+            return self._spool_full(tenant, quota.max_queued_bytes)
+        if not quota.counts_messages:
+            return Taken(tenant, None, size)
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        full = await self._db.fetchval("tenants/quota_take", tenant, now, quota.max_per_hour, quota.max_per_day)
+        if full is None:
+            return Taken(tenant, now, size)
+        if full == "hour":
+            until = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+            reply = Reply(451, "4.7.1", f"Tenant {tenant} is over its quota of {quota.max_per_hour} messages "
+                                        "per hour (max_per_hour); try again later")  # fmt: skip
+        else:
+            until = now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+            reply = Reply(451, "4.7.1", f"Tenant {tenant} is over its quota of {quota.max_per_day} messages "
+                                        "per day (max_per_day); try again later")  # fmt: skip
+        metrics.QUOTA_REFUSALS.labels(tenant=tenant, quota=full).inc()
+        self._full[tenant] = (until.timestamp(), reply)
+        return reply
+
+    def accepted(self, taken: Taken) -> None:
+        """The message was committed: its octets count against the spool quota."""
+        self._queued[taken.tenant] = self._queued.get(taken.tenant, 0) + taken.size
+
+    async def give_back(self, taken: Taken) -> None:
+        """The message was not accepted after all (refused, failed, a duplicate)."""
+        if taken.at is None:
+            return
+        try:
+            await self._db.execute("tenants/quota_give_back", taken.tenant, taken.at)
+        except errors.SpoolError as exc:  # counted once too many, at worst
+            log.warning("quota_not_given_back", tenant=taken.tenant, error=str(exc))
+
+    def _spool_full(self, tenant: str, limit: int) -> Reply:
+        metrics.QUOTA_REFUSALS.labels(tenant=tenant, quota="queued_bytes").inc()
+        return Reply(452, "4.3.1", f"Tenant {tenant} holds its quota of {limit} octets in the queue "
+                                   "(max_queued_bytes); try again later")  # fmt: skip
+
+    async def load(self) -> None:
+        """Read the octets the tenants with a spool quota hold."""
+        watched: list[str] | None = sorted(t for t, q in self._quotas.items() if q.max_queued_bytes is not None)
+        if self._default.max_queued_bytes is not None:
+            watched = None  # every tenant
+        elif not watched:
+            return
+        rows = await self._db.fetch("tenants/queued_bytes", watched)
+        self._queued = {r["tenant"]: int(r["bytes"]) for r in rows}
+
+    async def refresh(self) -> None:
+        """Read the tenants' states and queued octets now; SpoolError when it cannot."""
+        await self._states.load()
+        await self.load()
+
+    async def run(self) -> None:
+        """refresh() every `refresh` seconds until cancelled; a failed read keeps the
+        last figures."""
+        while True:
+            try:
+                await self.refresh()
+            except errors.SpoolError as exc:
+                log.warning("tenant_states_unread", error=str(exc))
+            await asyncio.sleep(self._refresh)
