@@ -810,8 +810,9 @@ async def webhooks_add(args: argparse.Namespace, settings: config.Basics) -> int
     kinds = [k.strip() for k in args.events.split(",") if k.strip()] if args.events else None
     sealer = _sealer(settings)
     async with _spool(settings) as opened:
-        endpoint, secret = await webhooks.add(opened.database, sealer, args.tenant, args.url, kinds)
-    print(f"webhook endpoint {endpoint.id} of tenant {endpoint.tenant}: {endpoint.url}")
+        endpoint, secret = await webhooks.add(opened.database, sealer, args.tenant, args.url, kinds, args.batch)
+    batched = f" (up to {endpoint.batch} events a request, as a JSON array)" if endpoint.batch > 1 else ""
+    print(f"webhook endpoint {endpoint.id} of tenant {endpoint.tenant}: {endpoint.url}{batched}")
     print(f"secret (shown once; verify the webhook-signature header with it): {secret}")
     return EXIT_OK
 
@@ -822,14 +823,15 @@ async def webhooks_ls(args: argparse.Namespace, settings: config.Basics) -> int:
     async with _spool(settings) as opened:
         found = await webhooks.listing(opened.database, args.tenant)
     rows = [{"id": e.id, "tenant": e.tenant, "url": e.url,
-             "events": ",".join(sorted(e.events)) if e.events is not None else "all",
+             "events": ",".join(sorted(e.events)) if e.events is not None else "all", "batch": e.batch,
              "previous_secret_until": e.previous_until, "created": e.created_at, "pending": e.pending,
              "delivered": e.delivered, "dead": e.dead} for e in found]  # fmt: skip
     if args.json:
         for row in rows:
             print(_json(row))
     else:
-        _table(rows, ["id", "tenant", "url", "events", "pending", "delivered", "dead", "previous_secret_until"])
+        _table(rows, ["id", "tenant", "url", "events", "batch", "pending", "delivered", "dead",
+                      "previous_secret_until"])  # fmt: skip
     return EXIT_OK
 
 
@@ -1153,6 +1155,9 @@ def _parser() -> argparse.ArgumentParser:
     wadd.add_argument("url")
     wadd.add_argument("--events", metavar="KIND,...", help="only these event kinds (default: every kind): "
                       + ", ".join(EVENT_KINDS))  # fmt: skip
+    wadd.add_argument("--batch", type=int, default=1, metavar="N",
+                      help="up to N events a request, as a JSON array, signed once (default 1: one event a request, "
+                      "its object alone; at most 1000)")  # fmt: skip
     wadd.set_defaults(command=webhooks_add)
     wls = webhook_commands.add_parser("ls", parents=[common], help="List the endpoints (never their secrets).")
     wls.add_argument("--tenant", help="only this tenant's")

@@ -2,21 +2,24 @@
 least once, in order per message.
 
 `Outbox` is an event consumer: in the transaction that moves its position it
-writes one request per (endpoint, event) into `webhook_messages` (migration 0017),
+writes one row per (endpoint, event) into `webhook_messages` (migration 0017),
 so each is written exactly once whatever happens to the node. `Sender` runs on
-every node: it leases due requests (the oldest pending one of each message only),
-signs them (mtad.feedback.webhooks) and POSTs them with aiohttp:
+every node: it leases due rows as requests (up to the endpoint's batch of rows
+each, and only the oldest pending row of each message), signs them
+(mtad.feedback.webhooks) and POSTs them with aiohttp:
 
 - 2xx: delivered.
 - anything else, a timeout, no answer: due again after a back-off with jitter,
   doubling from `retry_base` up to `retry_max`; still failing `max_age` after the
-  event: dead, with the last reason.
+  oldest event of the request: dead, with the last reason.
 - an address a request may not go to: the same. A loopback, link-local or private
   address is allowed only when `allow_networks` names it, checked on the addresses
   the name resolves to, which are the only ones connected to.
 
-An endpoint has at most `per_endpoint` requests in flight, so a slow or dead one
-holds no other tenant's back; answers are read up to `max_response` octets.
+A request keeps its rows and its webhook-id (msg_<its first row>) through every
+retry, and its rows are settled together. An endpoint has at most `per_endpoint`
+requests in flight from a node, so a slow or dead one holds no other tenant's
+back; answers are read up to `max_response` octets.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import secrets
 import socket
 import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -39,9 +42,11 @@ import prometheus_client
 import structlog
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+from standardwebhooks.webhooks import Webhook
 
 from mtad import db
 from mtad.base import errors, vault
+from mtad.base.batching import Batcher
 from mtad.feedback import consumers, tail, webhooks
 
 log = structlog.get_logger("mtad.webhooks")
@@ -52,6 +57,7 @@ WEBHOOKS_SENT = prometheus_client.Counter(
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 REPLAY_BATCH = 1000  # events read, then written as requests, at a time
+SETTLE_BATCH = 5000  # rows settled in one statement at most
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,17 +141,32 @@ def payload(event: consumers.Stored) -> str:
 
 @dataclass(slots=True)
 class _Request:
-    id: int
+    """One POST: rows of one endpoint, in id order, sent and settled together."""
+
+    id: int  # its first row's: the webhook-id is msg_<id>
     endpoint: int
     tenant: str
     url: str
-    payload: str
+    batched: bool  # the endpoint takes a JSON array, even of one event
+    signing: list[Webhook]
     attempts: int
-    created_at: datetime
-    webhook_id: str = ""  # the request's webhook-id (msg_<id>)
+    created_at: datetime  # its oldest row's: max_age counts from it
+    rows: list[int] = field(default_factory=list)
+    payloads: list[str] = field(default_factory=list)
+    webhook_id: str = ""
 
     def __post_init__(self) -> None:
         self.webhook_id = self.webhook_id or f"msg_{self.id}"
+
+    def body(self) -> str:
+        return "[" + ",".join(self.payloads) + "]" if self.batched else self.payloads[0]
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    request: _Request
+    why: str | None  # None: delivered
+    next_at: datetime | None  # due again then; None with a why: dead
 
 
 class Refused(OSError):
@@ -212,6 +233,7 @@ class Sender:
     ) -> None:
         self._db = database
         self._sealer = sealer
+        self._keyring = webhooks.Keyring(sealer)
         self.settings = settings
         self._node = node
         self._now = now
@@ -219,6 +241,7 @@ class Sender:
         self._wake = asyncio.Event()
         self._flying: dict[int, int] = {}  # endpoint -> requests in flight
         self._tasks: set[asyncio.Task[None]] = set()
+        self._settling = Batcher(self._settle, max_batch=SETTLE_BATCH, weight=lambda s: len(s.request.rows))
 
     def wake(self) -> None:
         self._wake.set()
@@ -245,29 +268,38 @@ class Sender:
                     task.cancel()
 
     async def send_due(self, session: aiohttp.ClientSession) -> int:
-        """Lease what is due and may go now, and start sending it; returns how many."""
+        """Lease what is due and may go now, and start sending it; returns how many requests."""
         room = self.settings.in_flight - len(self._tasks)
         if room <= 0:
             return 0
-        full = [endpoint for endpoint, flying in self._flying.items() if flying >= self.settings.per_endpoint]
         now = self._now()
-        rows = await self._db.fetch("webhooks/take", self._node, now, now + timedelta(seconds=self.settings.lease),
-                                    room, full)  # fmt: skip
-        started, over = 0, []
-        for row in rows:
-            request = _Request(row["id"], row["endpoint"], row["tenant"], row["url"], row["payload"], row["attempts"],
-                               row["created_at"])  # fmt: skip
-            if self._flying.get(request.endpoint, 0) >= self.settings.per_endpoint:
-                over.append(request.id)  # more of one endpoint than it may have in flight: given back
-                continue
+        until = now + timedelta(seconds=self.settings.lease)
+        rows = await self._db.fetch("webhooks/take", self._node, now, until, self.settings.per_endpoint,
+                                    list(self._flying), list(self._flying.values()), room)  # fmt: skip
+        requests = self._requests(rows, now)
+        for request in requests:
             self._flying[request.endpoint] = self._flying.get(request.endpoint, 0) + 1
             task = asyncio.create_task(self._send(session, request), name=f"webhook-{request.id}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            started += 1
-        if over:
-            await self._db.execute("webhooks/release", self._node, over)
-        return started
+        return len(requests)
+
+    def _requests(self, rows: Sequence[db.Row], now: datetime) -> list[_Request]:
+        """The rows webhooks/take.sql leased, as requests."""
+        requests: dict[int, _Request] = {}
+        for row in sorted(rows, key=lambda r: r["id"]):
+            request = requests.get(row["request"])
+            if request is None:
+                until = row["previous_until"]
+                previous = row["previous_secret"] if until is not None and until > now else None
+                request = requests[row["request"]] = _Request(
+                    row["request"], row["endpoint"], row["tenant"], row["url"], row["batch"] > 1,
+                    self._keyring.signers(row["secret"], previous), row["attempts"], row["created_at"],
+                )  # fmt: skip
+            request.rows.append(row["id"])
+            request.payloads.append(row["payload"])
+            request.created_at = min(request.created_at, row["created_at"])
+        return list(requests.values())
 
     async def drain(self) -> None:
         """Until every request started has been answered or failed (tests, tools)."""
@@ -277,18 +309,16 @@ class Sender:
     async def _send(self, session: aiohttp.ClientSession, request: _Request) -> None:
         try:
             why = await self._post(session, request)
-            now = self._now()
-            if why is None:
-                await self._db.execute("webhooks/delivered", request.id, self._node, now)
-                WEBHOOKS_SENT.labels(endpoint=str(request.endpoint), outcome="delivered").inc()
+            next_at = self._retry_at(request, self._now()) if why is not None else None
+            if not await self._settling.submit(_Settled(request, why, next_at)):
+                log.warning("webhook_not_recorded", request=request.id, error="its lease ran out, or its endpoint went")
                 return
-            next_at = self._retry_at(request, now)
-            await self._db.execute("webhooks/failed", request.id, self._node, now, why[:500], next_at)
-            outcome = "failed" if next_at is not None else "dead"
+            outcome = "delivered" if why is None else "failed" if next_at is not None else "dead"
             WEBHOOKS_SENT.labels(endpoint=str(request.endpoint), outcome=outcome).inc()
-            log.warning("webhook_failed" if next_at is not None else "webhook_dead", endpoint=request.endpoint,
-                        tenant=request.tenant, request=request.id, attempts=request.attempts, error=why,
-                        retry_at=next_at)  # fmt: skip
+            if why is not None:
+                log.warning("webhook_failed" if next_at is not None else "webhook_dead", endpoint=request.endpoint,
+                            tenant=request.tenant, request=request.id, events=len(request.rows),
+                            attempts=request.attempts, error=why, retry_at=next_at)  # fmt: skip
         except errors.SpoolError as exc:  # the lease runs out, and the request is sent again
             log.warning("webhook_not_recorded", request=request.id, error=str(exc))
         finally:
@@ -297,20 +327,30 @@ class Sender:
                 del self._flying[request.endpoint]
             self._wake.set()
 
+    async def _settle(self, done: list[_Settled]) -> list[bool]:
+        """Record what became of requests, in one statement; whether each was recorded."""
+        rows, due, whys = [], [], []
+        for settled in done:
+            why = settled.why[:500] if settled.why is not None else None
+            for row in settled.request.rows:
+                rows.append(row)
+                due.append(settled.next_at)
+                whys.append(why)
+        recorded = {r["request"] for r in await self._db.fetch("webhooks/settle", self._node, self._now(), rows, due,
+                                                                whys)}  # fmt: skip
+        return [settled.request.id in recorded for settled in done]
+
     async def _post(self, session: aiohttp.ClientSession, request: _Request) -> str | None:
         """None when the endpoint took the request (2xx), else why not."""
         refused = refusal(request.url, self.settings.allow_networks)
         if refused is not None:
             return refused
         now = self._now()
-        try:
-            signing = await webhooks.signers(self._db, self._sealer, request.endpoint, now)
-        except errors.NotFound:
-            return "the endpoint was removed"
-        headers = {**webhooks.headers(signing, request.webhook_id, now, request.payload),
+        body = request.body()
+        headers = {**webhooks.headers(request.signing, request.webhook_id, now, body),
                    "content-type": "application/json", "user-agent": "mtad-webhooks"}  # fmt: skip
         try:
-            async with session.post(request.url, data=request.payload.encode(), headers=headers,
+            async with session.post(request.url, data=body.encode(), headers=headers,
                                     allow_redirects=False) as answer:  # fmt: skip
                 await answer.content.read(self.settings.max_response)
                 if 200 <= answer.status < 300:
@@ -323,12 +363,17 @@ class Sender:
             return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
 
     async def test(self, endpoint: webhooks.Endpoint) -> str | None:
-        """Send the endpoint a `test` event now; None when it answered 2xx, else why not."""
+        """Send the endpoint a `test` event now (in an array when it takes batches);
+        None when it answered 2xx, else why not."""
         now = self._now()
+        try:
+            signing = await webhooks.signers(self._db, self._sealer, endpoint.id, now)
+        except errors.NotFound:
+            return "the endpoint was removed"
         body = json.dumps({"type": "test", "timestamp": now.isoformat(),
                            "data": {"tenant": endpoint.tenant, "endpoint": endpoint.id}})  # fmt: skip
-        request = _Request(0, endpoint.id, endpoint.tenant, endpoint.url, body, 1, now,
-                           f"msg_test_{secrets.token_hex(8)}")  # fmt: skip
+        request = _Request(0, endpoint.id, endpoint.tenant, endpoint.url, endpoint.batch > 1, signing, 1, now,
+                           payloads=[body], webhook_id=f"msg_test_{secrets.token_hex(8)}")  # fmt: skip
         async with self.session() as session:
             return await self._post(session, request)
 

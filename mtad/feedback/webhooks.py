@@ -9,6 +9,8 @@ mtad.base.vault (the key of [accounts]). A request carries `webhook-id`,
 "id.timestamp.body">`, made by the standardwebhooks package, so that a tenant
 verifies it with that package in any language. `rotate` gives an endpoint a new
 secret; the old one signs too (a second `v1,` signature) until the overlap ends.
+An endpoint made with a batch above 1 gets up to that many events a request, as a
+JSON array of the objects it would otherwise get one by one, signed once.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from mtad.base import errors, events, vault
 TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # as tenants.name
 PREFIX = "whsec_"
 KINDS = frozenset(kind.value for kind in events.Kind)
+MAX_BATCH = 1000  # events a request at most (the schema's CHECK says so too)
+KEPT = 10_000  # opened secrets a Keyring keeps at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +43,8 @@ class Endpoint:
     events: frozenset[str] | None  # None: every kind
     previous_until: datetime | None  # the previous secret signs too until then
     created_at: datetime
-    pending: int = 0  # its requests not answered 2xx yet (`listing` counts them)
+    batch: int = 1  # events a request at most; above 1 the body is a JSON array
+    pending: int = 0  # its events not answered 2xx yet (`listing` counts them)
     delivered: int = 0
     dead: int = 0  # given up
 
@@ -75,14 +80,21 @@ def check_kinds(kinds: Collection[str]) -> frozenset[str]:
 
 
 async def add(
-    database: db.Database, sealer: vault.Vault, tenant: str, url: str, kinds: Collection[str] | None = None
+    database: db.Database,
+    sealer: vault.Vault,
+    tenant: str,
+    url: str,
+    kinds: Collection[str] | None = None,
+    batch: int = 1,
 ) -> tuple[Endpoint, str]:
     """A new endpoint and its secret (shown once: only its sealed form is kept).
-    ConfigError when the tenant's name, the URL or a kind is not one."""
+    ConfigError when the tenant's name, the URL, a kind or the batch is not one."""
     problems = []
     wanted = None
     if not TENANT.match(tenant):
         problems.append(f"{tenant!r} is not a tenant name")
+    if not 1 <= batch <= MAX_BATCH:
+        problems.append(f"a batch is 1 to {MAX_BATCH} events, not {batch}")
     try:
         url = check_url(url)
     except ValueError as exc:
@@ -95,7 +107,7 @@ async def add(
         raise errors.ConfigError(problems)
     secret = new_secret()
     row = await database.fetchrow("webhooks/insert", tenant, url, sorted(wanted) if wanted else None,
-                                  sealer.seal(vault.Secret(secret)))  # fmt: skip
+                                  sealer.seal(vault.Secret(secret)), batch)  # fmt: skip
     assert row is not None
     return endpoint_of(row), secret
 
@@ -123,8 +135,29 @@ async def signers(database: db.Database, sealer: vault.Vault, endpoint: int, at:
     row = await database.fetchrow("webhooks/secrets", endpoint, at)
     if row is None:
         raise errors.NotFound(f"no webhook endpoint {endpoint}")
-    sealed = [row["secret"], *([row["previous_secret"]] if row["previous_secret"] is not None else [])]
-    return [Webhook(sealer.open(bytes(s)).reveal()) for s in sealed]
+    return Keyring(sealer).signers(row["secret"], row["previous_secret"])
+
+
+class Keyring:
+    """The endpoints' secrets opened, kept by their sealed form (a rotation seals a new
+    one), so that each is opened once. Sync, no I/O."""
+
+    def __init__(self, sealer: vault.Vault) -> None:
+        self._sealer = sealer
+        self._opened: dict[bytes, Webhook] = {}
+
+    def signers(self, secret: bytes, previous: bytes | None = None) -> list[Webhook]:
+        """What signs with the sealed `secret`, and with `previous` too when given."""
+        return [self._open(secret), *([self._open(previous)] if previous is not None else [])]
+
+    def _open(self, sealed: bytes) -> Webhook:
+        sealed = bytes(sealed)
+        found = self._opened.get(sealed)
+        if found is None:
+            if len(self._opened) >= KEPT:
+                self._opened.clear()
+            found = self._opened[sealed] = Webhook(self._sealer.open(sealed).reveal())
+        return found
 
 
 def headers(signing: Sequence[Webhook], message_id: str, at: datetime, body: str) -> dict[str, str]:
@@ -139,5 +172,5 @@ def headers(signing: Sequence[Webhook], message_id: str, at: datetime, body: str
 def endpoint_of(row: db.Row) -> Endpoint:
     """An endpoint as webhooks/list.sql reads it."""
     kinds = frozenset(row["events"]) if row["events"] is not None else None
-    return Endpoint(row["id"], row["tenant"], row["url"], kinds, row["previous_until"], row["created_at"],
+    return Endpoint(row["id"], row["tenant"], row["url"], kinds, row["previous_until"], row["created_at"], row["batch"],
                     row["pending"], row["delivered"], row["dead"])  # fmt: skip

@@ -118,13 +118,15 @@ def test_webhook_endpoints_from_the_command_line(mtad_factory: Any, dsn: str, tm
     assert "[accounts] key_file or key_env: account secrets, DKIM keys and webhook secrets are sealed" in refused.stderr
     (tmp_path / "accounts.key").write_text(keyless.cli("accounts", "key").stdout)
     cli: Mtad = mtad_factory(f'dsn = "{dsn}"', f'[accounts]\nkey_file = "{tmp_path / "accounts.key"}"\n')
-    added = cli.cli("webhooks", "add", "shop", "https://hooks.example.com/mtad", "--events", "delivered,bounced")
+    added = cli.cli("webhooks", "add", "shop", "https://hooks.example.com/mtad", "--events", "delivered,bounced",
+                    "--batch", "50")  # fmt: skip
     assert added.returncode == 0, added.stderr
+    assert "(up to 50 events a request, as a JSON array)" in added.stdout
     secret = added.stdout.split("secret (shown once; verify the webhook-signature header with it): ")[1].strip()
     assert secret.startswith("whsec_")
     [listed] = [json.loads(line) for line in cli.cli("webhooks", "ls", "--json").stdout.splitlines()]
-    assert (listed["tenant"], listed["url"], listed["events"]) == ("shop", "https://hooks.example.com/mtad",
-                                                                  "bounced,delivered")  # fmt: skip
+    assert (listed["tenant"], listed["url"], listed["events"], listed["batch"]) == (
+        "shop", "https://hooks.example.com/mtad", "bounced,delivered", 50)  # fmt: skip
     assert secret not in cli.cli("webhooks", "ls").stdout
     rotated = cli.cli("webhooks", "rotate-secret", str(listed["id"]), "--overlap", "2h")
     assert rotated.returncode == 0, rotated.stderr

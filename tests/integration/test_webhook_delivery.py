@@ -239,3 +239,110 @@ async def test_a_test_event_and_a_replay(database: db.Database) -> None:
         await send(sender, rounds=2)
     received = [json.loads(body)["type"] for _, body in receiver.got]
     assert received == ["test", "test", "received", "received", "received"]
+
+
+async def send_all(sender: Sender, rounds: int = 20) -> int:
+    """Send until nothing more is due (at most `rounds` times); returns how many requests."""
+    total = 0
+    async with sender.session() as session:
+        for _ in range(rounds):
+            started = await sender.send_due(session)
+            await sender.drain()
+            if not started:
+                return total
+            total += started
+    raise AssertionError(f"still sending after {rounds} rounds")
+
+
+async def test_a_batched_endpoint_gets_arrays_signed_once_in_order_per_message(database: db.Database) -> None:
+    await enqueue(database)
+    async with receiving() as receiver:
+        _, secret = await webhooks.add(database, SEALER, "t1", receiver.url("/batched"), batch=3)
+        await webhooks.add(database, SEALER, "t1", receiver.url("/single"))
+        for n in range(4):
+            message_id, _ = await delivered(database, f"r{n}@example.com")
+            await bounce(database, message_id, f"r{n}@example.com")
+        await enqueue(database)
+        await send_all(Sender(database, SEALER, Settings(allow_networks=LOOPBACK, per_endpoint=1), "n1"))
+    got = list(zip(receiver.paths, receiver.got, strict=True))
+    singles = {json.loads(body)["data"]["event_id"]: json.loads(body) for path, (_, body) in got if path == "/single"}
+    batches = [(headers, body) for path, (headers, body) in got if path == "/batched"]
+    arrays = [Webhook(secret).verify(body, headers) for headers, body in batches]  # signed once, over the array
+    # Of each message only the oldest pending event goes: r0-r2 received, their bounces, r3's received, its bounce.
+    assert [len(array) for array in arrays] == [3, 3, 1, 1]
+    assert all(event == singles[event["data"]["event_id"]] for array in arrays for event in array)
+    assert len(singles) == 8
+    kinds: dict[str, list[str]] = {}
+    for event in (event for array in arrays for event in array):
+        kinds.setdefault(event["data"]["message"], []).append(event["type"])
+    assert list(kinds.values()) == [["received", "bounced"]] * 4  # in order per message
+    assert all(len({e["data"]["message"] for e in array}) == len(array) for array in arrays)
+    rows = await query(database, "SELECT min(id) AS first FROM webhook_messages WHERE endpoint = 1 GROUP BY request "
+                                 "ORDER BY 1")  # fmt: skip
+    assert [headers["webhook-id"] for headers, _ in batches] == [f"msg_{r['first']}" for r in rows]
+    assert {r["state"] for r in await requests(database)} == {"delivered"}
+    assert [(e.batch, e.delivered) for e in await webhooks.listing(database)] == [(3, 8), (1, 8)]
+
+
+async def test_a_failed_batch_is_sent_again_whole_then_given_up(database: db.Database) -> None:
+    await enqueue(database)
+    clock = [datetime.now(UTC)]
+    async with receiving(statuses=[500]) as receiver:
+        await webhooks.add(database, SEALER, "t1", receiver.url(), batch=10)
+        first = [await delivered(database, f"a{n}@example.com") for n in range(3)]
+        await enqueue(database)
+        settings = Settings(allow_networks=LOOPBACK, retry_base=60.0, max_age=3600.0)
+        clock[0] = datetime.now(UTC) + timedelta(seconds=1)
+        sender = Sender(database, SEALER, settings, "n1", now=lambda: clock[0])
+        assert await send_all(sender) == 1
+        failed = await requests(database)
+        assert {(r["state"], r["attempts"], r["last_error"]) for r in failed} == {("pending", 1, "HTTP 500")}
+        # Meanwhile: a bounce of a message of the failed batch (it waits for it), and new mail (it goes).
+        await bounce(database, first[0][0], "a0@example.com")
+        new, _ = await delivered(database, "b@example.com")
+        await enqueue(database)
+        clock[0] = max(clock[0], datetime.now(UTC) + timedelta(seconds=1))
+        assert await send_all(sender) == 1
+        assert [(e["type"], e["data"]["message_id"]) for e in json.loads(receiver.got[1][1])] == [("received", new)]
+        clock[0] += timedelta(minutes=2)
+        assert await send_all(sender) == 2  # the failed batch again, then the bounce after it
+        (headers, body), (again_headers, again_body) = receiver.got[0], receiver.got[2]
+        assert (again_body, again_headers["webhook-id"]) == (body, headers["webhook-id"])  # the same request
+        assert [e["type"] for e in json.loads(receiver.got[3][1])] == ["bounced"]
+        assert {r["state"] for r in await requests(database)} == {"delivered"}
+
+        receiver.statuses = [500] * 20
+        for n in range(2):
+            await delivered(database, f"c{n}@example.com")
+        await enqueue(database)
+        clock[0] = max(clock[0], datetime.now(UTC) + timedelta(seconds=1))
+        for _ in range(8):
+            await send_all(sender)
+            clock[0] += timedelta(hours=1)
+        dead = [r for r in await requests(database) if r["state"] != "delivered"]
+        assert {(r["state"], r["last_error"]) for r in dead} == {("dead", "HTTP 500")}
+        assert len(dead) == 2
+        assert len({h["webhook-id"] for h, _ in receiver.got[4:]}) == 1  # every attempt the same batch
+    [listed] = await webhooks.listing(database)
+    assert (listed.pending, listed.delivered, listed.dead) == (0, 5, 2)
+
+
+async def test_a_batch_whose_node_went_away_is_sent_again_whole(database: db.Database) -> None:
+    await enqueue(database)
+    async with receiving() as receiver:
+        _, secret = await webhooks.add(database, SEALER, "t1", receiver.url(), batch=5)
+        for n in range(3):
+            await delivered(database, f"a{n}@example.com")
+        await enqueue(database)
+        now = datetime.now(UTC)
+        taken = await database.fetch("webhooks/take", "gone", now, now + timedelta(seconds=60), 4, [], [], 64)
+        assert len({r["request"] for r in taken}) == 1
+        later = Sender(database, SEALER, Settings(allow_networks=LOOPBACK), "n2", now=lambda: now)
+        assert await send_all(later) == 0  # leased by the node that went away
+        later = Sender(database, SEALER, Settings(allow_networks=LOOPBACK), "n2",
+                       now=lambda: now + timedelta(seconds=61))  # fmt: skip
+        assert await send_all(later) == 1
+    [(headers, body)] = receiver.got
+    assert headers["webhook-id"] == f"msg_{min(r['id'] for r in taken)}"
+    assert len(Webhook(secret).verify(body, headers)) == 3
+    assert {(r["state"], r["attempts"]) for r in await requests(database)} == {("delivered", 2)}

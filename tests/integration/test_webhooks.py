@@ -27,13 +27,15 @@ async def test_an_endpoint_gets_a_secret_shown_once_and_kept_sealed(database: db
                                                                frozenset({"delivered", "bounced"}))  # fmt: skip
     assert endpoint.wants("bounced")
     assert not endpoint.wants("received")
+    assert endpoint.batch == 1  # one event a request, its object alone
     [stored] = await query(database, "SELECT secret FROM webhook_endpoints")
     assert secret.encode() not in bytes(stored["secret"])
     assert await webhooks.listing(database) == [endpoint]
     assert await webhooks.listing(database, "other") == []
-    everything, _ = await webhooks.add(database, SEALER, "shop", "http://10.0.0.5:8080/hook")
+    everything, _ = await webhooks.add(database, SEALER, "shop", "http://10.0.0.5:8080/hook", batch=100)
     assert everything.events is None
     assert everything.wants("received")
+    assert [e.batch for e in await webhooks.listing(database)] == [1, 100]
 
 
 async def test_requests_are_signed_the_standard_webhooks_way(database: db.Database) -> None:
@@ -75,6 +77,9 @@ async def test_bad_input_is_refused_with_what_is_wrong(database: db.Database) ->
             await webhooks.add(database, SEALER, "shop", url)
     with pytest.raises(errors.ConfigError, match="unknown event kinds: nope"):
         await webhooks.add(database, SEALER, "shop", "https://x.example.com/", ["nope"])
+    for batch in (0, 1001):
+        with pytest.raises(errors.ConfigError, match=f"a batch is 1 to 1000 events, not {batch}"):
+            await webhooks.add(database, SEALER, "shop", "https://x.example.com/", batch=batch)
     with pytest.raises(errors.NotFound):
         await webhooks.rotate(database, SEALER, 999, datetime.now(UTC))
     assert not await webhooks.remove(database, 999)

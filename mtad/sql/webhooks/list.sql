@@ -1,6 +1,6 @@
 -- Every endpoint (of tenant $1 only, when not NULL), by tenant then id (never their
--- secrets), with how many of its requests are pending, delivered and dead.
-SELECT w.id, w.tenant, w.url, w.events, w.previous_until, w.created_at,
+-- secrets), with how many of its events are pending, delivered and dead.
+SELECT w.id, w.tenant, w.url, w.events, w.batch, w.previous_until, w.created_at,
        count(*) FILTER (WHERE m.state = 'pending') AS pending,
        count(*) FILTER (WHERE m.state = 'delivered') AS delivered,
        count(*) FILTER (WHERE m.state = 'dead') AS dead

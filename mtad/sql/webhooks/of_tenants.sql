@@ -1,5 +1,6 @@
 -- The endpoints of tenants $1: what the webhooks consumer writes requests for (no counts).
-SELECT w.id, w.tenant, w.url, w.events, w.previous_until, w.created_at, 0 AS pending, 0 AS delivered, 0 AS dead
+SELECT w.id, w.tenant, w.url, w.events, w.batch, w.previous_until, w.created_at, 0 AS pending, 0 AS delivered,
+       0 AS dead
 FROM webhook_endpoints w
 WHERE w.tenant = ANY ($1::text[])
 ORDER BY w.id
