@@ -1,0 +1,152 @@
+"""What guards the shared reputation, through `mtad run` and the command line: a
+tenant on probation sends from the probation pool and graduates; complaints that
+come back as ARF reports pause it (451 4.7.1 with the reason, an event, a metric)
+until an operator resumes it; a rate quota holds across two nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import smtplib
+import time
+import urllib.request
+from email.policy import SMTP
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acceptance.conftest import Mtad
+from tests.acceptance.test_delivery import delivering, dns, sink  # noqa: F401 (fixtures)
+from tests.acceptance.test_hear_back import free_port
+from tests.acceptance.test_run import email
+from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.sink import ThreadedSink
+from tests.unit.test_reports import arf
+
+pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
+
+
+def shown(daemon: Mtad, tenant: str) -> dict[str, Any]:
+    result = daemon.cli("tenants", "show", tenant, "--json")
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout))
+
+
+def until(daemon: Mtad, tenant: str, holds: Any, within: float = 30) -> dict[str, Any]:
+    """The tenant as `tenants show` says once `holds(it)` (the daemon's consumer writes it)."""
+    deadline = time.monotonic() + within
+    while not holds(state := shown(daemon, tenant)):
+        assert time.monotonic() < deadline, state
+        time.sleep(0.2)
+    return state
+
+
+def states_logged(daemon: Mtad, paused: list[str], probation: list[str]) -> None:
+    """Wait until the daemon has read these tenant states (it reads them every 2 s)."""
+
+    def now_read(records: list[dict[str, Any]]) -> bool:
+        last = [r for r in records if r["event"] == "tenant_states"][-1:]
+        return bool(last) and (last[0]["paused"], last[0]["probation"]) == (paused, probation)
+
+    daemon.wait_for_log(now_read)
+
+
+def send_as(port: int, tenant: str, recipient: str, subject: str) -> tuple[int, bytes]:
+    """Submit one message as `tenant`; the reply to the first command refused, else to DATA."""
+    with smtplib.SMTP("127.0.0.1", port, timeout=30) as client:
+        client.login(tenant, "pw")
+        code, text = client.mail("app@example.org")
+        if code != 250:
+            return code, text
+        assert client.rcpt(recipient)[0] == 250
+        return client.data(email(subject, f"<{subject}@example.org>").as_bytes(policy=SMTP))
+
+
+def test_probation_graduation_then_complaints_pause_a_tenant_until_resumed(
+    mtad_factory: Any,
+    dsn: str,
+    dns: Dnsmasq,  # noqa: F811
+    sink: ThreadedSink,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    inbound = free_port()
+    key = tmp_path / "bounces.key"
+    key.write_bytes(os.urandom(32).hex().encode())
+    options = delivering(dns, sink, default_pool='"main"', probation_pool='"probation"')
+    options["extra"] += (
+        '[pools.main]\naddresses = ["127.0.0.11"]\n[pools.probation]\naddresses = ["127.0.0.10"]\n'
+        f'[inbound]\nlisten = ["127.0.0.1:{inbound}"]\ncomplaints = "fbl@bounces.example.org"\n'
+        f'[bounces]\ndomain = "bounces.example.org"\nkey_file = "{key}"\n'
+        "[tenants]\nmax_complaint_rate = 0.2\nreputation_min_volume = 4\ngraduate_after = 3\n"
+        "probation_default = true\n"
+    )
+    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', **options).start()
+    added = daemon.cli("tenants", "add", "shop", stdin="pw\n")
+    assert "on probation" in added.stdout, added.stderr
+    states_logged(daemon, [], ["shop"])
+
+    # On probation: its mail leaves from the probation pool, until it has sent enough.
+    for n in range(3):
+        assert send_as(daemon.smtp_port, "shop", f"r{n}@sink.test", f"p{n}")[0] == 250
+    assert {m.peer for m in sink.wait_for(3)} == {"127.0.0.10"}
+    graduated = until(daemon, "shop", lambda s: not s["probation"])
+    assert graduated["graduated_at"] is not None
+    assert graduated["windows"]["1h"]["delivered"] == 3
+    states_logged(daemon, [], [])
+    assert send_as(daemon.smtp_port, "shop", "r3@sink.test", "p3")[0] == 250
+    assert sink.wait_for(4)[-1].peer == "127.0.0.11"
+
+    # A complaint for one of 4 delivered passes 0.2 over the minimum volume: paused.
+    with smtplib.SMTP("127.0.0.1", inbound, timeout=30) as client:
+        client.sendmail(
+            "", ["fbl@bounces.example.org"], arf("r0@sink.test", "<p0@example.org>").replace(b"\n", b"\r\n")
+        )
+    paused = until(daemon, "shop", lambda s: s["paused"])
+    assert paused["paused_by"] == "auto"
+    assert paused["paused_reason"].startswith("complaint rate 0.2500 over 1h (1 of 4 delivered)")
+    assert paused["windows"]["24h"]["complained"] == 1
+    states_logged(daemon, ["shop"], [])
+    code, text = send_as(daemon.smtp_port, "shop", "r4@sink.test", "p4")
+    assert code == 451
+    assert text.startswith(b"4.7.1 Tenant shop is paused (auto): complaint rate 0.2500")
+    [event] = [json.loads(line) for line in daemon.cli("events", "tail", "--json", "--kind", "tenant_paused")
+               .stdout.splitlines()]  # fmt: skip
+    assert (event["tenant"], event["data"]["by"], event["data"]["rate"]) == ("shop", "auto", "complaint")
+    with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/metrics", timeout=10) as response:
+        assert 'mtad_tenant_paused{by="auto",tenant="shop"} 1.0' in response.read().decode()
+    windows = [json.loads(line) for line in daemon.cli("reputation", "ls", "--json").stdout.splitlines()]
+    assert {(w["scope"], w["key"]) for w in windows} >= {("tenant", "shop"), ("source", "127.0.0.10")}
+
+    # An operator resumes it: it submits again.
+    resumed = daemon.cli("tenants", "resume", "shop")
+    assert resumed.returncode == 0, resumed.stderr
+    assert daemon.cli("tenants", "resume", "shop").returncode == 1  # not paused any more
+    states_logged(daemon, [], [])
+    assert send_as(daemon.smtp_port, "shop", "r5@sink.test", "p5")[0] == 250
+    assert "r5@sink.test" in {r for m in sink.wait_for(5) for r in m.recipients}
+    assert daemon.stop() == 0
+
+
+def test_a_rate_quota_holds_across_two_nodes(mtad_factory: Any, dsn: str) -> None:
+    limits = '[tenants."default"]\nmax_per_hour = 3\n'
+    nodes = [mtad_factory(f'dsn = "{dsn}"', limits, node=name).start() for name in ("n1", "n2")]
+
+    def send(node: Mtad, n: int) -> tuple[int, bytes]:
+        with smtplib.SMTP("127.0.0.1", node.smtp_port, timeout=30) as client:
+            client.ehlo()
+            code, text = client.mail("app@example.org")
+            if code != 250:  # a node that saw the quota full refuses at MAIL
+                return code, text
+            client.rcpt("rcpt@example.com")
+            return client.data(email(f"q{n}").as_bytes(policy=SMTP))
+
+    assert [send(nodes[0], 0)[0], send(nodes[1], 1)[0], send(nodes[0], 2)[0]] == [250, 250, 250]
+    for node in nodes:
+        code, text = send(node, 3)
+        assert code == 451
+        assert b"max_per_hour" in text
+    shown_ = shown(nodes[1], "default")
+    assert shown_["quotas"]["messages_this_hour"] == 3
+    for node in nodes:
+        assert node.stop() == 0
