@@ -11,12 +11,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mtad import db
-from mtad.feedback import consumers, reputation
+from mtad.feedback import consumers, reputation, webhook_delivery, webhooks
 from mtad.spool import leases, quotas, tenants
 from mtad.submission import TenantDefaults
 from tests.conftest import query
 from tests.integration.conftest import Factory
 from tests.integration.test_delivery import accept, engine, new_message
+from tests.integration.test_webhook_delivery import SEALER
 from tests.sink import Sink
 from tests.smtpclient import RawClient
 
@@ -218,3 +219,20 @@ async def test_a_tenant_on_probation_graduates_within_the_rates(database: db.Dat
     assert state["graduated_at"] is not None
     [graduated] = await query(database, "SELECT data FROM events WHERE kind = 'tenant_graduated'")
     assert '"sent": 15' in graduated["data"]
+
+
+async def test_an_auto_pause_is_a_webhook_of_its_tenant(database: db.Database) -> None:
+    await webhooks.add(database, SEALER, "shop", "https://hooks.example.net/mtad", ["tenant_paused"])
+    counting = consumers.Consumers(database, [reputation.Reputation(reputation.Settings(default=GUARD))])
+    outbox = consumers.Consumers(database, [webhook_delivery.Outbox()])
+    await counting.catch_up()
+    await outbox.catch_up()
+    sent = await delivered(database, "shop", 10)
+    for m, d in sent[:2]:
+        await event(database, "complained", "shop", {}, d, m)
+    await counting.catch_up()
+    await outbox.catch_up()
+    [request] = await query(database, "SELECT payload FROM webhook_messages")
+    body = json.loads(request["payload"])
+    assert (body["type"], body["data"]["tenant"], body["data"]["by"]) == ("tenant_paused", "shop", "auto")
+    assert body["data"]["reason"].startswith("complaint rate 0.2000 over 1h")
