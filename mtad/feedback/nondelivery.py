@@ -6,7 +6,9 @@ retries ran out) with a DSN (RFC 3464: multipart/report with a human part, the
 message/delivery-status part and the original's headers) from MAILER-DAEMON at
 the node's hostname to the original's envelope sender, with a null envelope sender
 so that it can never bounce back. It is spooled in the consumer's transaction, so
-each is written once; it goes out like any mail. None is sent for mail with a null
+each is written once; it goes out like any mail. The recipients of one message that
+end in the same batch (those of one attempt, typically) share one report. None is
+sent for mail with a null
 sender (never a DSN about a DSN), nor for a tenant that set `dsn = false` (it hears
 by webhook instead). With `[reports] delayed_after`, a delivery still deferred that
 long after its message came gets its sender one notice (Action: delayed).
@@ -38,6 +40,15 @@ HEADERS = 64 * 1024  # octets of the original returned at most (its headers only
 _STATUS = re.compile(r"\b([245]\.\d{1,3}\.\d{1,3})\b")
 EXPIRED = "5.4.7"  # RFC 3463: delivery time expired
 KEYS_KEPT = timedelta(days=30)  # longer than any delivery is retried
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """One recipient of a report: its address, status and the last reply."""
+
+    recipient: str
+    status: str
+    reply: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +87,7 @@ class Reporter:
             return
         messages: list[commit.NewMessage] = []
         originals: dict[uuid.UUID, Original | None] = {}
+        failures: dict[uuid.UUID, list[tuple[consumers.Stored, Failed]]] = {}  # by message, in event order
         for event in due:
             assert event.message is not None
             if event.message not in originals:
@@ -83,10 +95,20 @@ class Reporter:
             original = originals[event.message]
             if original is None or not original.sender or not self._reports(original.tenant):
                 continue  # gone, a null sender (a DSN itself), or the tenant hears by webhook
-            if event.kind == events.Kind.DEFERRED.value and not self._late(event, original):
+            delayed = event.kind == events.Kind.DEFERRED.value
+            if delayed and not self._late(event, original):
                 continue
             ended = await conn.fetchrow("feedback/outcome", event.delivery) if event.delivery else None
-            messages.append(self._report(event, original, ended))
+            failed = _failed(event, ended)
+            if delayed:  # one notice per delivery: its key outlives the retries
+                messages.append(self._report([failed], original, event.at, f"delayed:{event.delivery}", True))
+            else:
+                failures.setdefault(event.message, []).append((event, failed))
+        for message, found in failures.items():
+            original = originals[message]
+            assert original is not None
+            first = found[0][0]  # the report's key: its first event's
+            messages.append(self._report([f for _, f in found], original, first.at, f"ndr:{first.id}", False))
         if messages:
             now = self._now()
             keys_until = now + KEYS_KEPT  # a delay notice's key holds while its delivery is retried
@@ -106,61 +128,66 @@ class Reporter:
             return event.data.get("hard", True) is not False  # a delay that came back is no failure
         return True
 
-    def _report(self, event: consumers.Stored, original: Original, ended: db.Row | None) -> commit.NewMessage:
-        recipient = str(event.data["recipient"])
-        reply = str(event.data.get("reply") or "")
-        status = event.data.get("status") or _status(reply)
-        delayed = event.kind == events.Kind.DEFERRED.value
-        gave_up = event.kind == events.Kind.FAILED.value or (ended is not None and ended["reason"] == "expired")
-        if ended is not None and not reply and ended["last_code"] is not None and not delayed:
-            reply = f"{ended['last_code']} {ended['last_enhanced'] or ''} {ended['last_text'] or ''}".replace("  ", " ")
-            status = status or ended["last_enhanced"]
-        if gave_up:  # retried until the end: a permanent failure now, with the last temporary reason
-            status = "5" + status[1:] if status and status[0] in "45" else EXPIRED
-        status = status or ("4.0.0" if delayed else "5.0.0")
+    def _report(self, failed: Sequence[Failed], original: Original, at: datetime, key: str,
+                delayed: bool) -> commit.NewMessage:  # fmt: skip
         queue_id = commit.new_queue_id()
         message_id = f"<{queue_id.hex}@{self._hostname}>"
-        body = build(self._hostname, original, recipient, status, reply, event.at, message_id, delayed=delayed)
-        # One report per event, and one delay notice per delivery (its key outlives the retries).
-        key = f"delayed:{event.delivery}" if delayed else f"ndr:{event.id}"
+        body = build(self._hostname, original, failed, at, message_id, delayed=delayed)
         return commit.NewMessage(
             id=queue_id, tenant=original.tenant, sender="", recipients=(envelope.parse_mailbox(original.sender),),
             message_id=message_id, idempotency_key=key, body=body, client_address="127.0.0.1", received_at=self._now(),
         )  # fmt: skip
 
 
+def _failed(event: consumers.Stored, ended: db.Row | None) -> Failed:
+    """What a report says of the recipient of an event (and of its delivery's end)."""
+    reply = str(event.data.get("reply") or "")
+    status = event.data.get("status") or _status(reply)
+    delayed = event.kind == events.Kind.DEFERRED.value
+    gave_up = event.kind == events.Kind.FAILED.value or (ended is not None and ended["reason"] == "expired")
+    if ended is not None and not reply and ended["last_code"] is not None and not delayed:
+        reply = f"{ended['last_code']} {ended['last_enhanced'] or ''} {ended['last_text'] or ''}".replace("  ", " ")
+        status = status or ended["last_enhanced"]
+    if gave_up:  # retried until the end: a permanent failure now, with the last temporary reason
+        status = "5" + status[1:] if status and status[0] in "45" else EXPIRED
+    return Failed(str(event.data["recipient"]), status or ("4.0.0" if delayed else "5.0.0"), reply)
+
+
 def build(
     hostname: str,
     original: Original,
-    recipient: str,
-    status: str,
-    reply: str,
+    failed: Sequence[Failed],
     at: datetime,
     message_id: str,
     *,
     delayed: bool = False,
 ) -> bytes:
-    """The DSN of one recipient (RFC 3464), as sent: a failure, or (delayed) a notice
-    that the message is still being retried."""
+    """The DSN of some recipients of one message (RFC 3464), as sent: a failure, or
+    (delayed) a notice that the message is still being retried."""
+    listed = "".join(f"\n<{f.recipient}>:\n    {f.reply or ('no answer' if delayed else 'delivery failed')}\n"
+                     for f in failed)  # fmt: skip
     if delayed:
         said = (f"This is the mail system at host {hostname}.\n\nYour message {original.message_id} has not been "
-                f"delivered to <{recipient}> yet; it is still being retried:\n\n    {reply or 'no answer'}\n\n"
-                "You need not send it again.\n")  # fmt: skip
+                f"delivered yet; it is still being retried:\n{listed}\nYou need not send it again.\n")  # fmt: skip
     else:
         said = (f"This is the mail system at host {hostname}.\n\nYour message {original.message_id} could not be "
-                f"delivered to <{recipient}>:\n\n    {reply or 'delivery failed'}\n")  # fmt: skip
+                f"delivered to {'this recipient' if len(failed) == 1 else 'these recipients'}:\n{listed}")  # fmt: skip
     text = MIMEText(said, "plain", "us-ascii" if said.isascii() else "utf-8")
-    per_message, per_recipient = Message(), Message()
+    per_message = Message()
     per_message["Reporting-MTA"] = f"dns; {hostname}"
     per_message["Arrival-Date"] = email.utils.format_datetime(original.received_at)
-    per_recipient["Final-Recipient"] = f"rfc822; {recipient}"
-    per_recipient["Action"] = "delayed" if delayed else "failed"
-    per_recipient["Status"] = status
-    if reply:
-        per_recipient["Diagnostic-Code"] = f"smtp; {reply}"
+    groups: list[Message | str] = [per_message]
+    for f in failed:
+        per_recipient = Message()
+        per_recipient["Final-Recipient"] = f"rfc822; {f.recipient}"
+        per_recipient["Action"] = "delayed" if delayed else "failed"
+        per_recipient["Status"] = f.status
+        if f.reply:
+            per_recipient["Diagnostic-Code"] = f"smtp; {f.reply}"
+        groups.append(per_recipient)
     status_part = Message()
     status_part["Content-Type"] = "message/delivery-status"
-    status_part.set_payload([per_message, per_recipient])
+    status_part.set_payload(groups)
     headers = MIMEText("", "rfc822-headers")
     headers.set_payload(original.headers.decode("utf-8", "replace"))
     del headers["Content-Transfer-Encoding"]

@@ -112,3 +112,22 @@ async def test_mail_still_retried_gets_one_delay_notice_when_asked(database: db.
     default = Reporter("mtad.example.org").kinds
     assert default is not None
     assert "deferred" not in default  # off unless [reports] delayed_after is set
+
+
+async def test_the_recipients_of_one_message_that_bounce_together_share_a_report(database: db.Database) -> None:
+    reporting = consumers.Consumers(database, [Reporter("mtad.example.org")])
+    await reporting.catch_up()
+    message = new_message("one@example.com", "two@example.com", "fine@example.com")
+    await accept(database, message)
+    rows = await query(database, "SELECT id, recipient FROM deliveries WHERE message = $1 AND recipient <> "
+                                 "'fine@example.com' ORDER BY id", message.id)  # fmt: skip
+    for row in rows:
+        await query(database, "INSERT INTO events (at, kind, message, delivery, tenant, data) VALUES (now(), "
+                              "'bounced', $1, $2, 't1', jsonb_build_object('recipient', $3::text, 'reply', "
+                              "'550 5.1.1 no such user'))", message.id, row["id"], row["recipient"])  # fmt: skip
+    await reporting.catch_up()
+    [report] = await reports_spooled(database)
+    read = reports.parse(bytes(report["body"]))  # type: ignore[arg-type]
+    assert isinstance(read, reports.Bounce)
+    assert [(f.recipient, f.status) for f in read.recipients] == [("one@example.com", "5.1.1"),
+                                                                   ("two@example.com", "5.1.1")]  # fmt: skip
