@@ -320,7 +320,7 @@ async def tenants_ls(args: argparse.Namespace, settings: config.Basics) -> int:
         for row in rows:
             print(_json(row))
     else:
-        _table(rows, ["name", "state", "has_password", "created_at"])
+        _table(rows, ["name", "state", "has_password", "paused", "probation", "created_at"])
     return EXIT_OK
 
 

@@ -106,6 +106,8 @@ def test_probation_graduation_then_complaints_pause_a_tenant_until_resumed(
     assert paused["paused_by"] == "auto"
     assert paused["paused_reason"].startswith("complaint rate 0.2500 over 1h (1 of 4 delivered)")
     assert paused["windows"]["24h"]["complained"] == 1
+    [listed] = [json.loads(line) for line in daemon.cli("tenants", "ls", "--json").stdout.splitlines()]
+    assert (listed["name"], listed["paused"], listed["probation"]) == ("shop", True, False)
     states_logged(daemon, ["shop"], [])
     code, text = send_as(daemon.smtp_port, "shop", "r4@sink.test", "p4")
     assert code == 451
