@@ -182,8 +182,9 @@ class States:
     (quotas.Gate.run loads it every few seconds): what this process's submission and
     delivery heed."""
 
-    def __init__(self, database: db.Database) -> None:
+    def __init__(self, database: db.Database, *, metered: bool = True) -> None:
         self._db = database
+        self._metered = metered  # sets the gauges: the daemon's process only (a child's would add up)
         self._paused: dict[str, Paused] = {}
         self._probation: frozenset[str] = frozenset()
         self.loaded = asyncio.Event()
@@ -199,12 +200,13 @@ class States:
         rows = await self._db.fetch("tenants/states")
         paused = {r["tenant"]: Paused(r["paused_by"], r["paused_reason"]) for r in rows if r["paused_by"] is not None}
         probation = frozenset(r["tenant"] for r in rows if r["probation"])
-        for tenant in self._paused.keys() - paused.keys():
-            metrics.TENANT_PAUSED.labels(tenant=tenant, by=self._paused[tenant].by).set(0)
-        for tenant, why in paused.items():
-            metrics.TENANT_PAUSED.labels(tenant=tenant, by=why.by).set(1)
-        for tenant in self._probation | probation:
-            metrics.TENANT_PROBATION.labels(tenant=tenant).set(1 if tenant in probation else 0)
+        if self._metered:
+            for tenant, was in self._paused.items():
+                metrics.TENANT_PAUSED.labels(tenant=tenant, by=was.by).set(0)
+            for tenant, why in paused.items():
+                metrics.TENANT_PAUSED.labels(tenant=tenant, by=why.by).set(1)
+            for tenant in self._probation | probation:
+                metrics.TENANT_PROBATION.labels(tenant=tenant).set(1 if tenant in probation else 0)
         if paused != self._paused or probation != self._probation:
             log.info("tenant_states", paused=sorted(paused), probation=sorted(probation))
         self._paused, self._probation = paused, probation

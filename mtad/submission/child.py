@@ -66,7 +66,7 @@ async def _serve(start: control.Start) -> None:
     listening = [socket.socket(fileno=fd) for fd in start.listening]
     database = await db.Database.connect(settings.dsn, max_size=settings.pool_size)
     handing = _Handing(settings.node, settings.lease_duration, writer) if start.fast_path else None
-    gate = settings.gate(database, tenants.States(database))
+    gate = settings.gate(database, tenants.States(database, metered=False))
     port = InProcess(settings, database, settings.router(), fast_path=handing, gate=gate)
     try:
         async with asyncio.TaskGroup() as tasks:
