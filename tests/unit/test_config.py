@@ -557,3 +557,61 @@ def test_the_embedded_default_has_a_key_of_its_own_and_a_dsn_none(tmp_path: Path
     assert (external.key_file, external.key_env, external.make) == (None, None, False)
     named = config.load(write(tmp_path, '[accounts]\nkey_env = "K"\n'), environ={}).accounts
     assert (named.key_file, named.key_env, named.make) == (None, "K", False)
+
+
+def test_tenant_quotas_and_limits_come_from_their_table_else_from_tenants(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+[delivery]
+probation_pool = "warm"
+[pools.warm]
+addresses = ["127.0.0.10"]
+[tenants]
+max_per_day = 1000
+max_complaint_rate = 0.001
+probation_default = true
+[tenants."shop"]
+max_per_hour = 10
+max_queued_bytes = "1MiB"
+reputation_min_volume = 50
+""",
+    )
+    settings = config.load(path, environ={})
+    shop = settings.submission.tenant_defaults["shop"].quota
+    assert (shop.max_per_hour, shop.max_per_day, shop.max_queued_bytes) == (10, 1000, 1024 * 1024)
+    assert settings.submission.default_quota.max_per_day == 1000
+    guard = settings.reputation.guard("shop")
+    assert (guard.min_volume, guard.max_complaint_rate, guard.max_bounce_rate) == (50, 0.001, 0.05)
+    assert settings.reputation.guard("other").min_volume == 1000
+    assert settings.delivery.engine.probation_pool == "warm"
+    basics = config.load_basics(path, environ={})
+    assert basics.tenants.probation_default is True
+    assert basics.tenants.of("shop")[0].max_per_hour == 10
+
+
+def test_bad_tenant_limits_are_refused_naming_the_key(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+[delivery]
+probation_pool = "nowhere"
+[tenants]
+max_bounce_rate = 2
+probation_default = "yes"
+[tenants."shop"]
+max_per_hour = 0
+max_queued_bytes = "lots"
+""",
+    )
+    with pytest.raises(errors.ConfigError) as info:
+        config.load(path, environ={})
+    problems = "\n".join(info.value.problems)
+    for expected in [
+        "[delivery] probation_pool: no pool named 'nowhere'",
+        "[tenants] max_bounce_rate: expected a fraction above 0 and at most 1, got 2",
+        "[tenants] probation_default: expected true or false",
+        '[tenants."shop"] max_per_hour:',
+        '[tenants."shop"] max_queued_bytes: expected a size',
+    ]:
+        assert expected in problems, problems
