@@ -247,9 +247,11 @@ async def tenants_show(args: argparse.Namespace, settings: config.Basics) -> int
         state = await tenants.state(opened.database, args.name)
         used = await opened.database.fetchrow("tenants/usage", args.name, now)
         held = await opened.database.fetch("tenants/queued_bytes", [args.name])
-        [windows] = await reputation.windows(opened.database, "tenant", [args.name], now) or [
+        [windows] = await reputation.windows(opened.database, "tenant", [args.name], now, tenant=args.name) or [
             {w: dict.fromkeys(reputation.OUTCOMES, 0) for w in reputation.WINDOWS}
         ]
+        by = {scope: await reputation.windows(opened.database, scope, None, now, tenant=args.name)
+              for scope in ("provider", "source")}  # fmt: skip
     shown = {
         "tenant": args.name,
         "paused": state["paused_at"] is not None,
@@ -270,6 +272,8 @@ async def tenants_show(args: argparse.Namespace, settings: config.Basics) -> int
         "limits": {"max_complaint_rate": guard.max_complaint_rate, "max_bounce_rate": guard.max_bounce_rate,
                    "reputation_min_volume": guard.min_volume},
         "windows": {w: windows[w] for w in reputation.WINDOWS},
+        "providers": {r["key"]: {w: r[w] for w in reputation.WINDOWS} for r in by["provider"]},
+        "sources": {r["key"]: {w: r[w] for w in reputation.WINDOWS} for r in by["source"]},
     }  # fmt: skip
     if args.json:
         print(_json(shown))
@@ -292,8 +296,10 @@ async def tenants_show(args: argparse.Namespace, settings: config.Basics) -> int
           f"{q['queued_bytes']} octets queued (max_queued_bytes {q['max_queued_bytes'] or 'none'})")  # fmt: skip
     print(f"limits     max_complaint_rate {guard.max_complaint_rate}, max_bounce_rate {guard.max_bounce_rate}, "
           f"over at least {guard.min_volume} deliveries")  # fmt: skip
-    rows = [{"window": w, **windows[w]} for w in reputation.WINDOWS]
-    _table(rows, ["window", *reputation.OUTCOMES])
+    rows = [{"by": "tenant", "key": args.name, "window": w, **windows[w]} for w in reputation.WINDOWS]
+    rows += [{"by": scope, "key": r["key"], "window": w, **r[w]}
+             for scope in ("provider", "source") for r in by[scope] for w in reputation.WINDOWS]  # fmt: skip
+    _table(rows, ["by", "key", "window", *reputation.OUTCOMES])
     return EXIT_OK
 
 

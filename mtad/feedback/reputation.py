@@ -1,7 +1,7 @@
 """Reputation windows, the auto-pause and probation.
 
 `Reputation` is the event consumer that counts outcomes per minute by tenant,
-provider group and source address (`reputation_counts`): delivered, deferred,
+provider group and source address, the last two per tenant too (`reputation_counts`): delivered, deferred,
 hard bounces (the address does not exist: a bounce of class "recipient", or a
 hard DSN), complaints and unsubscribes. A complaint, an unsubscribe or a late
 bounce counts for the group and address its delivery left from. The sliding
@@ -89,7 +89,7 @@ class Reputation:
         if not counted:
             return
         origins = await self._origins(conn, [e for e in counted if _KINDS[e.kind] in _LATER and e.delivery])
-        counts: dict[tuple[str, str, datetime], list[int]] = defaultdict(lambda: [0] * len(OUTCOMES))
+        counts: dict[tuple[str, str, str, datetime], list[int]] = defaultdict(lambda: [0] * len(OUTCOMES))
         delivered: dict[str, int] = defaultdict(int)
         for e in counted:
             assert e.tenant is not None
@@ -100,7 +100,7 @@ class Reputation:
             minute = e.at.replace(second=0, microsecond=0)
             for scope, key in (("tenant", e.tenant), ("provider", group), ("source", source)):
                 if key:
-                    counts[(scope, str(key), minute)][outcome] += 1
+                    counts[(scope, e.tenant, str(key), minute)][outcome] += 1
             if outcome == 0:
                 delivered[e.tenant] += 1
         keys = list(counts)
@@ -109,6 +109,7 @@ class Reputation:
             [k[0] for k in keys],
             [k[1] for k in keys],
             [k[2] for k in keys],
+            [k[3] for k in keys],
             *([counts[k][i] for k in keys] for i in range(len(OUTCOMES))),
         )
         await self._guard(conn, sorted({e.tenant for e in counted if e.tenant and e.kind != "deferred"}), delivered)
@@ -184,11 +185,17 @@ def _within(row: Mapping[str, Any], guard: Guard) -> bool:
 
 
 async def windows(
-    database: db.Database, scope: str | None = None, keys: Sequence[str] | None = None, now: datetime | None = None
+    database: db.Database,
+    scope: str | None = None,
+    keys: Sequence[str] | None = None,
+    now: datetime | None = None,
+    *,
+    tenant: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The sliding windows of a scope's keys: {"scope", "key", "1h": {...}, "24h": {...}}."""
+    """The sliding windows of a scope's keys (of one tenant's mail, or everyone's):
+    {"scope", "key", "1h": {...}, "24h": {...}}."""
     at = now or datetime.now(UTC)
-    rows = await database.fetch("reputation/windows", scope, list(keys) if keys is not None else None, at)
+    rows = await database.fetch("reputation/windows", scope, list(keys) if keys is not None else None, at, tenant)
     return [
         {"scope": r["scope"], "key": r["key"],
          **{w: {o: int(r[f"{o}_{w}"] or 0) for o in OUTCOMES} for w in WINDOWS}}

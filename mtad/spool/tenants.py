@@ -208,6 +208,6 @@ class States:
             for tenant in self._probation | probation:
                 metrics.TENANT_PROBATION.labels(tenant=tenant).set(1 if tenant in probation else 0)
         if paused != self._paused or probation != self._probation:
-            log.info("tenant_states", paused=sorted(paused), probation=sorted(probation))
+            log.info("tenant_states", paused=sorted(paused), probation=sorted(probation), pid=os.getpid())
         self._paused, self._probation = paused, probation
         self.loaded.set()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.acceptance.conftest import Mtad
 from tests.acceptance.test_delivery import delivering, dns, sink  # noqa: F401 (fixtures)
@@ -43,13 +44,22 @@ def until(daemon: Mtad, tenant: str, holds: Any, within: float = 30) -> dict[str
 
 
 def states_logged(daemon: Mtad, paused: list[str], probation: list[str]) -> None:
-    """Wait until the daemon has read these tenant states (it reads them every 2 s)."""
+    """Wait until the daemon and each of its submission processes have read these
+    tenant states (each reads them every 2 s, and logs what changed)."""
+    assert daemon.ready is not None
+    processes = 1 + daemon.ready["processes"]
 
     def now_read(records: list[dict[str, Any]]) -> bool:
-        last = [r for r in records if r["event"] == "tenant_states"][-1:]
-        return bool(last) and (last[0]["paused"], last[0]["probation"]) == (paused, probation)
+        last = {r["pid"]: (r["paused"], r["probation"]) for r in records if r["event"] == "tenant_states"}
+        return len(last) == processes and all(read == (paused, probation) for read in last.values())
 
     daemon.wait_for_log(now_read)
+
+
+def paused_samples(daemon: Mtad) -> set[tuple[tuple[tuple[str, str], ...], float]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/metrics", timeout=10) as response:
+        families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+    return {(tuple(sorted(s.labels.items())), s.value) for s in families["mtad_tenant_paused"].samples}
 
 
 def send_as(port: int, tenant: str, recipient: str, subject: str) -> tuple[int, bytes]:
@@ -93,6 +103,8 @@ def test_probation_graduation_then_complaints_pause_a_tenant_until_resumed(
     graduated = until(daemon, "shop", lambda s: not s["probation"])
     assert graduated["graduated_at"] is not None
     assert graduated["windows"]["1h"]["delivered"] == 3
+    assert graduated["sources"]["127.0.0.10"]["24h"]["delivered"] == 3  # by source address, and by provider
+    assert sum(p["1h"]["delivered"] for p in graduated["providers"].values()) == 3
     states_logged(daemon, [], [])
     assert send_as(daemon.smtp_port, "shop", "r3@sink.test", "p3")[0] == 250
     assert sink.wait_for(4)[-1].peer == "127.0.0.11"
@@ -115,8 +127,10 @@ def test_probation_graduation_then_complaints_pause_a_tenant_until_resumed(
     [event] = [json.loads(line) for line in daemon.cli("events", "tail", "--json", "--kind", "tenant_paused")
                .stdout.splitlines()]  # fmt: skip
     assert (event["tenant"], event["data"]["by"], event["data"]["rate"]) == ("shop", "auto", "complaint")
-    with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/metrics", timeout=10) as response:
-        assert 'mtad_tenant_paused{by="auto",tenant="shop"} 1.0' in response.read().decode()
+    deadline = time.monotonic() + 10  # the daemon's own read of the states (its children log theirs too)
+    while ((("by", "auto"), ("tenant", "shop")), 1.0) not in paused_samples(daemon):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
     windows = [json.loads(line) for line in daemon.cli("reputation", "ls", "--json").stdout.splitlines()]
     assert {(w["scope"], w["key"]) for w in windows} >= {("tenant", "shop"), ("source", "127.0.0.10")}
 

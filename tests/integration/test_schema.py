@@ -76,7 +76,9 @@ EXPECTED_COLUMNS = {
         "probation_sent", "graduated_at",
     },
     "tenant_usage": {"tenant", "period", "starts", "messages"},
-    "reputation_counts": {"scope", "key", "minute", "delivered", "deferred", "bounced", "complained", "unsubscribed"},
+    "reputation_counts": {
+        "scope", "tenant", "key", "minute", "delivered", "deferred", "bounced", "complained", "unsubscribed",
+    },
     "dkim_keys": {
         "id", "domain", "selector", "algorithm", "private_key", "record", "state", "created_at", "changed_at",
         "published_at", "published_ttl",

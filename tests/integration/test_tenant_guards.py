@@ -167,6 +167,14 @@ async def test_windows_count_by_tenant_provider_and_source(database: db.Database
     for key in (("tenant", "shop"), ("provider", "gmail"), ("source", "192.0.2.10")):
         assert found[key]["1h"] == expected
         assert found[key]["24h"] == expected
+    # Another tenant's mail through the same provider: the provider's window holds both,
+    # each tenant's holds its own.
+    await delivered(database, "other", 2)
+    await counting.catch_up()
+    [gmail] = await reputation.windows(database, "provider", ["gmail"])
+    assert gmail["24h"]["delivered"] == 6
+    [shops] = await reputation.windows(database, "provider", ["gmail"], tenant="shop")
+    assert shops["24h"]["delivered"] == 4
 
 
 async def test_complaints_pause_a_tenant_once_the_volume_is_there(database: db.Database) -> None:

@@ -11,6 +11,7 @@ CROSS JOIN LATERAL (
            coalesce(sum(c.delivered), 0) AS delivered_24h, coalesce(sum(c.bounced), 0) AS bounced_24h,
            coalesce(sum(c.complained), 0) AS complained_24h
     FROM reputation_counts c
-    WHERE c.scope = 'tenant' AND c.key = k.tenant AND c.minute >= $2::timestamptz - interval '24 hours'
+    WHERE c.scope = 'tenant' AND c.tenant = k.tenant AND c.key = k.tenant
+      AND c.minute >= $2::timestamptz - interval '24 hours'
       AND (t.resumed_at IS NULL OR c.minute > t.resumed_at)
 ) AS w
