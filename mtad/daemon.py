@@ -35,7 +35,7 @@ from pathlib import Path
 import structlog
 
 from mtad import config, db, submission
-from mtad.base import errors, http, log, vault
+from mtad.base import errors, http, log, metrics, vault
 from mtad.db import embedded, opening
 from mtad.deliver import delivery, egress
 from mtad.feedback import (
@@ -124,7 +124,9 @@ class Daemon:
         if out.enabled and sealer is not None:
             await self._dkim_keys(database, signer, sealer)  # the keys active now, before the first send
         if out.enabled:
-            queue = await db.Database.connect(database.dsn, max_size=settings.database.pool_size, replan=True)
+            queue = await db.Database.connect(
+                database.dsn, max_size=settings.database.pool_size, replan=True, name="delivery"
+            )
             self._closing.append(queue)
             mailboxes = relay.Mailboxes(queue, out.relay, sealer)  # PostgreSQL's clock
             url = settings.unsubscribe.url
@@ -134,6 +136,7 @@ class Daemon:
                 mailboxes=mailboxes, signer=signer, verp=_verp(settings.bounces), unsubscribing=links,
                 on_probation=states.on_probation,
             )  # fmt: skip
+        metrics.watch_pools([database, *self._closing])  # their use is read at every scrape
         sub = settings.submission
         accepting: port.InProcess | processes.Processes
         if sub.processes:
@@ -146,15 +149,14 @@ class Daemon:
         leaving = None  # the one-click unsubscribe endpoint
         if tokens is not None and settings.unsubscribe.listen:
             recording = functools.partial(unsubscribe.record, database)
-            leaving = unsubscribe.Listener(unsubscribe.app(tokens, recording))
+            leaving = http.Listener(unsubscribe.app(tokens, recording))
         web = None
         if settings.http.listen is not None:
-            web = http.Server(
-                settings.http.listen,
+            web = http.Listener(http.observability(
                 depth=lambda: commit.depth(database),
                 healthy=lambda: _healthy(database),
                 others=accepting.counts,
-            )
+            ))  # fmt: skip
         try:
             async with asyncio.TaskGroup() as tasks:
                 serving = tasks.create_task(accepting.run(), name="submission")
@@ -198,8 +200,8 @@ class Daemon:
                     reload = functools.partial(self._dkim_keys, database, signer, sealer)
                     background.append(tasks.create_task(rotating.run(reload), name="dkim-rotation"))
                 await accepting.start()
-                if web is not None:
-                    await web.start()
+                if web is not None and settings.http.listen is not None:
+                    await web.start([settings.http.listen])
                 if leaving is not None:
                     await leaving.start(settings.unsubscribe.listen)
                 if listening is not None:
@@ -210,7 +212,7 @@ class Daemon:
                     node=node_id,
                     smtp=addresses,
                     processes=sub.processes,
-                    http=str(web.address) if web is not None else None,
+                    http=str(web.addresses[0]) if web is not None else None,
                     unsubscribe=[str(a) for a in leaving.addresses] if leaving is not None else None,
                     inbound=[str(a) for a in listening.addresses] if listening is not None else None,
                     pid=os.getpid(),
@@ -230,7 +232,7 @@ class Daemon:
         finally:
             accepting.close()
             if web is not None:
-                await web.close()
+                await web.stop()
             if leaving is not None:
                 await leaving.stop()
             if listening is not None:

@@ -1,18 +1,18 @@
-"""The HTTP endpoint: GET /metrics (Prometheus text format) and GET /healthz.
+"""HTTP serving on aiohttp: `Listener` runs an application on TCP addresses, and
+`observability` is the application of GET /metrics (Prometheus text format) and
+GET /healthz.
 
-A deliberately small HTTP/1.1 server on asyncio streams (one request per
-connection, no keep-alive): two read-only routes do not justify a web framework
-as a dependency. At scrape time, spool depth is read from PostgreSQL and the
-node's submission processes are asked for their counts (`others`).
+At scrape time the spool depth is read from PostgreSQL and the node's submission
+processes are asked for their counts (`others`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
+from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from mtad.base import errors, metrics
@@ -20,80 +20,71 @@ from mtad.base.endpoints import HostPort
 
 log = structlog.get_logger("mtad.http")
 
-REQUEST_TIMEOUT = 10.0
 MAX_HEADER_BYTES = 16 * 1024
 
 
-class Server:
-    """Serves /metrics and /healthz; `depth`, `healthy` and `others` are read per request."""
+class Listener:
+    """Serves an application (`app`) on TCP addresses, with TLS when given a context:
+    `start`, then `stop` (requests in flight get `grace` seconds)."""
 
-    def __init__(
-        self,
-        listen: HostPort,
-        *,
-        depth: Callable[[], Awaitable[dict[str, int]]],
-        healthy: Callable[[], Awaitable[bool]],
-        others: Callable[[], Awaitable[Sequence[Sequence[metrics.Counted]]]] | None = None,
-    ) -> None:
-        self._listen = listen
-        self._depth = depth
-        self._healthy = healthy
-        self._others = others
-        self._server: asyncio.Server | None = None
+    def __init__(self, application: web.Application, *, ssl_context: ssl.SSLContext | None = None,
+                 grace: float = 5.0) -> None:  # fmt: skip
+        self._app = application
+        self._ssl = ssl_context
+        self._grace = grace
+        self._runner: web.AppRunner | None = None
 
     @property
-    def address(self) -> HostPort | None:
-        if self._server is None or not self._server.sockets:
-            return None
-        host, port = self._server.sockets[0].getsockname()[:2]
-        return HostPort(host, port)
+    def addresses(self) -> list[HostPort]:
+        """Where it listens (a port 0 asked for is the port given)."""
+        if self._runner is None:
+            return []
+        return [HostPort(name[0], name[1]) for name in self._runner.addresses]
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self._listen.host, self._listen.port, reuse_address=True)
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def start(self, listen: Sequence[HostPort]) -> None:
+        """Listens on every address, or on none: OSError when one cannot be bound."""
+        runner = web.AppRunner(self._app, handle_signals=False, access_log=None, shutdown_timeout=self._grace,
+                               max_field_size=MAX_HEADER_BYTES, max_line_size=MAX_HEADER_BYTES)  # fmt: skip
+        await runner.setup()
         try:
-            async with asyncio.timeout(REQUEST_TIMEOUT):
-                head = await reader.readuntil(b"\r\n\r\n")
-                status, ctype, body = await self._route(head)
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n".encode()
-                + body
-            )
-            await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+            for where in listen:
+                await web.TCPSite(runner, where.host, where.port, ssl_context=self._ssl).start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        self._runner = runner
 
-    async def _route(self, head: bytes) -> tuple[str, str, bytes]:
-        if len(head) > MAX_HEADER_BYTES:
-            return "431 Request Header Fields Too Large", "text/plain", b"too large\n"
-        request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
-        parts = request_line.split(" ")
-        if len(parts) != 3:
-            return "400 Bad Request", "text/plain", b"bad request\n"
-        method, target, _ = parts
-        path = target.split("?", 1)[0]
-        if method != "GET":
-            return "405 Method Not Allowed", "text/plain", b"only GET\n"
-        if path == "/metrics":
-            try:
-                metrics.set_spool_depth(await self._depth())
-            except errors.SpoolError as exc:
-                log.warning("metrics_depth_unavailable", error=str(exc))
-            others = await self._others() if self._others is not None else ()
-            return "200 OK", CONTENT_TYPE_LATEST, metrics.exposition(others)
-        if path == "/healthz":
-            if await self._healthy():
-                return "200 OK", "text/plain", b"ok\n"
-            return "503 Service Unavailable", "text/plain", b"spool database unavailable\n"
-        return "404 Not Found", "text/plain", b"not found\n"
+    async def stop(self) -> None:
+        """Stops listening, lets requests in flight finish (up to `grace`), closes."""
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+
+def observability(
+    *,
+    depth: Callable[[], Awaitable[dict[str, int]]],
+    healthy: Callable[[], Awaitable[bool]],
+    others: Callable[[], Awaitable[Sequence[Sequence[metrics.Counted]]]] | None = None,
+) -> web.Application:
+    """GET /metrics and GET /healthz; `depth`, `healthy` and `others` are read per request."""
+
+    async def scrape(request: web.Request) -> web.Response:
+        try:
+            metrics.set_spool_depth(await depth())
+        except errors.SpoolError as exc:  # served all the same: the depth is stale
+            log.warning("metrics_depth_unavailable", error=str(exc))
+        counted = await others() if others is not None else ()
+        response = web.Response(body=metrics.exposition(counted))
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    async def health(request: web.Request) -> web.Response:
+        if await healthy():
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text="spool database unavailable\n")
+
+    application = web.Application()
+    application.router.add_get("/metrics", scrape)
+    application.router.add_get("/healthz", health)
+    return application

@@ -26,9 +26,8 @@ import hashlib
 import hmac
 import html
 import re
-import ssl
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -38,7 +37,6 @@ from aiohttp.typedefs import Handler
 
 from mtad import db
 from mtad.base import errors, headers
-from mtad.base.endpoints import HostPort
 from mtad.feedback import signals, suppression
 
 log = structlog.get_logger("mtad.unsubscribe")
@@ -339,40 +337,3 @@ async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamR
 
 def _error(status: int, why: str, extra: dict[str, str] | None = None) -> web.Response:
     return web.json_response({"error": why}, status=status, headers={**_PRIVATE, **(extra or {})})
-
-
-class Listener:
-    """Serves an application (`app`) on TCP addresses, with TLS when given a context:
-    `start`, then `stop` (requests in flight get `grace` seconds)."""
-
-    def __init__(self, application: web.Application, *, ssl_context: ssl.SSLContext | None = None,
-                 grace: float = 5.0) -> None:  # fmt: skip
-        self._app = application
-        self._ssl = ssl_context
-        self._grace = grace
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def addresses(self) -> list[HostPort]:
-        """Where it listens (a port 0 asked for is the port given)."""
-        if self._runner is None:
-            return []
-        return [HostPort(name[0], name[1]) for name in self._runner.addresses]
-
-    async def start(self, listen: Sequence[HostPort]) -> None:
-        """Listens on every address, or on none: OSError when one cannot be bound."""
-        runner = web.AppRunner(self._app, handle_signals=False, access_log=None, shutdown_timeout=self._grace)
-        await runner.setup()
-        try:
-            for where in listen:
-                await web.TCPSite(runner, where.host, where.port, ssl_context=self._ssl).start()
-        except OSError:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-
-    async def stop(self) -> None:
-        """Stops listening, lets requests in flight finish (up to `grace`), closes."""
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()

@@ -1,21 +1,24 @@
-"""/metrics and /healthz over a real socket."""
+"""/metrics and /healthz over a real socket, served by aiohttp."""
 
 from __future__ import annotations
 
 import asyncio
 
+import aiohttp
+
 from mtad.base import errors, http
 from mtad.base.endpoints import HostPort
 
 
-async def get(port: int, request: bytes) -> tuple[str, bytes]:
+async def raw(port: int, request: bytes) -> str:
+    """The status line of the answer to `request`, sent exactly as given."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request)
     await writer.drain()
-    response = await reader.read()
+    line = await reader.readline()
     writer.close()
-    head, _, body = response.partition(b"\r\n\r\n")
-    return head.split(b"\r\n", 1)[0].decode(), body
+    await writer.wait_closed()
+    return line.decode().rstrip()
 
 
 async def test_routes() -> None:
@@ -29,22 +32,28 @@ async def test_routes() -> None:
     async def is_healthy() -> bool:
         return healthy[0]
 
-    server = http.Server(HostPort("127.0.0.1", 0), depth=depth, healthy=is_healthy)
-    await server.start()
+    server = http.Listener(http.observability(depth=depth, healthy=is_healthy))
+    await server.start([HostPort("127.0.0.1", 0)])
     try:
-        assert server.address is not None
-        port = server.address.port
-        status, body = await get(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert status == "HTTP/1.1 200 OK"
-        assert b'mtad_spool_deliveries{state="queued"} 7.0' in body
-        assert b"# HELP mtad_submission_rejected_total" in body
-        assert await get(port, b"GET /healthz HTTP/1.1\r\n\r\n") == ("HTTP/1.1 200 OK", b"ok\n")
-        healthy[0] = False
-        assert (await get(port, b"GET /healthz HTTP/1.1\r\n\r\n"))[0] == "HTTP/1.1 503 Service Unavailable"
-        status, body = await get(port, b"GET /metrics HTTP/1.1\r\n\r\n")  # still served, depth is stale
-        assert status == "HTTP/1.1 200 OK"
-        assert (await get(port, b"POST /metrics HTTP/1.1\r\n\r\n"))[0] == "HTTP/1.1 405 Method Not Allowed"
-        assert (await get(port, b"GET /x HTTP/1.1\r\n\r\n"))[0] == "HTTP/1.1 404 Not Found"
-        assert (await get(port, b"NONSENSE\r\n\r\n"))[0] == "HTTP/1.1 400 Bad Request"
+        base = f"http://127.0.0.1:{server.addresses[0].port}"
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{base}/metrics") as response:
+                body = await response.read()
+                assert response.status == 200
+                assert response.headers["Content-Type"].startswith("text/plain; version=")
+            assert b'mtad_spool_deliveries{state="queued"} 7.0' in body
+            assert b"# HELP mtad_submission_rejected_total" in body
+            async with session.get(f"{base}/healthz") as response:
+                assert (response.status, await response.text()) == (200, "ok\n")
+            healthy[0] = False
+            async with session.get(f"{base}/healthz") as response:
+                assert response.status == 503
+            async with session.get(f"{base}/metrics") as response:  # still served, depth is stale
+                assert response.status == 200
+            async with session.post(f"{base}/metrics") as response:
+                assert response.status == 405
+            async with session.get(f"{base}/x") as response:
+                assert response.status == 404
+        assert (await raw(server.addresses[0].port, b"NONSENSE\r\n\r\n")).endswith(" 400 Bad Request")
     finally:
-        await server.close()
+        await server.stop()

@@ -17,7 +17,7 @@ import pytest
 from yarl import URL
 
 from mtad import db
-from mtad.base import errors
+from mtad.base import errors, http
 from mtad.base.endpoints import HostPort
 from mtad.feedback import consumers, suppression, unsubscribe
 from mtad.feedback.suppression import Reason
@@ -39,7 +39,7 @@ class Endpoint:
 
 @pytest.fixture
 async def endpoint(database: db.Database) -> AsyncIterator[Endpoint]:
-    listener = unsubscribe.Listener(unsubscribe.app(TOKENS, functools.partial(unsubscribe.record, database)))
+    listener = http.Listener(unsubscribe.app(TOKENS, functools.partial(unsubscribe.record, database)))
     await listener.start([HostPort("127.0.0.1", 0)])
     [where] = listener.addresses
     try:
@@ -179,7 +179,7 @@ async def test_a_failed_record_answers_503(endpoint: Endpoint) -> None:
     async def down(subscriber: unsubscribe.Subscriber, at: datetime) -> None:
         raise errors.DatabaseUnavailable("connection refused")
 
-    listener = unsubscribe.Listener(unsubscribe.app(TOKENS, down))
+    listener = http.Listener(unsubscribe.app(TOKENS, down))
     await listener.start([HostPort("127.0.0.1", 0)])
     try:
         [where] = listener.addresses
@@ -192,11 +192,11 @@ async def test_a_failed_record_answers_503(endpoint: Endpoint) -> None:
 
 
 async def test_a_listener_binds_every_address_or_none() -> None:
-    listener = unsubscribe.Listener(unsubscribe.app(TOKENS, _never))
+    listener = http.Listener(unsubscribe.app(TOKENS, _never))
     await listener.start([HostPort("127.0.0.1", 0), HostPort("127.0.0.1", 0)])
     assert len({a.port for a in listener.addresses}) == 2
     taken = listener.addresses[0]
-    other = unsubscribe.Listener(unsubscribe.app(TOKENS, _never))
+    other = http.Listener(unsubscribe.app(TOKENS, _never))
     with pytest.raises(OSError):
         await other.start([HostPort("127.0.0.1", 0), taken])
     assert other.addresses == []
