@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -20,6 +21,8 @@ from prometheus_client.samples import Sample
 from mtad.base.lifecycle import State
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# From a fast path's fraction of a second to [delivery] max_age (5 days).
+_WAIT_BUCKETS = (0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0, 5 * 86400.0)
 
 ACCEPTED = Counter(
     "mtad_submission_accepted_messages",
@@ -70,6 +73,30 @@ DELIVERIES = Counter(
     "mtad_delivery_outcomes",
     "Outcomes of delivery attempts, per delivery (recipient), by outcome and provider group.",
     ["outcome", "group"],
+)
+DELIVERIES_BY_SOURCE = Counter(
+    "mtad_delivery_source_outcomes",
+    "Outcomes of delivery attempts, per delivery, by outcome and the source address they left from "
+    "(-: none bound, or none reached).",
+    ["outcome", "source"],
+)
+DELIVERIES_BY_TENANT = Counter(
+    "mtad_delivery_tenant_outcomes",
+    "Outcomes of delivery attempts, per delivery, by outcome and tenant.",
+    ["outcome", "tenant"],
+)
+QUEUE_WAIT = Histogram(
+    "mtad_delivery_queue_wait_seconds",
+    "Time from accept to the start of a delivery's first attempt, by provider group (other: no provider's).",
+    ["group"],
+    buckets=_WAIT_BUCKETS,
+)
+DELIVERY_LATENCY = Histogram(
+    "mtad_delivery_latency_seconds",
+    "Time from accept to a delivery's final outcome (delivered, bounced, failed), by outcome and provider "
+    "group (other: no provider's).",
+    ["outcome", "group"],
+    buckets=_WAIT_BUCKETS,
 )
 ATTEMPT_LATENCY = Histogram(
     "mtad_delivery_attempt_seconds",
@@ -167,6 +194,17 @@ REPUTATION = Gauge(
     "Outcomes in the sliding windows (1h, 24h) by scope (tenant, provider, source) and key",
     ["scope", "key", "window", "outcome"],
 )
+DB_POOL_CONNECTIONS = Gauge(
+    "mtad_db_pool_connections",
+    "Connections of the daemon's PostgreSQL pools, by pool (main, delivery) and state (in_use, idle), "
+    "as of the last scrape.",
+    ["pool", "state"],
+)
+DB_POOL_MAX = Gauge(
+    "mtad_db_pool_max_connections",
+    "Connections a PostgreSQL pool of the daemon opens at most ([database] pool_size), by pool.",
+    ["pool"],
+)
 SPOOL_DEPTH = Gauge(
     "mtad_spool_deliveries",
     "Deliveries in the spool by state, as of the last scrape.",
@@ -178,6 +216,37 @@ def set_spool_depth(counts: dict[str, int]) -> None:
     """Set the depth gauge for every state, zero for states with no rows."""
     for state in State:
         SPOOL_DEPTH.labels(state=state.value).set(counts.get(state.value, 0))
+
+
+class Pool(Protocol):
+    """A connection pool as the pool gauges read it (db.Database)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def use(self) -> tuple[int, int, int]:
+        """Connections in use, idle, and at most. Sync, no I/O."""
+        ...
+
+
+_watched: list[Pool] = []
+
+
+def watch_pools(pools: Sequence[Pool]) -> None:
+    """The pools exposition() reads into the pool gauges from now on: the daemon's
+    (a submission process's pools are its own, not the node's)."""
+    _watched[:] = pools
+
+
+def set_pool_use() -> None:
+    """The pool gauges as the watched pools are now; a pool no longer watched has none."""
+    DB_POOL_CONNECTIONS.clear()
+    DB_POOL_MAX.clear()
+    for pool in _watched:
+        in_use, idle, most = pool.use()
+        DB_POOL_CONNECTIONS.labels(pool=pool.name, state="in_use").set(in_use)
+        DB_POOL_CONNECTIONS.labels(pool=pool.name, state="idle").set(idle)
+        DB_POOL_MAX.labels(pool=pool.name).set(most)
 
 
 # --- several processes ------------------------------------------------------------
@@ -203,7 +272,9 @@ def snapshot() -> list[Counted]:
 
 def exposition(others: Iterable[Sequence[Counted]] = ()) -> bytes:
     """The text format of this process's metrics, each sample plus the same sample
-    of the other processes; samples only they have are added to their family."""
+    of the other processes; samples only they have are added to their family. The
+    pool gauges are read first."""
+    set_pool_use()
     extra: defaultdict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = defaultdict(dict)
     for taken in others:
         for family, _, name, labels, value in taken:

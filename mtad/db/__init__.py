@@ -149,12 +149,15 @@ async def _no_session_state(conn: asyncpg.Connection) -> None:
 class Database:
     """An asyncpg pool. Create with `await Database.connect(dsn)`; close with `close()`."""
 
-    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
+    def __init__(self, pool: asyncpg.Pool, dsn: str, name: str = "main") -> None:
         self._pool = pool
         self.dsn = dsn
+        self.name = name  # in the pool metrics
 
     @classmethod
-    async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10, replan: bool = False) -> Database:
+    async def connect(
+        cls, dsn: str, *, min_size: int = 1, max_size: int = 10, replan: bool = False, name: str = "main"
+    ) -> Database:
         """Open the pool; raises DatabaseUnavailable if the server cannot be reached.
 
         replan: plan every statement with the table sizes of the moment, never
@@ -177,7 +180,12 @@ class Database:
                 reset=_no_session_state,
             )
         assert pool is not None
-        return cls(pool, dsn)
+        return cls(pool, dsn, name)
+
+    def use(self) -> tuple[int, int, int]:
+        """Connections in use, idle, and at most. Sync, no I/O."""
+        size, idle = self._pool.get_size(), self._pool.get_idle_size()
+        return size - idle, idle, self._pool.get_max_size()
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):

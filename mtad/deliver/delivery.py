@@ -670,6 +670,7 @@ class Delivery:
         if not await self._begin_attempt(job, attempt, group.name):
             await way.abandon()
             return
+        started_at = self._now()
         data: dict[str, Any] = {"attempt": str(attempt), **way.describe()}
         plan = await way.plan(message, data)
         result = None
@@ -704,7 +705,7 @@ class Delivery:
             if not job.deliveries:
                 self._holdings.job_done(job.message)
                 return
-        await self._finish(job, group.name, verdicts, data)
+        await self._finish(job, group.name, verdicts, data, started_at=started_at)
 
     def _with_unsubscribe(self, job: _Job, message: Message, body: bytes) -> bytes:
         """The body with the recipient's List-Unsubscribe fields (one-click, RFC 8058) when
@@ -944,9 +945,16 @@ class Delivery:
         return kept
 
     async def _finish(
-        self, job: _Job, group: str | None, verdicts: dict[int, tuple[Verdict, Any]], data: dict[str, Any]
+        self,
+        job: _Job,
+        group: str | None,
+        verdicts: dict[int, tuple[Verdict, Any]],
+        data: dict[str, Any],
+        *,
+        started_at: datetime | None = None,
     ) -> None:
-        """Decide each delivery's next state, record it with its event, let go of it."""
+        """Decide each delivery's next state, record it with its event, let go of it.
+        `started_at`: when the attempt began, if one was made."""
         self._holdings.working(job.deliveries)  # being recorded: kept if its lease is lost
         now = self._now()
         tenant = job.tenant  # travels with the job: no second read of the message
@@ -973,13 +981,39 @@ class Delivery:
             await self._record.submit(recorded)
         finally:
             self._holdings.waiting(job.deliveries)
-        counted = collections.Counter((o.state.value, o.route_group or "-") for o in recorded)
-        for (name, route_group), count in counted.items():
-            setattr(self._stats, name, getattr(self._stats, name) + count)
-            metrics.DELIVERIES.labels(outcome=name, group=route_group).inc(count)
+        self._count(job, group, recorded, data.get("source"), now, started_at)
         for outcome in recorded:
             self._log(outcome, job)
         self._forget(job)
+
+    def _count(
+        self,
+        job: _Job,
+        group: str | None,
+        recorded: list[Outcome],
+        source: str | None,
+        now: datetime,
+        started_at: datetime | None,
+    ) -> None:
+        """The outcomes in the statistics and the metrics; the queue wait of the first
+        attempts and the latency of the final outcomes."""
+        counted = collections.Counter(o.state.value for o in recorded)
+        for name, count in counted.items():
+            setattr(self._stats, name, getattr(self._stats, name) + count)
+            metrics.DELIVERIES.labels(outcome=name, group=group or "-").inc(count)
+            metrics.DELIVERIES_BY_SOURCE.labels(outcome=name, source=source or "-").inc(count)
+            metrics.DELIVERIES_BY_TENANT.labels(outcome=name, tenant=job.tenant or "-").inc(count)
+        provider = _provider(group)
+        accepted_at = {d.id: d.created_at for d in job.deliveries}
+        if started_at is not None:
+            for d in job.deliveries:
+                if d.attempts == 0 and not d.maybe_sent:  # its first attempt
+                    wait = (started_at - d.created_at).total_seconds()
+                    metrics.QUEUE_WAIT.labels(group=provider).observe(max(0.0, wait))
+        for outcome in recorded:
+            if outcome.state in _FINAL:
+                latency = (now - accepted_at[outcome.delivery]).total_seconds()
+                metrics.DELIVERY_LATENCY.labels(outcome=outcome.state.value, group=provider).observe(max(0.0, latency))
 
     def _next_state(self, d: Leased, verdict: Verdict, now: datetime) -> tuple[State, Reason | None, datetime | None]:
         state, reason = verdict.state, verdict.reason
@@ -1062,6 +1096,17 @@ class Delivery:
             cache = (bytes(row["dkim_header"]), tuple(row["dkim_keys"]))
             message.signatures[cache] = bytes(row["dkim_fields"])
         return message
+
+
+_FINAL = frozenset({State.DELIVERED, State.BOUNCED, State.FAILED})  # no attempt follows
+
+
+def _provider(group: str | None) -> str:
+    """The group as the latency histograms label it: a receiver of no provider group
+    (routing names it mx:HOSTS, one per set of MX hosts) counts as `other`."""
+    if group is None or group.startswith("mx:"):
+        return "other"
+    return group
 
 
 def _kind(choice: egress.Choice) -> str:

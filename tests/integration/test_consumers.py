@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -132,6 +133,45 @@ async def test_a_consumer_is_woken_by_notify_and_reports_its_lag(ready: db.Datab
         with pytest.raises(asyncio.CancelledError):
             await running
     assert metrics.CONSUMER_LAG.labels(consumer="a")._value.get() == 0
+
+
+class Holding(Recording):
+    """Holds its batch (and its transaction open) until released."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.holding = asyncio.Event()
+        self.released = asyncio.Event()
+
+    async def handle(self, conn: db.Connection, batch: Sequence[Stored]) -> None:
+        self.holding.set()
+        await self.released.wait()
+        await super().handle(conn, batch)
+
+
+async def test_the_lag_is_the_age_of_the_oldest_event_still_to_handle(ready: db.Database) -> None:
+    written = datetime(2030, 1, 1, tzinfo=UTC)
+    holding = Holding("held")
+    consuming = Consumers(ready, [holding], consumers.Settings(poll=0.05), now=lambda: written + timedelta(minutes=2))
+    await consuming.catch_up()  # it starts here
+    await query(ready, "INSERT INTO events (at, kind, tenant, data) VALUES ($1, 'delivered', 't1', '{}'),"
+                       " ($2, 'delivered', 't1', '{}')", written, written + timedelta(seconds=30))  # fmt: skip
+    lag = metrics.CONSUMER_LAG.labels(consumer="held")
+    running = asyncio.create_task(consuming.run())
+    try:
+        await holding.holding.wait()  # the batch is being handled: its position has not moved
+        await eventually(lambda: _is(lag._value.get(), 120.0))
+        holding.released.set()
+        await eventually(lambda: _has(ready, "held", 2))
+        await eventually(lambda: _is(lag._value.get(), 0.0))  # caught up
+    finally:
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+
+async def _is(value: float, wanted: float) -> bool:
+    return value == wanted
 
 
 async def test_two_consumers_may_not_share_a_name(ready: db.Database) -> None:

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from prometheus_client import REGISTRY
+
 from mtad import config, db
 from mtad.base import envelope
 from mtad.deliver import delivery
@@ -121,6 +123,54 @@ async def test_a_deferral_then_a_delivery(database: db.Database, sink: Sink) -> 
     assert (row["state"], row["attempts"]) == ("delivered", 2)
     kinds = [r["kind"] for r in await query(database, "SELECT kind FROM events WHERE delivery IS NOT NULL ORDER BY id")]
     assert kinds == ["deferred", "delivered"]
+
+
+async def test_outcomes_are_counted_by_source_and_tenant_and_timed(database: db.Database, sink: Sink) -> None:
+    message = new_message("ok@sink.test", "reject-1@sink.test", "tempfail-1@sink.test")
+    await accept(database, message)
+    later = message.received_at + timedelta(seconds=100)  # the attempt starts 100 s after accept
+    pool = sessions.Pool(sessions.Settings(port=sink.port, ehlo_hostname="mtad.test", source_address="127.0.0.1"))
+    router = routing.Router(ZoneResolver(ZONE), PROVIDERS, port=sink.port)
+    mtad = delivery.Delivery(delivery.Settings(node="n1"), database, router, pool, RULES, now=lambda: later)
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    wanted = {
+        ("mtad_delivery_source_outcomes_total", ("delivered", "127.0.0.1")): 1,
+        ("mtad_delivery_source_outcomes_total", ("bounced", "127.0.0.1")): 1,
+        ("mtad_delivery_source_outcomes_total", ("deferred", "127.0.0.1")): 1,
+        ("mtad_delivery_tenant_outcomes_total", ("delivered", "t1")): 1,
+        ("mtad_delivery_tenant_outcomes_total", ("bounced", "t1")): 1,
+        ("mtad_delivery_tenant_outcomes_total", ("deferred", "t1")): 1,
+    }
+
+    def counts() -> dict[tuple[str, tuple[str, str]], float]:
+        return {
+            (name, (outcome, key)): sample(name, outcome=outcome, **{"source" if "source" in name else "tenant": key})
+            for name, (outcome, key) in wanted
+        }
+
+    other = {"group": "other"}  # a receiver of no provider group
+    waits = (sample("mtad_delivery_queue_wait_seconds_count", **other),
+             sample("mtad_delivery_queue_wait_seconds_sum", **other),
+             sample("mtad_delivery_queue_wait_seconds_bucket", le="60.0", **other))  # fmt: skip
+    latencies = {o: sample("mtad_delivery_latency_seconds_count", outcome=o, **other) for o in ("delivered", "bounced")}
+    before = counts()
+    await mtad.run_until_idle()
+
+    assert {k: v - before[k] for k, v in counts().items()} == wanted
+    count, total, under_a_minute = waits
+    # Each recipient's first attempt, 100 s after accept: above the 60 s bucket.
+    assert sample("mtad_delivery_queue_wait_seconds_count", **other) == count + 3
+    assert sample("mtad_delivery_queue_wait_seconds_sum", **other) - total == 300
+    assert sample("mtad_delivery_queue_wait_seconds_bucket", le="60.0", **other) == under_a_minute
+    # Delivered and bounced are final; the deferral is not.
+    assert {o: sample("mtad_delivery_latency_seconds_count", outcome=o, **other) - n for o, n in latencies.items()} == {
+        "delivered": 1,
+        "bounced": 1,
+    }
+    assert sample("mtad_delivery_latency_seconds_count", outcome="deferred", **other) == 0
 
 
 async def test_routes_that_fail(database: db.Database, sink: Sink) -> None:

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
+import mtad
 from mtad.base import metrics
 
 
@@ -64,3 +71,35 @@ def test_a_snapshot_holds_this_processes_mtad_samples_without_created() -> None:
     own = values(metrics.exposition())
     name = ("mtad_submission_accepted_messages_total", ())
     assert again[name] == 2 * own[name]
+
+
+README = Path(__file__).parents[2] / "README.md"
+ROW = re.compile(r"^\| `(mtad_\w+)` \| (counter|gauge|histogram) \|([^|]*)\|", re.MULTILINE)
+
+
+def exported() -> dict[str, tuple[str, frozenset[str]]]:
+    """Every metric of mtad's modules (metrics.py's and the few kept beside their
+    code): the name a query uses (a counter's with _total), its type and its labels."""
+    found = {}
+    for info in pkgutil.walk_packages(mtad.__path__, "mtad."):
+        if not info.name.endswith("__main__"):
+            found.update(_metrics_of(importlib.import_module(info.name)))
+    return found
+
+
+def _metrics_of(module: object) -> dict[str, tuple[str, frozenset[str]]]:
+    return {
+        value._name + ("_total" if value._type == "counter" else ""): (value._type, frozenset(value._labelnames))
+        for value in vars(module).values()
+        if isinstance(value, MetricWrapperBase) and value._name.startswith("mtad_")
+    }
+
+
+def test_the_readme_lists_every_metric_with_its_type_and_labels() -> None:
+    listed = {
+        name: (kind, frozenset(label.strip(" `") for label in labels.split(",") if label.strip()))
+        for name, kind, labels in ROW.findall(README.read_text())
+    }
+    every = exported()
+    assert _metrics_of(metrics).items() <= every.items()
+    assert listed == every
