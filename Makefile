@@ -53,11 +53,13 @@ endef
 run: $(VENV)/.run-installed
 	$(BIN)/mtad run --config $(CONFIG)
 
+# promtool comes with Debian's prometheus, whose server the package also enables.
 test: $(VENV)/.test-installed $(TOOLS)/bin/lint-imports
 	$(call debian,swaks,swaks)
 	$(call debian,dnsmasq,dnsmasq)
 	$(call debian,opendkim-testmsg,opendkim-tools)
 	$(call debian,dovecot,dovecot-imapd)
+	$(call debian,promtool,prometheus)
 	$(BIN)/python -m pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: PYTEST_ARGS chose none of them
 	$(BIN)/python -m pytest $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadfile) -m "not serial" $(PYTEST_ARGS)
 
