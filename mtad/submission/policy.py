@@ -114,10 +114,15 @@ class SubmissionEnvelope(Envelope):
         self.recipients: list[Address] = []
 
 
+def refused(reply: Reply, reason: str) -> Reply:
+    """A refusal, counted by reason."""
+    metrics.REJECTED.labels(reason=reason).inc()
+    return reply
+
+
 def refuse(reply: Reply, reason: str) -> str:
     """The reply line of a refusal, counted by reason."""
-    metrics.REJECTED.labels(reason=reason).inc()
-    return reply.line()
+    return refused(reply, reason).line()
 
 
 _ADDRESS_REPLIES = {
@@ -172,13 +177,11 @@ class Handler:
         now: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
-        self._committer = committer
         self._auth = authenticator
         self._suppressions = suppressions
-        self._gate = gate
+        self.acceptor = Acceptor(settings, committer, gate, now)
         self._router = router if settings.check_recipient_domains else None
         self._throttle = AuthThrottle(settings.auth_max_failures, settings.auth_failure_window)
-        self._now = now
 
     # --- EHLO ------------------------------------------------------------------
 
@@ -269,11 +272,10 @@ class Handler:
             except errors.AddressError as exc:
                 return refuse(_address_reply(exc), "bad_sender")
             env.mail_from = str(sender)
-        if self._gate is not None:
-            tenant = str(session.auth_data) if session.authenticated else self.settings.default_tenant
-            refused = self._gate.refusal(tenant)
-            if refused is not None:
-                return refuse(refused, "tenant_refused")
+        tenant = str(session.auth_data) if session.authenticated else self.settings.default_tenant
+        why = self.acceptor.refusal(tenant)
+        if why is not None:
+            return refuse(why, "tenant_refused")
         env.mail_options.extend(options)
         return replies.SENDER_OK.line()
 
@@ -331,11 +333,54 @@ class Handler:
             tls=session.ssl is not None,
             authenticated=bool(session.authenticated),
         )
+        accepted = await self.acceptor.accept(content, sender=env.mail_from, recipients=env.recipients,
+                                              smtputf8=env.smtp_utf8, origin=origin)  # fmt: skip
+        if isinstance(accepted, Reply):
+            return accepted.line()
+        metrics.ACCEPT_LATENCY.observe(time.perf_counter() - started)
+        queue_id = str(accepted.queue_id)
+        return (replies.already_queued(queue_id) if accepted.duplicate else replies.queued(queue_id)).line()
+
+    async def handle_exception(self, error: Exception) -> str:
+        log.error("session_error", error=f"{type(error).__name__}: {error}")
+        return refuse(replies.INTERNAL_ERROR, "internal")
+
+
+def _address_reply(exc: errors.AddressError) -> Reply:
+    code, enhanced = _ADDRESS_REPLIES.get(exc.reason, (553, "5.1.3"))
+    return Reply(code, enhanced, exc.text)
+
+
+class Acceptor:
+    """The durable accept of a message, shared by the SMTP port and the HTTP
+    injection: the message as spooled (assembly), its tenant's gate (paused,
+    quotas), the group commit; the answer only after COMMIT. A refusal is the
+    Reply to give, counted by reason."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        committer: commit.GroupCommitter,
+        gate: quotas.Gate | None = None,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self._committer = committer
+        self._gate = gate
+        self._now = now
+
+    def refusal(self, tenant: str) -> Reply | None:
+        """Why `tenant` may not submit now, as far as this process knows."""
+        return self._gate.refusal(tenant) if self._gate is not None else None
+
+    async def accept(
+        self, content: bytes, *, sender: str, recipients: list[Address], smtputf8: bool, origin: assembly.Origin
+    ) -> commit.Accepted | Reply:
         message = assembly.spoolable(
             content,
-            sender=env.mail_from,
-            recipients=env.recipients,
-            smtputf8=env.smtp_utf8,
+            sender=sender,
+            recipients=recipients,
+            smtputf8=smtputf8,
             origin=origin,
             hostname=self.settings.hostname,
             now=self._now(),
@@ -344,31 +389,30 @@ class Handler:
             defaults=self.settings.tenant_defaults.get(origin.tenant, assembly.NO_DEFAULTS),
         )
         if isinstance(message, Reply):
-            return refuse(message, "bad_instruction")
+            return refused(message, "bad_instruction")
         taken = None
         if self._gate is not None:
             try:
                 counted = await self._gate.take(origin.tenant, len(message.body))
             except errors.SpoolError as exc:
                 log.warning("accept_spool_unavailable", error=str(exc))
-                return refuse(replies.SPOOL_UNAVAILABLE, "spool_unavailable")
+                return refused(replies.SPOOL_UNAVAILABLE, "spool_unavailable")
             if isinstance(counted, Reply):
-                return refuse(counted, "tenant_refused")
+                return refused(counted, "tenant_refused")
             taken = counted
         try:
             accepted = await self._committer.commit(message)
         except errors.OutcomeUnknown as exc:  # committed or not: the count stays
             log.warning("accept_outcome_unknown", queue_id=str(message.id), error=str(exc))
-            return refuse(replies.OUTCOME_UNKNOWN, "spool_unavailable")
+            return refused(replies.OUTCOME_UNKNOWN, "spool_unavailable")
         except errors.DatabaseUnavailable as exc:
             log.warning("accept_spool_unavailable", error=str(exc))
             await self._give_back(taken)
-            return refuse(replies.SPOOL_UNAVAILABLE, "spool_unavailable")
+            return refused(replies.SPOOL_UNAVAILABLE, "spool_unavailable")
         except errors.SpoolError as exc:
             log.error("accept_failed", error=str(exc))
             await self._give_back(taken)
-            return refuse(replies.INTERNAL_ERROR, "internal")
-        metrics.ACCEPT_LATENCY.observe(time.perf_counter() - started)
+            return refused(replies.INTERNAL_ERROR, "internal")
         queue_id = str(accepted.queue_id)
         if accepted.duplicate:
             await self._give_back(taken)
@@ -380,7 +424,7 @@ class Handler:
                 message_id=message.message_id,
                 client=message.client_address,
             )
-            return replies.already_queued(queue_id).line()
+            return accepted
         if taken is not None and self._gate is not None:
             self._gate.accepted(taken)
         metrics.ACCEPTED.inc()
@@ -395,17 +439,8 @@ class Handler:
             client=message.client_address,
             message_id=message.message_id,
         )
-        return replies.queued(queue_id).line()
+        return accepted
 
     async def _give_back(self, taken: quotas.Taken | None) -> None:
         if taken is not None and self._gate is not None:
             await self._gate.give_back(taken)
-
-    async def handle_exception(self, error: Exception) -> str:
-        log.error("session_error", error=f"{type(error).__name__}: {error}")
-        return refuse(replies.INTERNAL_ERROR, "internal")
-
-
-def _address_reply(exc: errors.AddressError) -> Reply:
-    code, enhanced = _ADDRESS_REPLIES.get(exc.reason, (553, "5.1.3"))
-    return Reply(code, enhanced, exc.text)
