@@ -1037,20 +1037,25 @@ class Delivery:
         return [recorded.intersection(o.delivery for o in batch) for batch in batches]
 
     def _log(self, outcome: Outcome, job: _Job) -> None:
-        """One log line per delivery and outcome."""
-        group = outcome.route_group or "-"
+        """One log line per delivery and outcome, with every field of docs/logging.md
+        (null where it does not apply)."""
+        data = outcome.data
         log.info(
             outcome.state.value,
             delivery=outcome.delivery,
             queue_id=str(job.message),
-            recipient=outcome.data.get("recipient"),
+            tenant=job.tenant,
+            recipient=data.get("recipient"),
+            group=outcome.route_group or "-",
             reason=outcome.reason.value if outcome.reason else None,
-            reply=outcome.data.get("reply"),
-            mx=outcome.data.get("mx"),
-            source=outcome.data.get("source"),
-            tls=outcome.data.get("tls"),
-            group=group,
-            pool=outcome.data.get("pool"),
+            reply=data.get("reply"),
+            attempt=data.get("attempt"),
+            mx=data.get("mx") or None,
+            address=data.get("address") or None,
+            source=data.get("source") or None,
+            tls=data.get("tls"),
+            pool=data.get("pool"),
+            account=data.get("account"),
             next_attempt=outcome.next_attempt_at.isoformat() if outcome.next_attempt_at else None,
         )
 

@@ -1,4 +1,5 @@
-"""What an operator reads from a running `mtad run`: its /metrics, checked by promtool.
+"""What an operator reads from a running `mtad run`: its /metrics, checked by promtool,
+and its log records, checked against their schema in docs/logging.md.
 
 One daemon serves the module: it delivers to a sink over a static route (no DNS),
 with a submission process beside it, and one message gives it a delivery, a
@@ -14,6 +15,8 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from email.policy import SMTP
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +29,8 @@ pytestmark = pytest.mark.slow
 
 NEEDS_PROMTOOL = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian: prometheus) missing")
 RECIPIENTS = ("ok@sink.test", "reject-1@sink.test", "tempfail-1@sink.test")
+LOGGING = Path(__file__).parents[2] / "docs" / "logging.md"
+TYPES = {"string": str, "integer": int, "null": type(None)}
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +71,40 @@ def test_promtool_finds_nothing_wrong_with_live_metrics(running: Mtad) -> None:
         assert re.search(labelled, text), labelled
     checked = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
+
+
+def schema(heading: str) -> dict[str, tuple[type, ...]]:
+    """The fields of a record as docs/logging.md lists them under `## heading`: name -> types."""
+    section = LOGGING.read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| ([a-z ]+) \|", section, re.MULTILINE)
+    return {field: tuple(TYPES[t] for t in kind.split(" or ")) for field, kind in rows}
+
+
+def conforms(record: dict[str, Any], fields: dict[str, tuple[type, ...]]) -> None:
+    assert sorted(record) == sorted(fields), record["event"]  # no field missing, none undocumented
+    for field, value in record.items():
+        assert type(value) in fields[field], (record["event"], field, value)
+
+
+def test_the_records_are_as_docs_logging_says(running: Mtad) -> None:
+    [accepted] = running.events("accepted")
+    conforms(accepted, schema("accepted"))
+    assert (accepted["tenant"], accepted["recipients"], accepted["sender"]) == ("default", 3, "app@example.org")
+    outcome = schema("delivered, deferred, bounced, failed")
+    assert "tenant" in outcome
+    by_recipient = {
+        r["recipient"]: r for r in running.records if r.get("event") in ("delivered", "bounced", "deferred")
+    }
+    for record in by_recipient.values():
+        conforms(record, outcome)
+        assert record["tenant"] == "default"
+        assert record["group"].startswith("relay:127.0.0.2:")
+        assert record["timestamp"].endswith("Z")
+    delivered, bounced, deferred = (by_recipient[r] for r in RECIPIENTS)
+    assert (delivered["event"], delivered["reason"], delivered["next_attempt"]) == ("delivered", None, None)
+    assert (delivered["mx"], delivered["address"], delivered["source"]) == ("127.0.0.2", "127.0.0.2", None)
+    assert delivered["reply"].startswith("250 ")
+    assert (bounced["event"], bounced["reason"], bounced["reply"][:9]) == ("bounced", "recipient_rejected", "550 5.1.1")
+    assert (deferred["event"], deferred["reason"]) == ("deferred", "mx_tempfail")
+    assert deferred["next_attempt"] is not None
+    assert delivered["attempt"] == bounced["attempt"] == deferred["attempt"]  # one transaction for the three
