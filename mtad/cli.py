@@ -30,7 +30,6 @@ if TYPE_CHECKING:  # each command imports what it needs when it runs: `mtad --he
     from mtad import config
     from mtad.base import vault
     from mtad.db import opening
-    from mtad.mailboxes import accounts, inboxes
     from mtad.outbound import routing
     from mtad.signing import dkim
 
@@ -238,43 +237,14 @@ async def tenants_probation(args: argparse.Namespace, settings: config.Basics) -
 
 
 async def tenants_show(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import views
     from mtad.feedback import reputation
-    from mtad.spool import tenants
 
-    now = datetime.now(UTC)
     quota, guard = settings.tenants.of(args.name)
     async with _spool(settings) as opened:
-        state = await tenants.state(opened.database, args.name)
-        used = await opened.database.fetchrow("tenants/usage", args.name, now)
-        held = await opened.database.fetch("tenants/queued_bytes", [args.name])
-        [windows] = await reputation.windows(opened.database, "tenant", [args.name], now, tenant=args.name) or [
-            {w: dict.fromkeys(reputation.OUTCOMES, 0) for w in reputation.WINDOWS}
-        ]
-        by = {scope: await reputation.windows(opened.database, scope, None, now, tenant=args.name)
-              for scope in ("provider", "source")}  # fmt: skip
-    shown = {
-        "tenant": args.name,
-        "paused": state["paused_at"] is not None,
-        "paused_at": state["paused_at"],
-        "paused_by": state["paused_by"],
-        "paused_reason": state["paused_reason"],
-        "resumed_at": state["resumed_at"],
-        "probation": state["probation"],
-        "probation_since": state["probation_since"],
-        "probation_sent": state["probation_sent"],
-        "graduate_after": guard.graduate_after,
-        "graduated_at": state["graduated_at"],
-        "quotas": {
-            "max_per_hour": quota.max_per_hour, "messages_this_hour": int(used["hour"]) if used else 0,
-            "max_per_day": quota.max_per_day, "messages_today": int(used["day"]) if used else 0,
-            "max_queued_bytes": quota.max_queued_bytes, "queued_bytes": int(held[0]["bytes"]) if held else 0,
-        },
-        "limits": {"max_complaint_rate": guard.max_complaint_rate, "max_bounce_rate": guard.max_bounce_rate,
-                   "reputation_min_volume": guard.min_volume},
-        "windows": {w: windows[w] for w in reputation.WINDOWS},
-        "providers": {r["key"]: {w: r[w] for w in reputation.WINDOWS} for r in by["provider"]},
-        "sources": {r["key"]: {w: r[w] for w in reputation.WINDOWS} for r in by["source"]},
-    }  # fmt: skip
+        shown = await views.tenant(opened.database, args.name, quota, guard, datetime.now(UTC))
+    windows = shown["windows"]
+    by = {"provider": shown["providers"], "source": shown["sources"]}
     if args.json:
         print(_json(shown))
         return EXIT_OK
@@ -297,8 +267,9 @@ async def tenants_show(args: argparse.Namespace, settings: config.Basics) -> int
     print(f"limits     max_complaint_rate {guard.max_complaint_rate}, max_bounce_rate {guard.max_bounce_rate}, "
           f"over at least {guard.min_volume} deliveries")  # fmt: skip
     rows = [{"by": "tenant", "key": args.name, "window": w, **windows[w]} for w in reputation.WINDOWS]
-    rows += [{"by": scope, "key": r["key"], "window": w, **r[w]}
-             for scope in ("provider", "source") for r in by[scope] for w in reputation.WINDOWS]  # fmt: skip
+    rows += [{"by": scope, "key": key, "window": w, **found[w]}
+             for scope in ("provider", "source") for key, found in by[scope].items()
+             for w in reputation.WINDOWS]  # fmt: skip
     _table(rows, ["by", "key", "window", *reputation.OUTCOMES])
     return EXIT_OK
 
@@ -331,13 +302,14 @@ async def tenants_ls(args: argparse.Namespace, settings: config.Basics) -> int:
 
 
 async def queue_ls(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import views
     from mtad.spool import queue
 
     async with _spool(settings) as opened:
         rows = queue.deliveries(opened.database, state=args.state, group=args.provider)
         if args.json:
             async for row in rows:
-                print(_json(_delivery_json(row)))
+                print(_json(views.delivery(row)))
         else:
             _table([_delivery_text(r) async for r in rows], _DELIVERY_COLUMNS)
     return EXIT_OK
@@ -537,12 +509,13 @@ def _given(value: _T | None, default: _T | None) -> _T | None:
 
 
 async def accounts_ls(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import views
     from mtad.mailboxes import accounts, inboxes
 
     now = datetime.now(UTC)
     async with _spool(settings) as opened:
         read = {i.account: i for i in await inboxes.listing(opened.database)}
-        rows = [_account_row(u, now, read.get(u.account.id)) for u in await accounts.usage(opened.database, now,
+        rows = [views.account(u, now, read.get(u.account.id)) for u in await accounts.usage(opened.database, now,
                                                                                               args.pool)]  # fmt: skip
     if args.json:
         for row in rows:
@@ -553,6 +526,7 @@ async def accounts_ls(args: argparse.Namespace, settings: config.Basics) -> int:
 
 
 async def accounts_show(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import views
     from mtad.mailboxes import accounts, inboxes
 
     now = datetime.now(UTC)
@@ -560,7 +534,7 @@ async def accounts_show(args: argparse.Namespace, settings: config.Basics) -> in
         account = await accounts.get(opened.database, args.name)
         [use] = [u for u in await accounts.usage(opened.database, now, account.pool) if u.account.id == account.id]
         read = await inboxes.listing(opened.database, account.id)
-    row = _account_row(use, now, read[0] if read else None)
+    row = views.account(use, now, read[0] if read else None)
     if args.json:
         print(_json(row))
     else:
@@ -603,23 +577,6 @@ async def accounts_test(args: argparse.Namespace, settings: config.Settings) -> 
     why = result.replies[""].line() if result.replies else result.failure.value if result.failure else "?"
     print(f"account {account.name}: {account.host}:{account.port} refused: {why}")
     return EXIT_FAILED
-
-
-def _account_row(use: accounts.Usage, now: datetime, inbox: inboxes.Inbox | None) -> dict[str, Any]:
-    a = use.account
-    ended = a.state_until is not None and a.state_until <= now
-    return {
-        "name": a.name, "pool": a.pool, "address": a.address, "smarthost": f"{a.host}:{a.port}",
-        "tls": a.tls.value, "login": a.login, "mechanism": a.mechanism.value,
-        "state": "active" if ended else a.state.value, "until": None if ended else a.state_until,
-        "reason": a.state_reason, "today": use.today, "daily_cap": a.limits.daily_cap,
-        "last_send": use.last_send, "sending": use.sending, "gap_until": use.gap_until, "min_gap": a.limits.min_gap,
-        "per_second": a.limits.per_second, "per_minute": a.limits.per_minute, "per_hour": a.limits.per_hour,
-        "time_zone": a.time_zone, "health": use.health,
-        "inbox": f"{inbox.host}:{inbox.port}" if inbox is not None else None,
-        "inbox_read_at": inbox.read_at if inbox is not None else None,
-        "inbox_error": inbox.error if inbox is not None else None,
-    }  # fmt: skip
 
 
 async def queue_act(args: argparse.Namespace, settings: config.Basics) -> int:
@@ -679,6 +636,7 @@ def _before(text: str) -> datetime:
 
 
 async def queue_show(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import views
     from mtad.spool import queue
 
     async with _spool(settings) as opened:
@@ -687,17 +645,7 @@ async def queue_show(args: argparse.Namespace, settings: config.Basics) -> int:
     head = bytes(view.message["head"])
     header_block = head.split(b"\r\n\r\n", 1)[0].decode("utf-8", "replace")
     if args.json:
-        print(
-            _json(
-                {
-                    **message,
-                    "queue_id": message.pop("id"),
-                    "headers": header_block,
-                    "deliveries": [_delivery_json(d) for d in view.deliveries],
-                    "events": [{**e, "data": json.loads(e["data"])} for e in view.events],
-                }
-            )
-        )
+        print(_json(views.message(view)))
         return EXIT_OK
     for key, value in message.items():
         print(f"{'queue_id' if key == 'id' else key:>16}: {_text(value)}")
@@ -715,30 +663,6 @@ async def queue_show(args: argparse.Namespace, settings: config.Basics) -> int:
 # --- output ---------------------------------------------------------------------
 
 _DELIVERY_COLUMNS = ["id", "queue_id", "state", "attempts", "next_attempt", "sender", "recipient", "last_reply"]
-
-
-def _delivery_json(row: dict[str, Any]) -> dict[str, Any]:
-    """One delivery as `mtad queue ls --json` prints it (a line per delivery)."""
-    reply = None
-    if row["last_code"] is not None:
-        reply = {"code": row["last_code"], "enhanced": row["last_enhanced"], "text": row["last_text"]}
-    return {
-        "id": row["id"],
-        "queue_id": str(row["message"]),
-        "message_id": row["message_id"],
-        "tenant": row["tenant"],
-        "sender": row["sender"],
-        "recipient": row["recipient"],
-        "state": row["state"],
-        "priority": row["priority"],
-        "attempts": row["attempts"],
-        "next_attempt_at": row["next_attempt_at"].isoformat(),
-        "reason": row["reason"],
-        "last_reply": reply,
-        "lease_owner": row["lease_owner"],
-        "provider": row["route_group"],
-        "created_at": row["created_at"].isoformat(),
-    }
 
 
 def _delivery_text(row: dict[str, Any]) -> dict[str, Any]:

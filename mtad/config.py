@@ -68,6 +68,13 @@ class HttpSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AdminSettings:
+    listen: HostPort
+    token_file: Path | None  # None: no admin API
+    token: str | None = None  # read from token_file when the configuration is loaded
+
+
+@dataclass(frozen=True, slots=True)
 class LogSettings:
     format: str
     level: str
@@ -157,6 +164,7 @@ class Settings:
     submission: submission.Settings
     spool: SpoolSettings
     http: HttpSettings
+    admin: AdminSettings
     log: LogSettings
     node: NodeSettings
     delivery: DeliverySettings
@@ -413,6 +421,10 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
     },
     "http": {
         "listen": (_optional_host_port, "127.0.0.1:9108"),
+    },
+    "admin": {  # the admin HTTP API; off without a token
+        "listen": (host_port, "127.0.0.1:9110"),
+        "token_file": (_optional_path, ""),
     },
     "accounts": {
         "key_file": (_optional_path, ""),
@@ -1058,6 +1070,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
         ),
         spool=SpoolSettings(**values["spool"]),
         http=HttpSettings(**values["http"]),
+        admin=_admin(values["admin"]),
         log=LogSettings(**values["log"]),
         accounts=_accounts(values),
         dkim=rotation.Settings(
@@ -1151,6 +1164,21 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
     )
 
 
+MIN_TOKEN = 16  # characters of an admin token at least
+
+
+def _admin(values: dict[str, Any]) -> AdminSettings:
+    """[admin], with the token read from its file (checked by _check)."""
+    path = values["token_file"]
+    token = None
+    if path is not None:
+        try:
+            token = path.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            token = None
+    return AdminSettings(values["listen"], path, token)
+
+
 def _check(settings: Settings, origin: dict[tuple[str, str], str], problems: list[str]) -> None:
     """Checks that span keys or touch the file system."""
     from mtad import submission
@@ -1181,6 +1209,10 @@ def _check(settings: Settings, origin: dict[tuple[str, str], str], problems: lis
     listen = [str(a) for a in sub.listen]
     if len(set(listen)) != len(listen):
         problems.append("[submission] listen: the same address is listed twice")
+    admin = settings.admin
+    if admin.token_file is not None and (admin.token is None or len(admin.token) < MIN_TOKEN):
+        problems.append(f"[admin] token_file: {admin.token_file} must be a readable file holding the token, "
+                        f"at least {MIN_TOKEN} characters (head -c 32 /dev/urandom | base64 > FILE)")  # fmt: skip
     http = settings.http.listen
     if http is not None and http.port != 0 and str(http) in listen:
         problems.append("[http] listen: the same address as a [submission] listen address")

@@ -6,14 +6,16 @@ what the node's previous life still held back to the queue, when that process is
 gone) -> routing, delivery -> the submission port: bound here and served by the
 submission processes (mtad.submission.processes), or with [submission] processes = 0 by a
 group committer (with delivery as its fast path) and server in this process ->
-HTTP listener -> READY=1 once the port is served.
+HTTP listeners (/metrics, the admin API with its own group committer for HTTP
+injection) -> READY=1 once the port is served.
 
 Shutdown, in order:
- 1. STOPPING=1; close the listening sockets (no new sessions).
+ 1. STOPPING=1; the admin API stops (requests in flight finish); close the
+    listening sockets (no new sessions).
  2. Let sessions in DATA finish, bounded by [submission] shutdown_timeout;
     refuse new DATA commands meanwhile.
  3. Tell the remaining sessions 421 and close them.
- 4. Close the group committer: what it holds is committed, then it returns.
+ 4. Close the group committers: what they hold is committed, then they return.
     (Steps 2-4 happen in each submission process, which then exits.)
  5. Stop delivery: no more leasing, deliveries on the wire finish (bounded by
     [delivery] shutdown_timeout), leases of what did not start are handed back.
@@ -29,12 +31,14 @@ import functools
 import os
 import signal
 import socket
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
 
 from mtad import config, db, submission
+from mtad.admin import api
 from mtad.base import errors, http, log, metrics, vault
 from mtad.db import embedded, opening
 from mtad.deliver import delivery, egress
@@ -52,7 +56,7 @@ from mtad.feedback import (
 from mtad.mailboxes import relay
 from mtad.outbound import routing, sessions
 from mtad.signing import dkim, rotation
-from mtad.spool import commit, leases, nodes, retention, tenants
+from mtad.spool import commit, leases, nodes, quotas, retention, tenants
 from mtad.submission import port, processes
 
 logger = structlog.get_logger("mtad.daemon")
@@ -146,6 +150,21 @@ class Daemon:
         listening = None  # bounces and complaints
         if settings.inbound.listen:
             listening = inbound.Inbound(settings.inbound, database, _verp(settings.bounces))
+        injecting = None  # the admin API's own group committer: HTTP injection
+        admin = None
+        if settings.admin.token is not None:
+            injecting = commit.GroupCommitter(database, window=settings.spool.commit_window,
+                                              max_batch=settings.spool.commit_max_batch,
+                                              timeout=settings.spool.commit_timeout,
+                                              idempotency_window=settings.spool.idempotency_window,
+                                              fast_path=engine)  # fmt: skip
+            refusing = any(t.refuse_suppressed for t in sub.tenant_defaults.values())
+            checker = suppression.Checker(database) if refusing else None
+            acceptor = submission.Acceptor(sub, injecting, gate, router=router, suppressions=checker)
+            admin = http.Listener(api.application(api.Services(
+                database, settings.admin.token, acceptor, sub.default_tenant, _limits(settings),
+                3 * settings.node.heartbeat_interval,
+            )))  # fmt: skip
         leaving = None  # the one-click unsubscribe endpoint
         if tokens is not None and settings.unsubscribe.listen:
             recording = functools.partial(unsubscribe.record, database)
@@ -183,6 +202,7 @@ class Daemon:
                 )
                 if sending is not None:
                     background.append(tasks.create_task(sending.run(), name="webhooks"))
+                injected = tasks.create_task(injecting.run(), name="injection") if injecting else None
                 if out.enabled and sealer is not None:
                     background.append(tasks.create_task(self._dkim_reload(database, signer, sealer), name="dkim"))
                 if settings.inbox.enabled and sealer is not None:  # the mailboxes' inboxes: one node reads each
@@ -202,6 +222,8 @@ class Daemon:
                 await accepting.start()
                 if web is not None and settings.http.listen is not None:
                     await web.start([settings.http.listen])
+                if admin is not None:
+                    await admin.start([settings.admin.listen])
                 if leaving is not None:
                     await leaving.start(settings.unsubscribe.listen)
                 if listening is not None:
@@ -213,6 +235,7 @@ class Daemon:
                     smtp=addresses,
                     processes=sub.processes,
                     http=str(web.addresses[0]) if web is not None else None,
+                    admin=str(admin.addresses[0]) if admin is not None else None,
                     unsubscribe=[str(a) for a in leaving.addresses] if leaving is not None else None,
                     inbound=[str(a) for a in listening.addresses] if listening is not None else None,
                     pid=os.getpid(),
@@ -222,8 +245,13 @@ class Daemon:
 
                 logger.info("stopping")
                 notify("STOPPING=1")
+                if admin is not None:
+                    await admin.stop()  # requests in flight finish; nothing new comes over HTTP
                 await accepting.stop()  # steps 1-4, here or in each submission process
                 await serving
+                if injecting is not None and injected is not None:
+                    injecting.close()
+                    await injected
                 if engine is not None and delivering is not None:
                     engine.stop()  # stop leasing; finish what is on the wire; hand back the rest
                     await delivering
@@ -233,6 +261,10 @@ class Daemon:
             accepting.close()
             if web is not None:
                 await web.stop()
+            if admin is not None:
+                await admin.stop()
+            if injecting is not None:
+                injecting.close()
             if leaving is not None:
                 await leaving.stop()
             if listening is not None:
@@ -388,3 +420,14 @@ def _vault(settings: config.Settings) -> vault.Vault | None:
     if keys.make and keys.key_file is not None and vault.make_key(keys.key_file):
         logger.info("accounts_key_made", path=str(keys.key_file), mode="0600")
     return vault.Vault.from_config(keys.key_file, keys.key_env)
+
+
+def _limits(settings: config.Settings) -> Callable[[str], tuple[quotas.Quota, reputation.Guard]]:
+    """A tenant's quotas and reputation limits, as the configuration gives them."""
+    defaults = settings.submission.tenant_defaults
+
+    def of(tenant: str) -> tuple[quotas.Quota, reputation.Guard]:
+        found = defaults.get(tenant)
+        return (found.quota if found else settings.submission.default_quota), settings.reputation.guard(tenant)
+
+    return of

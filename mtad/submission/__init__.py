@@ -10,16 +10,18 @@ server    the listening sockets and sessions, capped per client address and in
 """
 
 from mtad.base.smtp_data import MAX_LINE, has_long_line
-from mtad.submission.assembly import MAX_PRIORITY, MIN_PRIORITY, TenantDefaults
-from mtad.submission.policy import AuthThrottle, Handler, Settings, tls_context
+from mtad.submission.assembly import MAX_PRIORITY, MIN_PRIORITY, Origin, TenantDefaults
+from mtad.submission.policy import Acceptor, AuthThrottle, Handler, Settings, tls_context
 from mtad.submission.server import Server, bind
 
 __all__ = [
     "MAX_LINE",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
+    "Acceptor",
     "AuthThrottle",
     "Handler",
+    "Origin",
     "Server",
     "Settings",
     "TenantDefaults",

@@ -178,9 +178,7 @@ class Handler:
     ) -> None:
         self.settings = settings
         self._auth = authenticator
-        self._suppressions = suppressions
-        self.acceptor = Acceptor(settings, committer, gate, now)
-        self._router = router if settings.check_recipient_domains else None
+        self.acceptor = Acceptor(settings, committer, gate, router=router, suppressions=suppressions, now=now)
         self._throttle = AuthThrottle(settings.auth_max_failures, settings.auth_failure_window)
 
     # --- EHLO ------------------------------------------------------------------
@@ -284,25 +282,10 @@ class Handler:
     ) -> str:
         if len(env.recipients) >= self.settings.max_recipients:
             return refuse(replies.TOO_MANY_RECIPIENTS, "too_many_recipients")
-        try:
-            recipient = envelope.parse_mailbox(address, smtputf8=env.smtp_utf8)
-        except errors.AddressError as exc:
-            return refuse(_address_reply(exc), "bad_recipient")
-        if self._router is not None:
-            try:
-                route = await self._router.route(recipient.domain)
-            except errors.RouteTempFail:
-                route = None  # DNS trouble refuses nothing: the delivery will wait for it
-            if isinstance(route, routing.Undeliverable):
-                return refuse(Reply(550, "5.1.2", f"<{recipient}>: {route.text}"), "undeliverable_domain")
         tenant = str(session.auth_data) if session.authenticated else self.settings.default_tenant
-        defaults = self.settings.tenant_defaults.get(tenant, assembly.NO_DEFAULTS)
-        if defaults.refuse_suppressed and self._suppressions is not None:
-            try:
-                if await self._suppressions.suppressed(tenant, str(recipient)):
-                    return refuse(Reply(550, "5.7.1", f"<{recipient}>: suppressed, not sent to again"), "suppressed")
-            except errors.SpoolError:
-                return refuse(replies.SPOOL_UNAVAILABLE, "spool_unavailable")
+        recipient = await self.acceptor.recipient(tenant, address, env.smtp_utf8)
+        if isinstance(recipient, Reply):
+            return recipient.line()
         env.recipients.append(recipient)
         env.rcpt_tos.append(str(recipient))
         env.rcpt_options.extend(options)
@@ -362,12 +345,40 @@ class Acceptor:
         settings: Settings,
         committer: commit.GroupCommitter,
         gate: quotas.Gate | None = None,
+        *,
+        router: routing.Router | None = None,
+        suppressions: suppression.Checker | None = None,
         now: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self._committer = committer
         self._gate = gate
+        self._router = router if settings.check_recipient_domains else None
+        self._suppressions = suppressions
         self._now = now
+
+    async def recipient(self, tenant: str, address: str, smtputf8: bool) -> Address | Reply:
+        """A recipient of `tenant`'s message, or why not: its syntax, its domain (when
+        asked to look it up), the suppression lists (a tenant that refuses at RCPT)."""
+        try:
+            recipient = envelope.parse_mailbox(address, smtputf8=smtputf8)
+        except errors.AddressError as exc:
+            return refused(_address_reply(exc), "bad_recipient")
+        if self._router is not None:
+            try:
+                route = await self._router.route(recipient.domain)
+            except errors.RouteTempFail:
+                route = None  # DNS trouble refuses nothing: the delivery will wait for it
+            if isinstance(route, routing.Undeliverable):
+                return refused(Reply(550, "5.1.2", f"<{recipient}>: {route.text}"), "undeliverable_domain")
+        defaults = self.settings.tenant_defaults.get(tenant, assembly.NO_DEFAULTS)
+        if defaults.refuse_suppressed and self._suppressions is not None:
+            try:
+                if await self._suppressions.suppressed(tenant, str(recipient)):
+                    return refused(Reply(550, "5.7.1", f"<{recipient}>: suppressed, not sent to again"), "suppressed")
+            except errors.SpoolError:
+                return refused(replies.SPOOL_UNAVAILABLE, "spool_unavailable")
+        return recipient
 
     def refusal(self, tenant: str) -> Reply | None:
         """Why `tenant` may not submit now, as far as this process knows."""

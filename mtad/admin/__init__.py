@@ -1,0 +1,8 @@
+"""Operating mtad over HTTP: the admin API (`[admin]`), and the JSON views of the
+spool, the tenants and the accounts that it and the command line share.
+
+views    what the tools show: deliveries, messages, tenants, accounts, as JSON-able dicts
+inject   a message given over HTTP (raw with its envelope, or structured) to the accept
+api      the aiohttp application: bearer token, JSON errors, the /v1 routes
+openapi  the OpenAPI document of /v1
+"""

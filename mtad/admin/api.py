@@ -1,0 +1,334 @@
+"""The admin HTTP API (`[admin]`): the operations of the command line over HTTP,
+JSON in and out, and HTTP injection of mail.
+
+Every route under /v1 but the OpenAPI document wants `Authorization: Bearer
+<token>` with the token of `[admin] token_file` (compared in constant time).
+Errors are JSON objects `{"error": ...}` with a 4xx or 5xx status: 400 for a body
+that is not JSON, 401 without the token, 404 for what does not exist, 409 for a
+conflict, 422 for a request that cannot be done as asked, 503 when PostgreSQL
+does not answer. A message injected is answered 202 only after its COMMIT.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from mtad import db, submission
+from mtad.admin import inject, openapi, views
+from mtad.base import errors, metrics
+from mtad.base.replies import Reply
+from mtad.deliver import shaping
+from mtad.feedback import reputation, suppression, webhooks
+from mtad.mailboxes import accounts, inboxes
+from mtad.spool import leases, queue, quotas, tenants
+
+log = structlog.get_logger("mtad.admin")
+
+MAX_BODY = 64 * 1024 * 1024  # octets of a request: above any message size mtad accepts, base64 included
+MAX_LISTED = 10_000  # deliveries a queue listing returns at most
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What the API acts through."""
+
+    database: db.Database
+    token: str
+    acceptor: submission.Acceptor | None  # None: this node takes no mail over HTTP
+    default_tenant: str
+    limits: Callable[[str], tuple[quotas.Quota, reputation.Guard]]  # a tenant's quotas and reputation limits
+    node_timeout: float  # seconds since its heartbeat that a node counts as live
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=_plain, ensure_ascii=False)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, frozenset | set):
+        return sorted(value)
+    if isinstance(value, float) and math.isinf(value):
+        return None
+    return str(value)
+
+
+def _json(value: Any, status: int = 200) -> web.Response:
+    return web.json_response(value, status=status, dumps=_dumps)
+
+
+def _error(status: int, why: str, **more: Any) -> web.Response:
+    return _json({"error": why, **more}, status)
+
+
+def application(services: Services) -> web.Application:
+    """The /v1 routes, behind the bearer token."""
+
+    @web.middleware
+    async def guarded(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Any:
+        if request.path != "/v1/openapi.json":
+            given = request.headers.get("Authorization", "")
+            scheme, _, token = given.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), services.token.encode()):
+                refused = _error(401, "give the admin token: Authorization: Bearer <token of [admin] token_file>")
+                refused.headers["WWW-Authenticate"] = "Bearer"
+                return refused
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:  # aiohttp's own: 404 of an unknown route, 405
+            if exc.status >= 400:
+                return _error(exc.status, exc.reason)
+            raise
+        except _Bad as exc:
+            return _error(exc.status, str(exc))
+        except inject.Invalid as exc:
+            return _error(422, str(exc))
+        except errors.NotFound as exc:
+            return _error(404, str(exc))
+        except errors.Conflict as exc:
+            return _error(409, str(exc))
+        except errors.DatabaseUnavailable as exc:
+            return _error(503, f"the spool database does not answer: {exc}")
+        except errors.SpoolError as exc:
+            log.error("admin_failed", path=request.path, error=str(exc))
+            return _error(500, "the spool failed; see the log")
+        except errors.MtadError as exc:
+            return _error(422, str(exc))
+
+    api = _Api(services)
+    app = web.Application(middlewares=[guarded], client_max_size=MAX_BODY)
+    app.router.add_get("/v1/openapi.json", api.openapi)
+    app.router.add_post("/v1/messages", api.inject)
+    app.router.add_get("/v1/queue", api.queue_list)
+    app.router.add_get("/v1/queue/{id}", api.queue_show)
+    app.router.add_post("/v1/queue/{id}/{action}", api.queue_act)
+    app.router.add_get("/v1/tenants", api.tenants_list)
+    app.router.add_get("/v1/tenants/{name}", api.tenant_show)
+    app.router.add_post("/v1/tenants/{name}/pause", api.tenant_pause)
+    app.router.add_post("/v1/tenants/{name}/resume", api.tenant_resume)
+    app.router.add_get("/v1/reputation", api.reputation)
+    app.router.add_get("/v1/suppressions", api.suppressions_list)
+    app.router.add_post("/v1/suppressions", api.suppression_add)
+    app.router.add_delete("/v1/suppressions/{address}", api.suppression_remove)
+    app.router.add_get("/v1/webhooks", api.webhooks_list)
+    app.router.add_get("/v1/accounts", api.accounts_list)
+    app.router.add_get("/v1/buckets", api.buckets)
+    return app
+
+
+class _Bad(Exception):
+    """A request mtad cannot take as it is: its status and why."""
+
+    def __init__(self, status: int, why: str) -> None:
+        super().__init__(why)
+        self.status = status
+
+
+async def _body(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise _Bad(400, "the body is not JSON") from None
+    except web.HTTPRequestEntityTooLarge:
+        raise _Bad(413, f"the body is larger than {MAX_BODY} octets") from None
+
+
+def _reply_status(reply: Reply) -> int:
+    """The HTTP status of what the accept refused with."""
+    if reply.enhanced == "4.7.1":  # a tenant paused or over a rate quota
+        return 429
+    if reply.enhanced == "4.3.1":  # over the spool quota
+        return 507
+    if reply.is_transient:
+        return 503
+    if reply.code == 552:
+        return 413
+    return 422
+
+
+class _Api:
+    def __init__(self, services: Services) -> None:
+        self._s = services
+        self._db = services.database
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        return _json(openapi.DOCUMENT)
+
+    # --- injection ---------------------------------------------------------------------
+
+    async def inject(self, request: web.Request) -> web.Response:
+        acceptor = self._s.acceptor
+        if acceptor is None:
+            return _error(503, "this node takes no mail over HTTP")
+        given = inject.parse(await _body(request), request.headers.get("Idempotency-Key"))
+        tenant = given.tenant or self._s.default_tenant
+        sub = acceptor.settings
+        if len(given.content) > sub.max_message_size:
+            return _error(413, f"the message is larger than [submission] max_message_size ({sub.max_message_size})")
+        if len(given.recipients) > sub.max_recipients:
+            return _error(422, f"more than [submission] max_recipients ({sub.max_recipients}) recipients")
+        why = acceptor.refusal(tenant)
+        if why is not None:
+            return _error(_reply_status(why), why.text, smtp=why.line())
+        refused = []
+        recipients = []
+        for address in given.recipients:
+            checked = await acceptor.recipient(tenant, address, given.smtputf8)
+            if isinstance(checked, Reply):
+                refused.append({"recipient": address, "smtp": checked.line()})
+            else:
+                recipients.append(checked)
+        if not recipients:
+            return _error(422, "no recipient can be sent to", refused=refused)
+        origin = submission.Origin(tenant=tenant, client=request.remote or "", helo="http", tls=request.secure,
+                                   authenticated=True)  # fmt: skip
+        started = time.perf_counter()
+        accepted = await acceptor.accept(given.content, sender=given.sender, recipients=recipients,
+                                         smtputf8=given.smtputf8, origin=origin)  # fmt: skip
+        if isinstance(accepted, Reply):
+            return _error(_reply_status(accepted), accepted.text, smtp=accepted.line())
+        metrics.ACCEPT_LATENCY.observe(time.perf_counter() - started)
+        return _json({"queue_id": str(accepted.queue_id), "duplicate": accepted.duplicate,
+                      "recipients": [str(r) for r in recipients], "refused": refused}, 202)  # fmt: skip
+
+    # --- the queue -----------------------------------------------------------------------
+
+    async def queue_list(self, request: web.Request) -> web.Response:
+        limit = _int(request, "limit", 1000, 1, MAX_LISTED)
+        found: list[dict[str, Any]] = []
+        async for row in queue.deliveries(self._db, state=request.query.get("state"),
+                                          group=request.query.get("provider")):  # fmt: skip
+            if len(found) == limit:
+                break
+            found.append(views.delivery(row))
+        return _json({"deliveries": found})
+
+    async def queue_show(self, request: web.Request) -> web.Response:
+        return _json(views.message(await queue.show(self._db, request.match_info["id"])))
+
+    async def queue_act(self, request: web.Request) -> web.Response:
+        action = request.match_info["action"]
+        if action not in leases.ACTIONS:
+            return _error(404, f"no action {action!r} (known: {', '.join(sorted(leases.ACTIONS))})")
+        changed, left = await leases.act(self._db, action, request.match_info["id"], datetime.now(UTC))
+        return _json({"changed": changed, "unchanged": [{"id": d["id"], "state": d["state"]} for d in left]})
+
+    # --- tenants -----------------------------------------------------------------------
+
+    async def tenants_list(self, request: web.Request) -> web.Response:
+        return _json({"tenants": [{k: v for k, v in t.items() if k != "password_hash"}
+                                  for t in await tenants.list_all(self._db)]})  # fmt: skip
+
+    async def tenant_show(self, request: web.Request) -> web.Response:
+        name = _tenant(request)
+        quota, guard = self._s.limits(name)
+        return _json(await views.tenant(self._db, name, quota, guard, datetime.now(UTC)))
+
+    async def tenant_pause(self, request: web.Request) -> web.Response:
+        name = _tenant(request)
+        body = await _body(request) if request.can_read_body else {}
+        reason = body.get("reason", "paused by an operator") if isinstance(body, dict) else None
+        if not isinstance(reason, str) or not reason.strip():
+            raise _Bad(422, 'reason: a string, e.g. {"reason": "complaints from a new list"}')
+        held = await tenants.pause(self._db, name, reason, by="operator", now=datetime.now(UTC))
+        if held is None:
+            raise errors.Conflict(f"tenant {name} is paused already")
+        return _json({"tenant": name, "paused": True, "held": held})
+
+    async def tenant_resume(self, request: web.Request) -> web.Response:
+        name = _tenant(request)
+        released = await tenants.resume(self._db, name, by="operator", now=datetime.now(UTC))
+        if released is None:
+            raise errors.Conflict(f"tenant {name} is not paused")
+        return _json({"tenant": name, "paused": False, "released": released})
+
+    async def reputation(self, request: web.Request) -> web.Response:
+        scope = request.query.get("scope")
+        if scope is not None and scope not in reputation.SCOPES:
+            raise _Bad(422, f"scope: one of {', '.join(reputation.SCOPES)}")
+        return _json({"windows": await reputation.windows(self._db, scope, tenant=request.query.get("tenant"))})
+
+    # --- suppression ---------------------------------------------------------------------
+
+    async def suppressions_list(self, request: web.Request) -> web.Response:
+        reason = _reason(request.query.get("reason"))
+        found = await suppression.entries(self._db, request.query.get("tenant"), reason)
+        return _json({"suppressions": [_entry(e) for e in found]})
+
+    async def suppression_add(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("address"), str):
+            raise _Bad(422, 'give {"address": ..., "tenant": ... (absent: every tenant), "reason": ..., "note": ...}')
+        tenant = body.get("tenant", suppression.GLOBAL)
+        reason = _reason(body.get("reason", "manual")) or suppression.Reason.MANUAL
+        entry = await suppression.add(self._db, body["address"], reason, datetime.now(UTC), tenant=tenant,
+                                      detail=body.get("note"))  # fmt: skip
+        if entry is None:
+            return _json({"address": suppression.check_address(body["address"]), "tenant": tenant, "added": False})
+        return _json({**_entry(entry), "added": True}, 201)
+
+    async def suppression_remove(self, request: web.Request) -> web.Response:
+        tenant = request.query.get("tenant", suppression.GLOBAL)
+        if not await suppression.remove(self._db, request.match_info["address"], tenant):
+            raise errors.NotFound(f"{request.match_info['address']} is not on that list")
+        return _json({"address": request.match_info["address"], "tenant": tenant, "removed": True})
+
+    # --- webhooks, accounts, buckets: read only --------------------------------------
+
+    async def webhooks_list(self, request: web.Request) -> web.Response:
+        found = await webhooks.listing(self._db, request.query.get("tenant"))
+        return _json({"endpoints": [{"id": e.id, "tenant": e.tenant, "url": e.url, "events": e.events,
+                                     "batch": e.batch, "previous_until": e.previous_until,
+                                     "created_at": e.created_at, "pending": e.pending, "delivered": e.delivered,
+                                     "dead": e.dead} for e in found]})  # fmt: skip
+
+    async def accounts_list(self, request: web.Request) -> web.Response:
+        now = datetime.now(UTC)
+        read = {i.account: i for i in await inboxes.listing(self._db)}
+        found = await accounts.usage(self._db, now, request.query.get("pool"))
+        return _json({"accounts": [views.account(u, now, read.get(u.account.id)) for u in found]})
+
+    async def buckets(self, request: web.Request) -> web.Response:
+        live_since = datetime.now(UTC) - timedelta(seconds=self._s.node_timeout)
+        rows = await shaping.listing(self._db, live_since)
+        return _json({"buckets": [{**{k: v for k, v in r.items() if k != "route_group"}, "group": r["route_group"]}
+                                  for r in rows]})  # fmt: skip
+
+
+def _tenant(request: web.Request) -> str:
+    return tenants.check_name(request.match_info["name"])
+
+
+def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise _Bad(422, f"{name}: a whole number from {low} to {high}")
+    return int(text)
+
+
+def _reason(text: Any) -> suppression.Reason | None:
+    if text is None:
+        return None
+    try:
+        return suppression.Reason(text)
+    except ValueError:
+        raise _Bad(422, f"reason: one of {', '.join(r.value for r in suppression.Reason)}") from None
+
+
+def _entry(e: suppression.Entry) -> dict[str, Any]:
+    return {"address": e.address, "tenant": e.tenant, "reason": e.reason.value, "detail": e.detail,
+            "event": e.event, "delivery": e.delivery, "created_at": e.created_at,
+            "expires_at": e.expires_at}  # fmt: skip

@@ -1,0 +1,114 @@
+"""The OpenAPI 3.1 document of the admin API, served at /v1/openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_ERROR = {
+    "description": "what went wrong",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
+_OK = {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
+
+
+def _op(summary: str, *, body: str | None = None, params: list[dict[str, Any]] | None = None,
+        ok: str = "200", secured: bool = True) -> dict[str, Any]:  # fmt: skip
+    op: dict[str, Any] = {"summary": summary, "responses": {ok: _OK, "4XX": _ERROR, "5XX": _ERROR}}
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": {"$ref": body}}}}
+    if params:
+        op["parameters"] = params
+    if not secured:
+        op["security"] = []
+    return op
+
+
+def _path(name: str, about: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "description": about, "schema": {"type": "string"}}
+
+
+def _query(name: str, about: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": about, "schema": {"type": "string"}}
+
+
+DOCUMENT: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "mtad admin API", "version": "1",
+             "description": "The operations of the mtad command line over HTTP, and HTTP injection of mail."},
+    "security": [{"bearer": []}],
+    "paths": {
+        "/v1/openapi.json": {"get": _op("This document", secured=False)},
+        "/v1/messages": {"post": {
+            **_op("Inject a message: raw with its envelope, or structured; 202 only after its COMMIT",
+                  body="#/components/schemas/Message", ok="202"),
+            "parameters": [{"name": "Idempotency-Key", "in": "header", "required": False,
+                            "description": "a resubmission with the same key gets the first one's queue id",
+                            "schema": {"type": "string"}}],
+        }},
+        "/v1/queue": {"get": _op("Deliveries, oldest first", params=[
+            _query("state", "queued, leased, deferred, delivered, bounced, failed, cancelled"),
+            _query("provider", "a provider group"), _query("limit", "at most this many (1-10000, default 1000)")])},
+        "/v1/queue/{id}": {"get": _op("A message (queue id, or a delivery id) with its deliveries and events",
+                                      params=[_path("id", "queue id or delivery id")])},
+        "/v1/queue/{id}/{action}": {"post": _op("Retry, cancel or bounce a delivery, or every delivery of a message",
+                                                params=[_path("id", "queue id or delivery id"),
+                                                        _path("action", "retry, cancel or bounce")])},
+        "/v1/tenants": {"get": _op("The tenants")},
+        "/v1/tenants/{name}": {"get": _op("A tenant's state, probation, quotas and reputation windows",
+                                          params=[_path("name", "tenant")])},
+        "/v1/tenants/{name}/pause": {"post": _op("Pause a tenant: its mail waits, new mail is refused",
+                                                 params=[_path("name", "tenant")],
+                                                 body="#/components/schemas/Pause")},
+        "/v1/tenants/{name}/resume": {"post": _op("Resume a paused tenant", params=[_path("name", "tenant")])},
+        "/v1/reputation": {"get": _op("The sliding windows (1 h, 24 h) of outcomes", params=[
+            _query("scope", "tenant, provider or source"), _query("tenant", "only this tenant's mail")])},
+        "/v1/suppressions": {
+            "get": _op("Suppressed addresses", params=[
+                _query("tenant", "one tenant's list (absent: every list)"),
+                _query("reason", "hard_bounce, complaint, unsubscribe, manual")]),
+            "post": _op("Suppress an address", body="#/components/schemas/Suppression", ok="201"),
+        },
+        "/v1/suppressions/{address}": {"delete": _op("Remove an address from a list", params=[
+            _path("address", "the address"), _query("tenant", "the tenant's list (absent: the global list)")])},
+        "/v1/webhooks": {"get": _op("Webhook endpoints (never a secret)", params=[_query("tenant", "one tenant's")])},
+        "/v1/accounts": {"get": _op("Sending accounts and their use (never a secret)",
+                                    params=[_query("pool", "one account pool")])},
+        "/v1/buckets": {"get": _op("The shaping buckets per (provider group, source address)")},
+    },
+    "components": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                       "description": "the token in [admin] token_file"}},
+        "schemas": {
+            "Error": {"type": "object", "required": ["error"], "properties": {
+                "error": {"type": "string"}, "smtp": {"type": "string", "description": "the SMTP reply it would be"},
+            }},
+            "Message": {"oneOf": [
+                {"type": "object", "required": ["envelope_sender", "recipients", "content"], "properties": {
+                    "envelope_sender": {"type": "string", "description": '"" for the null sender'},
+                    "recipients": {"type": "array", "items": {"type": "string"}},
+                    "content": {"type": "string", "description": "the RFC 5322 message"},
+                    "tenant": {"type": "string"},
+                }, "additionalProperties": False},
+                {"type": "object", "required": ["from"], "properties": {
+                    "from": {"type": "string"}, "to": {"type": "array", "items": {"type": "string"}},
+                    "cc": {"type": "array", "items": {"type": "string"}},
+                    "bcc": {"type": "array", "items": {"type": "string"}},
+                    "reply_to": {"type": "string"}, "subject": {"type": "string"},
+                    "text": {"type": "string"}, "html": {"type": "string"},
+                    "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "attachments": {"type": "array", "items": {"type": "object", "required": ["filename", "content"],
+                                                               "properties": {
+                        "filename": {"type": "string"}, "content_type": {"type": "string"},
+                        "content": {"type": "string", "contentEncoding": "base64"}}}},
+                    "envelope_sender": {"type": "string"}, "tenant": {"type": "string"},
+                }, "additionalProperties": False},
+            ]},
+            "Pause": {"type": "object", "properties": {"reason": {"type": "string"}}},
+            "Suppression": {"type": "object", "required": ["address"], "properties": {
+                "address": {"type": "string"}, "tenant": {"type": "string"},
+                "reason": {"type": "string", "enum": ["hard_bounce", "complaint", "unsubscribe", "manual"]},
+                "note": {"type": "string"},
+            }},
+        },
+    },
+}  # fmt: skip

@@ -1,0 +1,225 @@
+"""The admin API against real PostgreSQL over a real socket: the token, every route,
+HTTP injection (raw and structured, idempotent, refused as SMTP would refuse), and
+errors as JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import email
+import email.policy
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import pytest
+
+from mtad import db, submission
+from mtad.admin import api
+from mtad.base.endpoints import HostPort
+from mtad.base.http import Listener
+from mtad.feedback import reputation, suppression, webhooks
+from mtad.spool import commit, quotas, tenants
+from tests.conftest import query
+from tests.integration.test_webhook_delivery import SEALER
+
+TOKEN = "t0ken-of-the-admin-api-0123456789"
+
+
+class Client:
+    def __init__(self, session: aiohttp.ClientSession, base: str, gate: quotas.Gate) -> None:
+        self.session = session
+        self.base = base
+        self.gate = gate
+
+    async def call(self, method: str, path: str, *, token: str | None = TOKEN, **kw: Any) -> tuple[int, Any]:
+        headers = {**kw.pop("headers", {}), **({"Authorization": f"Bearer {token}"} if token else {})}
+        async with self.session.request(method, self.base + path, headers=headers, **kw) as response:
+            return response.status, await response.json()
+
+
+@contextlib.asynccontextmanager
+async def serving(database: db.Database, **settings: Any) -> AsyncIterator[Client]:
+    sub = submission.Settings(hostname="mtad.test", check_recipient_domains=False, **settings)
+    committer = commit.GroupCommitter(database, window=0.001)
+    gate = quotas.Gate(database, tenants.States(database), {t: d.quota for t, d in sub.tenant_defaults.items()})
+    await gate.refresh()
+    acceptor = submission.Acceptor(sub, committer, gate, suppressions=suppression.Checker(database))
+
+    def limits(tenant: str) -> tuple[quotas.Quota, reputation.Guard]:
+        found = sub.tenant_defaults.get(tenant)
+        return (found.quota if found else quotas.NONE), reputation.Guard()
+
+    services = api.Services(database, TOKEN, acceptor, "default", limits, 30.0)
+    listener = Listener(api.application(services))
+    await listener.start([HostPort("127.0.0.1", 0)])
+    task = asyncio.create_task(committer.run())
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield Client(session, f"http://127.0.0.1:{listener.addresses[0].port}", gate)
+    finally:
+        await listener.stop()
+        committer.close()
+        await task
+
+
+RAW = {
+    "envelope_sender": "app@example.org",
+    "recipients": ["a@example.com", "b@example.com"],
+    "content": "From: app@example.org\nTo: a@example.com\nSubject: raw\n\nhello\n",
+}
+
+
+async def test_without_the_token_nothing_but_the_document(database: db.Database) -> None:
+    async with serving(database) as client:
+        for token in (None, "wrong", TOKEN[:-1]):
+            status, body = await client.call("GET", "/v1/queue", token=token)
+            assert status == 401
+            assert "Bearer" in body["error"]
+        status, document = await client.call("GET", "/v1/openapi.json", token=None)
+        assert status == 200
+        assert document["openapi"].startswith("3.")
+        assert "/v1/messages" in document["paths"]
+        assert (await client.call("GET", "/v1/nothing"))[0] == 404
+        assert (await client.call("DELETE", "/v1/queue"))[0] == 405
+
+
+async def test_a_raw_message_is_injected_once_with_its_key(database: db.Database) -> None:
+    async with serving(database) as client:
+        headers = {"Idempotency-Key": "order-17"}
+        status, first = await client.call("POST", "/v1/messages", json=RAW, headers=headers)
+        assert status == 202, first
+        assert first["duplicate"] is False
+        assert first["recipients"] == ["a@example.com", "b@example.com"]
+        status, again = await client.call("POST", "/v1/messages", json=RAW, headers=headers)
+        assert (status, again["queue_id"], again["duplicate"]) == (202, first["queue_id"], True)
+        [row] = await query(database, "SELECT tenant, sender, body FROM messages")
+        assert (row["tenant"], row["sender"]) == ("default", "app@example.org")
+        body = bytes(row["body"])
+        assert b"Idempotency-Key: order-17\r\n" in body
+        assert b"Subject: raw\r\nMessage-ID: <" + first["queue_id"].replace("-", "").encode() + b"@mtad.test>" in body
+        assert body.endswith(b"\r\n\r\nhello\r\n")  # the line endings made CRLF
+        status, shown = await client.call("GET", f"/v1/queue/{first['queue_id']}")
+        assert status == 200
+        assert [d["recipient"] for d in shown["deliveries"]] == ["a@example.com", "b@example.com"]
+        assert shown["events"][0]["kind"] == "received"
+
+
+async def test_a_structured_message_is_built_into_mime(database: db.Database) -> None:
+    async with serving(database) as client:
+        status, answer = await client.call("POST", "/v1/messages", json={
+            "from": "Shop <shop@example.org>", "to": ["Ann <ann@example.com>"], "bcc": ["audit@example.net"],
+            "subject": "Your order", "text": "Thanks.", "html": "<p>Thanks.</p>", "tenant": "shop",
+            "headers": {"X-Campaign": "7"},
+            "attachments": [{"filename": "r.txt", "content_type": "text/plain",
+                             "content": base64.b64encode(b"receipt").decode()}],
+        })  # fmt: skip
+        assert status == 202, answer
+        [row] = await query(database, "SELECT tenant, sender, body FROM messages")
+        assert (row["tenant"], row["sender"]) == ("shop", "shop@example.org")
+        parsed = email.message_from_bytes(bytes(row["body"]), policy=email.policy.default)
+        assert (parsed["To"], parsed["Subject"], parsed["X-Campaign"]) == ("Ann <ann@example.com>", "Your order", "7")
+        assert parsed["Bcc"] is None  # an envelope recipient only
+        assert parsed.get_body(("html",)).get_content().strip() == "<p>Thanks.</p>"  # type: ignore[union-attr]
+        [attached] = list(parsed.iter_attachments())
+        assert (attached.get_filename(), attached.get_content()) == ("r.txt", "receipt")
+        recipients = [r["recipient"] for r in await query(database, "SELECT recipient FROM deliveries ORDER BY id")]
+        assert recipients == ["ann@example.com", "audit@example.net"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "says"),
+    [
+        ({"content": "x"}, 422, "envelope_sender: required"),
+        ({**RAW, "recipients": []}, 422, "recipients: at least one address"),
+        ({**RAW, "recipients": ["not an address"]}, 422, "recipients: 'not an address'"),
+        ({**RAW, "tenant": "no spaces"}, 422, "tenant:"),
+        ({**RAW, "content": "Subject: x\n\n" + "y" * 1200}, 422, "longer than 998"),
+        ({"from": "a@example.org", "to": ["b@example.com"]}, 422, 'give "text", "html" or both'),
+        ({"from": "a@example.org", "to": ["b@example.com"], "text": "t", "headers": {"From": "x"}}, 422, "'From'"),
+        ({"subject": "neither"}, 422, 'give either "content"'),
+        ({**RAW, "colour": "red"}, 422, "unknown fields: colour"),
+    ],
+)
+async def test_a_bad_injection_says_what_is_wrong(
+    database: db.Database, body: dict[str, Any], status: int, says: str
+) -> None:
+    async with serving(database) as client:
+        got, answer = await client.call("POST", "/v1/messages", json=body)
+        assert got == status
+        assert says in answer["error"]
+        assert await query(database, "SELECT id FROM messages") == []
+
+
+async def test_injection_is_refused_as_smtp_would_refuse(database: db.Database) -> None:
+    defaults = {"quick": submission.TenantDefaults(refuse_suppressed=True, quota=quotas.Quota(max_per_hour=1))}
+    async with serving(database, tenant_defaults=defaults, max_message_size=2000) as client:
+        async with client.session.post(client.base + "/v1/messages", data=b"{not json",
+                                       headers={"Authorization": f"Bearer {TOKEN}"}) as response:  # fmt: skip
+            assert (response.status, (await response.json())["error"]) == (400, "the body is not JSON")
+        big = {**RAW, "content": "Subject: big\n\n" + "z\n" * 1500}
+        assert (await client.call("POST", "/v1/messages", json=big))[0] == 413
+        await suppression.add(database, "a@example.com", suppression.Reason.MANUAL, datetime.now(UTC))
+        status, answer = await client.call("POST", "/v1/messages", json={**RAW, "tenant": "quick"})
+        assert status == 202
+        assert answer["recipients"] == ["b@example.com"]
+        assert answer["refused"] == [{"recipient": "a@example.com",
+                                      "smtp": "550 5.7.1 <a@example.com>: suppressed, not sent to again"}]  # fmt: skip
+        status, answer = await client.call("POST", "/v1/messages", json={**RAW, "tenant": "quick"})
+        assert status == 429
+        assert "max_per_hour" in answer["error"]
+        assert answer["smtp"].startswith("451 4.7.1")
+
+        await tenants.pause(database, "default", "checking a list", by="operator", now=datetime.now(UTC))
+        await client.gate.refresh()
+        status, answer = await client.call("POST", "/v1/messages", json=RAW)
+        assert status == 429
+        assert answer["error"] == "Tenant default is paused (operator): checking a list; try again later"
+
+
+async def test_the_operations_of_the_command_line(database: db.Database) -> None:
+    async with serving(database) as client:
+        _, injected = await client.call("POST", "/v1/messages", json=RAW)
+        status, listed = await client.call("GET", "/v1/queue?state=queued&limit=1")
+        assert status == 200
+        assert [d["recipient"] for d in listed["deliveries"]] == ["a@example.com"]
+        assert (await client.call("GET", "/v1/queue?limit=0"))[0] == 422
+        status, acted = await client.call("POST", f"/v1/queue/{injected['queue_id']}/cancel")
+        assert status == 200
+        assert len(acted["changed"]) == 2
+        assert (await client.call("POST", f"/v1/queue/{injected['queue_id']}/explode"))[0] == 404
+        assert (await client.call("GET", "/v1/queue/no-such-thing"))[0] == 404
+
+        await tenants.add(database, "shop", "secret-password")
+        status, found = await client.call("GET", "/v1/tenants")
+        assert [t["name"] for t in found["tenants"]] == ["shop"]
+        assert "password_hash" not in found["tenants"][0]
+        status, paused = await client.call("POST", "/v1/tenants/shop/pause", json={"reason": "spam trap hits"})
+        assert (status, paused["paused"]) == (200, True)
+        assert (await client.call("POST", "/v1/tenants/shop/pause"))[0] == 409
+        status, shown = await client.call("GET", "/v1/tenants/shop")
+        assert (shown["paused_by"], shown["paused_reason"]) == ("operator", "spam trap hits")
+        assert shown["windows"]["24h"]["delivered"] == 0
+        assert (await client.call("POST", "/v1/tenants/shop/resume"))[1]["paused"] is False
+        assert (await client.call("POST", "/v1/tenants/shop/resume"))[0] == 409
+        assert (await client.call("GET", "/v1/tenants/bad%20name"))[0] == 422
+
+        status, added = await client.call("POST", "/v1/suppressions", json={"address": "X@Example.com",
+                                                                           "tenant": "shop"})  # fmt: skip
+        assert (status, added["address"], added["reason"]) == (201, "x@example.com", "manual")
+        status, listed = await client.call("GET", "/v1/suppressions?tenant=shop")
+        assert [e["address"] for e in listed["suppressions"]] == ["x@example.com"]
+        assert (await client.call("GET", "/v1/suppressions?reason=bogus"))[0] == 422
+        assert (await client.call("DELETE", "/v1/suppressions/x@example.com?tenant=shop"))[0] == 200
+        assert (await client.call("DELETE", "/v1/suppressions/x@example.com?tenant=shop"))[0] == 404
+
+        await webhooks.add(database, SEALER, "shop", "https://hooks.example.net/x")
+        status, hooks = await client.call("GET", "/v1/webhooks")
+        assert [h["url"] for h in hooks["endpoints"]] == ["https://hooks.example.net/x"]
+        assert "secret" not in str(hooks)
+        assert (await client.call("GET", "/v1/accounts"))[1] == {"accounts": []}
+        assert (await client.call("GET", "/v1/buckets"))[0] == 200
+        assert (await client.call("GET", "/v1/reputation?scope=planet"))[0] == 422
+        assert (await client.call("GET", "/v1/reputation"))[1] == {"windows": []}
