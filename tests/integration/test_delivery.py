@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from prometheus_client import REGISTRY
 
 from mtad import config, db
@@ -163,7 +164,7 @@ async def test_outcomes_are_counted_by_source_and_tenant_and_timed(database: db.
     count, total, under_a_minute = waits
     # Each recipient's first attempt, 100 s after accept: above the 60 s bucket.
     assert sample("mtad_delivery_queue_wait_seconds_count", **other) == count + 3
-    assert sample("mtad_delivery_queue_wait_seconds_sum", **other) - total == 300
+    assert sample("mtad_delivery_queue_wait_seconds_sum", **other) - total == pytest.approx(300)
     assert sample("mtad_delivery_queue_wait_seconds_bucket", le="60.0", **other) == under_a_minute
     # Delivered and bounced are final; the deferral is not.
     assert {o: sample("mtad_delivery_latency_seconds_count", outcome=o, **other) - n for o, n in latencies.items()} == {
