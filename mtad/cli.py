@@ -316,7 +316,7 @@ async def queue_ls(args: argparse.Namespace, settings: config.Basics) -> int:
 
 
 _BUCKET_COLUMNS = ["group", "source", "rate", "sessions", "nodes", "in_flight", "tokens", "decreases", "increases",
-                   "changed_by", "changed_at"]  # fmt: skip
+                   "changed_by", "changed_at", "suspended"]  # fmt: skip
 
 
 # --- DKIM keys -------------------------------------------------------------------------------
@@ -392,12 +392,20 @@ async def buckets_ls(args: argparse.Namespace, settings: config.Basics) -> int:
     doing with them; with no node running, the checkpoint alone."""
     from mtad.deliver import shaping
     from mtad.outbound import limits
+    from mtad.spool import suspensions
 
-    live_since = datetime.now(UTC) - timedelta(seconds=3 * settings.node.heartbeat_interval)
+    now = datetime.now(UTC)
+    live_since = now - timedelta(seconds=3 * settings.node.heartbeat_interval)
     async with _spool(settings) as opened:
         rows = await shaping.listing(opened.database, live_since)
+        suspended, rerouted = await suspensions.listing(opened.database, now)
+    held = {(s.kind, s.key): s for s in suspended}
+    routed = {r.provider: r.pool for r in rerouted}
     for row in rows:
         row["group"] = row.pop("route_group")
+        why = held.get(("provider", row["group"])) or held.get(("source", row["source"] or ""))
+        row["suspended"] = f"{why.kind}: {why.reason}" if why else ("rerouted to " + routed[row["group"]]
+                                                                    if row["group"] in routed else None)  # fmt: skip
     if args.json:
         for row in rows:
             print(_json({**row, "rate": None if math.isinf(row["rate"]) else row["rate"]}))
@@ -613,6 +621,90 @@ async def queue_purge(args: argparse.Namespace, settings: config.Settings) -> in
     return EXIT_OK
 
 
+# --- suspensions and reroutes -------------------------------------------------------------
+
+
+def _suspended(args: argparse.Namespace) -> tuple[str, str]:
+    """The (kind, key) of --provider, --tenant, --pool, --source or --account."""
+    from mtad.spool import suspensions
+
+    return next((kind, getattr(args, kind)) for kind in suspensions.KINDS if getattr(args, kind) is not None)
+
+
+def _for(text: str) -> float:
+    from mtad.base import values
+
+    try:
+        return values.positive_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+async def suspend_cmd(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import control
+
+    kind, key = _suspended(args)
+    now = datetime.now(UTC)
+    until = now + timedelta(seconds=args.for_) if args.for_ is not None else None
+    async with _spool(settings) as opened:
+        done = await control.suspend(opened.database, kind, key, args.reason, until, now)
+    ends = f"until {done.until:%Y-%m-%d %H:%M:%S} UTC" if done.until else "until resumed"
+    print(f"suspended {kind} {done.key} {ends}: its mail waits (every node heeds it within seconds)")
+    return EXIT_OK
+
+
+async def resume_cmd(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import control
+
+    kind, key = _suspended(args)
+    async with _spool(settings) as opened:
+        released = await control.resume(opened.database, kind, key, datetime.now(UTC))
+    if released is None:
+        print(f"mtad: {kind} {key} is not suspended", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"resumed {kind} {key}; {released} deliveries due now")
+    return EXIT_OK
+
+
+async def suspensions_ls(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.spool import suspensions
+
+    async with _spool(settings) as opened:
+        suspended, rerouted = await suspensions.listing(opened.database, datetime.now(UTC))
+    rows = [{"what": "suspended", "kind": s.kind, "key": s.key, "pool": None, "reason": s.reason,
+             "since": s.created_at, "until": s.until} for s in suspended]  # fmt: skip
+    rows += [{"what": "rerouted", "kind": "provider", "key": r.provider, "pool": r.pool, "reason": r.reason,
+              "since": r.created_at, "until": r.until} for r in rerouted]  # fmt: skip
+    if args.json:
+        for row in rows:
+            print(_json(row))
+    else:
+        _table(rows, ["what", "kind", "key", "pool", "reason", "since", "until"])
+    return EXIT_OK
+
+
+async def queue_reroute(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.spool import suspensions
+
+    now = datetime.now(UTC)
+    if not args.back and args.pool is None:
+        print("mtad: give --pool POOL (or --back to end a reroute)", file=sys.stderr)
+        return EXIT_USAGE
+    async with _spool(settings) as opened:
+        if args.back:
+            ended = await suspensions.unroute(opened.database, args.provider)
+            if ended is None:
+                print(f"mtad: provider group {args.provider} is not rerouted", file=sys.stderr)
+                return EXIT_FAILED
+            print(f"provider group {args.provider} leaves from its own pool again")
+            return EXIT_OK
+        until = now + timedelta(seconds=args.for_) if args.for_ is not None else None
+        done = await suspensions.reroute(opened.database, args.provider, args.pool, args.reason, until, now)
+    ends = f"until {done.until:%Y-%m-%d %H:%M:%S} UTC" if done.until else "until --back"
+    print(f"provider group {done.provider} leaves from pool {done.pool} {ends}")
+    return EXIT_OK
+
+
 def _after(text: str) -> datetime:
     """--until: an ISO date or time, or a duration from now (argparse exits 2 on a bad one)."""
     from mtad.spool import retention
@@ -674,7 +766,10 @@ def _delivery_text(row: dict[str, Any]) -> dict[str, Any]:
         "queue_id": str(row["message"]),
         "state": row["state"],
         "attempts": row["attempts"],
-        "next_attempt": row["next_attempt_at"].strftime("%Y-%m-%d %H:%M:%S"),
+        "next_attempt": "on resume"
+        if row["next_attempt_at"].year == 9999
+        # held: paused or suspended
+        else row["next_attempt_at"].strftime("%Y-%m-%d %H:%M:%S"),
         "sender": row["sender"] or "<>",  # the null reverse-path
         "recipient": row["recipient"],
         "last_reply": reply[:60],
@@ -928,6 +1023,30 @@ def _parser() -> argparse.ArgumentParser:
                       help="answer RCPT for recipients matching the glob, e.g. 'bounce*@*=550 5.1.1 No such user' "
                       "(repeatable; the first match counts; others get 250)")  # fmt: skip
 
+    for name, text in (
+        ("suspend", "Hold mail: a provider group's, a tenant's, a source pool's, a source address's, or stop an "
+                    "account. It waits queued; nothing is failed. Every node heeds it within seconds."),
+        ("resume", "End a suspension: what it held is due now."),
+    ):  # fmt: skip
+        holding = commands.add_parser(name, parents=[common], help=text, description=text)
+        which = holding.add_mutually_exclusive_group(required=True)
+        which.add_argument("--provider", metavar="GROUP", help="a provider group (google, microsoft, mx:host, ...)")
+        which.add_argument("--tenant", metavar="NAME")
+        which.add_argument("--pool", metavar="POOL", help="a source IP pool ([pools])")
+        which.add_argument("--source", metavar="ADDRESS", help="a source IP address")
+        which.add_argument("--account", metavar="NAME", help="a sending account")
+        if name == "suspend":
+            holding.add_argument("--for", dest="for_", type=_for, metavar="DURATION",
+                                 help='e.g. "2h": it ends by itself (default: until `mtad resume`)')  # fmt: skip
+            holding.add_argument("--reason", default="suspended by an operator", help="said in suspensions ls and "
+                                 "in the events of the mail it holds")  # fmt: skip
+        holding.set_defaults(command=suspend_cmd if name == "suspend" else resume_cmd)
+    slist = commands.add_parser("suspensions", parents=[common], help="The suspensions and reroutes in force.")
+    scommands = slist.add_subparsers(title="suspensions commands", metavar="COMMAND", required=True)
+    sls = scommands.add_parser("ls", parents=[common], help="The suspensions and reroutes in force.")
+    sls.add_argument("--json", action="store_true", help="one JSON object per line")
+    sls.set_defaults(command=suspensions_ls)
+
     tenant_parser = commands.add_parser("tenants", parents=[common], help="Manage the tenants that may submit mail.")
     tenant_commands = tenant_parser.add_subparsers(title="tenant commands", metavar="COMMAND", required=True)
     tadd = tenant_commands.add_parser(
@@ -1008,6 +1127,19 @@ def _parser() -> argparse.ArgumentParser:
         )
         act.add_argument("id", help="a delivery id (number), or a queue id (UUID) for all of its deliveries")
         act.set_defaults(command=queue_act, action=action)
+    qroute = queue_commands.add_parser(
+        "reroute",
+        parents=[common],
+        help="Send a provider group's mail from another source pool for a while.",
+        description="A provider group's mail leaves from POOL instead of its own (a route's, a tenant's, a "
+        "message's or the default), on every node within seconds, until --for runs out or --back.",
+    )
+    qroute.add_argument("--provider", required=True, metavar="GROUP", help="a provider group (google, microsoft, ...)")
+    qroute.add_argument("--pool", metavar="POOL", help="the [pools] table its mail leaves from meanwhile")
+    qroute.add_argument("--for", dest="for_", type=_for, metavar="DURATION", help='e.g. "2h" (default: until --back)')
+    qroute.add_argument("--reason", default="rerouted by an operator", help="said in suspensions ls")
+    qroute.add_argument("--back", action="store_true", help="end the reroute now")
+    qroute.set_defaults(command=queue_reroute)
     qshow = queue_commands.add_parser(
         "show", parents=[common], help="Show a message with its headers, deliveries and events."
     )

@@ -56,7 +56,7 @@ from mtad.feedback import (
 from mtad.mailboxes import relay
 from mtad.outbound import routing, sessions
 from mtad.signing import dkim, rotation
-from mtad.spool import commit, leases, nodes, quotas, retention, tenants
+from mtad.spool import commit, leases, nodes, quotas, retention, suspensions, tenants
 from mtad.submission import port, processes
 
 logger = structlog.get_logger("mtad.daemon")
@@ -64,6 +64,7 @@ logger = structlog.get_logger("mtad.daemon")
 WATCH_INTERVAL = 1.0  # seconds between looks at whether the embedded PostgreSQL still runs
 RESTART_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 30.0, 30.0)  # waits after each failed restart, then give up
 DKIM_RELOAD_INTERVAL = 60.0  # seconds between reads of the active DKIM keys (a key made active anywhere signs soon)
+CONTROLS_EVERY = 2.0  # seconds between reads of the suspensions and reroutes: every node heeds one within this
 
 
 def notify(message: str) -> None:
@@ -123,6 +124,8 @@ class Daemon:
         sealer = _vault(settings)
         tokens = _unsubscribing(settings.unsubscribe)
         states = tenants.States(database)  # paused, on probation: read again by the gate's task
+        controls = suspensions.Controls(database)  # the operator's suspensions and reroutes
+        await controls.load(_now())
         handed = port_settings(settings, database.dsn)
         gate = handed.gate(database, states)
         if out.enabled and sealer is not None:
@@ -138,7 +141,7 @@ class Daemon:
             engine = delivery.Delivery(
                 out.engine, queue, router, sessions.Pool(out.sessions), out.rules, pools=egress.Egress(out.pools),
                 mailboxes=mailboxes, signer=signer, verp=_verp(settings.bounces), unsubscribing=links,
-                on_probation=states.on_probation,
+                on_probation=states.on_probation, controls=controls,
             )  # fmt: skip
         metrics.watch_pools([database, *self._closing])  # their use is read at every scrape
         sub = settings.submission
@@ -192,6 +195,7 @@ class Daemon:
                 background = [
                     tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),
                     tasks.create_task(gate.run(), name="tenant-states"),
+                    tasks.create_task(controls.run(CONTROLS_EVERY), name="suspensions"),
                 ]
                 if settings.reputation.enabled:
                     handlers.append(reputation.Reputation(settings.reputation))

@@ -11,6 +11,7 @@ does not answer. A message injected is answered 202 only after its COMMIT.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import math
@@ -24,13 +25,13 @@ import structlog
 from aiohttp import web
 
 from mtad import db, submission
-from mtad.admin import inject, openapi, views
-from mtad.base import errors, metrics
+from mtad.admin import control, inject, openapi, views
+from mtad.base import errors, metrics, values
 from mtad.base.replies import Reply
 from mtad.deliver import shaping
 from mtad.feedback import reputation, suppression, webhooks
 from mtad.mailboxes import accounts, inboxes
-from mtad.spool import leases, queue, quotas, tenants
+from mtad.spool import leases, queue, quotas, suspensions, tenants
 
 log = structlog.get_logger("mtad.admin")
 
@@ -121,6 +122,11 @@ def application(services: Services) -> web.Application:
     app.router.add_get("/v1/suppressions", api.suppressions_list)
     app.router.add_post("/v1/suppressions", api.suppression_add)
     app.router.add_delete("/v1/suppressions/{address}", api.suppression_remove)
+    app.router.add_get("/v1/suspensions", api.suspensions_list)
+    app.router.add_post("/v1/suspensions", api.suspend)
+    app.router.add_delete("/v1/suspensions/{kind}/{key}", api.resume)
+    app.router.add_post("/v1/reroutes", api.reroute)
+    app.router.add_delete("/v1/reroutes/{provider}", api.unroute)
     app.router.add_get("/v1/webhooks", api.webhooks_list)
     app.router.add_get("/v1/accounts", api.accounts_list)
     app.router.add_get("/v1/buckets", api.buckets)
@@ -284,6 +290,46 @@ class _Api:
             raise errors.NotFound(f"{request.match_info['address']} is not on that list")
         return _json({"address": request.match_info["address"], "tenant": tenant, "removed": True})
 
+    # --- suspensions and reroutes ----------------------------------------------------------
+
+    async def suspensions_list(self, request: web.Request) -> web.Response:
+        suspended, rerouted = await suspensions.listing(self._db, datetime.now(UTC))
+        return _json({"suspensions": [dataclasses.asdict(x) for x in suspended],
+                      "reroutes": [dataclasses.asdict(x) for x in rerouted]})  # fmt: skip
+
+    async def suspend(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("kind"), str) or not isinstance(body.get("key"), str):
+            raise _Bad(422, f'give {{"kind": one of {", ".join(suspensions.KINDS)}, "key": ..., "reason": ..., '
+                            '"for": "2h" (absent: until resumed)}')  # fmt: skip
+        now = datetime.now(UTC)
+        reason = _reason_text(body, "suspended by an operator")
+        done = await control.suspend(self._db, body["kind"], body["key"], reason, _until(body, now), now)
+        return _json(dataclasses.asdict(done), 201)
+
+    async def resume(self, request: web.Request) -> web.Response:
+        kind, key = request.match_info["kind"], request.match_info["key"]
+        released = await control.resume(self._db, kind, key, datetime.now(UTC))
+        if released is None:
+            raise errors.NotFound(f"{kind} {key} is not suspended")
+        return _json({"kind": kind, "key": key, "released": released})
+
+    async def reroute(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("provider"), str) or not isinstance(
+                body.get("pool"), str):  # fmt: skip
+            raise _Bad(422, 'give {"provider": GROUP, "pool": POOL, "reason": ..., "for": "2h"}')
+        now = datetime.now(UTC)
+        reason = _reason_text(body, "rerouted by an operator")
+        done = await suspensions.reroute(self._db, body["provider"], body["pool"], reason, _until(body, now), now)
+        return _json(dataclasses.asdict(done), 201)
+
+    async def unroute(self, request: web.Request) -> web.Response:
+        ended = await suspensions.unroute(self._db, request.match_info["provider"])
+        if ended is None:
+            raise errors.NotFound(f"provider group {request.match_info['provider']} is not rerouted")
+        return _json({"provider": ended.provider, "rerouted": False})
+
     # --- webhooks, accounts, buckets: read only --------------------------------------
 
     async def webhooks_list(self, request: web.Request) -> web.Response:
@@ -304,6 +350,23 @@ class _Api:
         rows = await shaping.listing(self._db, live_since)
         return _json({"buckets": [{**{k: v for k, v in r.items() if k != "route_group"}, "group": r["route_group"]}
                                   for r in rows]})  # fmt: skip
+
+
+def _reason_text(body: dict[str, Any], default: str) -> str:
+    reason = body.get("reason", default)
+    if not isinstance(reason, str) or not reason.strip():
+        raise _Bad(422, "reason: a string")
+    return reason
+
+
+def _until(body: dict[str, Any], now: datetime) -> datetime | None:
+    """The end that "for" (a duration: "2h") gives; None: none."""
+    if body.get("for") is None:
+        return None
+    try:
+        return now + timedelta(seconds=values.positive_duration(body["for"]))
+    except ValueError as exc:
+        raise _Bad(422, f"for: {exc}") from None
 
 
 def _tenant(request: web.Request) -> str:

@@ -70,6 +70,16 @@ DOCUMENT: dict[str, Any] = {
         },
         "/v1/suppressions/{address}": {"delete": _op("Remove an address from a list", params=[
             _path("address", "the address"), _query("tenant", "the tenant's list (absent: the global list)")])},
+        "/v1/suspensions": {
+            "get": _op("The suspensions and reroutes in force"),
+            "post": _op("Suspend a provider group's, tenant's, pool's or address's mail, or an account",
+                        body="#/components/schemas/Suspend", ok="201"),
+        },
+        "/v1/suspensions/{kind}/{key}": {"delete": _op("Resume: what the suspension held is due now", params=[
+            _path("kind", "provider, tenant, pool, source or account"), _path("key", "what was suspended")])},
+        "/v1/reroutes": {"post": _op("Send a provider group's mail from another source pool",
+                                     body="#/components/schemas/Reroute", ok="201")},
+        "/v1/reroutes/{provider}": {"delete": _op("End a reroute", params=[_path("provider", "provider group")])},
         "/v1/webhooks": {"get": _op("Webhook endpoints (never a secret)", params=[_query("tenant", "one tenant's")])},
         "/v1/accounts": {"get": _op("Sending accounts and their use (never a secret)",
                                     params=[_query("pool", "one account pool")])},
@@ -104,6 +114,15 @@ DOCUMENT: dict[str, Any] = {
                 }, "additionalProperties": False},
             ]},
             "Pause": {"type": "object", "properties": {"reason": {"type": "string"}}},
+            "Suspend": {"type": "object", "required": ["kind", "key"], "properties": {
+                "kind": {"type": "string", "enum": ["provider", "tenant", "pool", "source", "account"]},
+                "key": {"type": "string"}, "reason": {"type": "string"},
+                "for": {"type": "string", "description": 'a duration, e.g. "2h" (absent: until resumed)'},
+            }},
+            "Reroute": {"type": "object", "required": ["provider", "pool"], "properties": {
+                "provider": {"type": "string"}, "pool": {"type": "string"}, "reason": {"type": "string"},
+                "for": {"type": "string"},
+            }},
             "Suppression": {"type": "object", "required": ["address"], "properties": {
                 "address": {"type": "string"}, "tenant": {"type": "string"},
                 "reason": {"type": "string", "enum": ["hard_bounce", "complaint", "unsubscribe", "manual"]},

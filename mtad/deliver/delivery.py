@@ -52,7 +52,7 @@ from mtad.mailboxes import accounts, relay
 from mtad.outbound import outcomes, routing, sessions
 from mtad.outbound.outcomes import Failure, Verdict
 from mtad.signing import dkim
-from mtad.spool import commit, leases, nodes
+from mtad.spool import commit, leases, nodes, suspensions
 from mtad.spool.leases import Leased, Outcome
 
 log = structlog.get_logger("mtad.delivery")
@@ -61,6 +61,7 @@ CHANNEL = "mtad_due"
 RESERVING = 2  # callers seeking reservations at once per account pool
 MAX_ROWS_PER_WRITE = 128  # deliveries one begin or record statement writes at most
 RESERVE_BATCH = 64  # jobs one caller seeks reservations for (one round trip: 0.12 ms each, against 0.19 at 16)
+SUSPENDED_RECHECK = 5.0  # seconds a job waits to look again when only a suspended address could send it
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +157,7 @@ class Delivery:
         verp: Verp | None = None,
         unsubscribing: Unsubscribing | None = None,
         on_probation: Callable[[str], bool] = lambda tenant: False,
+        controls: suspensions.Controls | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: random.Random | None = None,
     ) -> None:
@@ -172,6 +174,7 @@ class Delivery:
         self._verp = verp  # MX mail's envelope sender names its delivery: one recipient per transaction
         self._unsubscribing = unsubscribing  # links for the tenants of settings.list_unsubscribe
         self._on_probation = on_probation  # tenants.States.on_probation
+        self._controls = controls  # the operator's suspensions and reroutes
         self._default_source = pool.settings.source_address or ""  # the source of mail without a pool
         self._now = now
         self._rng = rng or random.Random()
@@ -472,7 +475,12 @@ class Delivery:
         """Into its ready queue, one per provider group and source pool (so that a pool
         whose addresses all wait holds back no mail of another pool); its dispatcher
         runs while it has jobs."""
-        key = (name, None if account_pool is not None else self._pool_of(job))
+        pool = None if account_pool is not None else self._pool_of(job, name)
+        why = self._suspended(job, name, pool)
+        if why is not None:
+            self._spawn(self._set_aside(job, why, route, name, account_pool))
+            return
+        key = (name, pool)
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group(
@@ -485,6 +493,52 @@ class Delivery:
             dispatch = self._dispatch_relay(group) if account_pool is not None else self._dispatch(group)
             self._tasks.create_task(dispatch)  # ends with the queue or the stop
 
+    def _suspended(self, job: _Job, provider: str, pool: str | None) -> suspensions.Suspension | None:
+        """Why a job waits for an operator (a suspension of its provider group, tenant,
+        source pool or every address it could leave from), if it does."""
+        if self._controls is None:
+            return None
+        now = self._now()
+        why = self._controls.held(now, tenant=job.tenant, provider=provider, pool=pool)
+        if why is not None or provider.startswith("accounts:"):
+            return why
+        if pool is None:
+            return self._controls.suspended("source", self._default_source or None, now)
+        try:
+            addresses = self._egress.pools[pool].addresses
+        except KeyError:
+            return None
+        if all(self._controls.suspended("source", a, now) for a in addresses):
+            return self._controls.suspended("source", addresses[0], now)
+        return None
+
+    async def _set_aside(
+        self, job: _Job, why: suspensions.Suspension, route: routing.Route | None, provider: str,
+        account_pool: str | None,
+    ) -> None:  # fmt: skip
+        """A suspended job back to the spool, due when its suspension ends: it holds no
+        room on this node meanwhile. When the suspension was lifted meanwhile, the
+        suspensions are read again and the job queued as it is now."""
+        assert self._controls is not None
+        ids = [d.id for d in job.deliveries]
+        try:
+            held = await suspensions.hold(self._db, self.node, ids, self._now(), why, provider)
+        except errors.SpoolError as exc:  # its lease runs out; whoever takes it then sets it aside
+            log.warning("set_aside_failed", queue_id=str(job.message), error=str(exc))
+            held = set(ids)
+        if not held:  # resumed meanwhile: look again
+            with contextlib.suppress(errors.SpoolError):
+                await self._controls.load(self._now())
+            self._queue(job, route, provider, account_pool)
+            return
+        self._holdings.let_go(d.id for d in job.deliveries)  # set aside, or a lease lost
+        self._holdings.job_done(job.message)
+        log.info("set_aside", queue_id=str(job.message), count=len(held), suspended=why.kind, key=why.key,
+                 group=provider)  # fmt: skip
+        if not self._holdings:
+            self._idle.set()
+        self._wake.set()  # room to lease other mail
+
     async def _dispatch(self, group: _Group) -> None:
         """Start the group's jobs, best first, as its bucket allows: the one place
         where a delivery waits for permission to send."""
@@ -492,6 +546,11 @@ class Delivery:
             while group.ready and not self._stopping:
                 job, route = group.ready.peek()
                 assert route is not None
+                why = self._suspended(job, group.name, self._pool_of(job, group.name))
+                if why is not None:  # suspended since it was queued
+                    group.ready.pop()
+                    self._spawn(self._set_aside(job, why, route, group.name, None))
+                    continue
                 if self._expired(job):  # bounced without taking a token or a session
                     group.ready.pop()
                     self._holdings.working(job.deliveries)
@@ -532,6 +591,8 @@ class Delivery:
                 return out
             if refused and (out.choice is None or out.choice.fallback or out.address in refused):
                 break  # every address the pool could use now has been refused
+            if self._controls is not None and out.address in self._controls.sources(self._now()):
+                return _Wait(SUSPENDED_RECHECK)  # the pool fell back to a suspended address: wait
             decision = self._shaper.take(provider, out.address, route.limits)
             if decision.go:
                 return out
@@ -542,9 +603,12 @@ class Delivery:
         timed = [w for w in waits if w is not None]
         return _Wait(min(timed) if timed else None)  # the first token, or a session freed (freed is set)
 
-    def _pool_of(self, job: _Job) -> str | None:
-        """The source pool of a job: its route's, else the probation pool for a tenant on
-        probation, else its message's, else the default."""
+    def _pool_of(self, job: _Job, provider: str) -> str | None:
+        """The source pool of a job: its provider group's reroute, else its route's, else
+        the probation pool for a tenant on probation, else its message's, else the default."""
+        rerouted = self._controls.rerouted(provider, self._now()) if self._controls is not None else None
+        if rerouted is not None:
+            return rerouted
         route = self.settings.route_pools.get(job.domain)
         if route is not None:
             return route
@@ -560,9 +624,11 @@ class Delivery:
         default pool), none of `refused`, or the configured source_address when there is
         no pool; or the lease on a pool's address to take first. Changes nothing in
         the pool (Egress.taken does, when the send goes)."""
-        pool = self._pool_of(job)
+        pool = self._pool_of(job, provider)
         if pool is None:
             return strategies.Source(self._default_source)
+        if self._controls is not None:
+            refused = refused | self._controls.sources(self._now())
         try:
             choice = self._egress.choose(pool, provider, excluding=refused)
         except errors.ConfigError as exc:  # a pool removed from the configuration since the mail was accepted
@@ -580,7 +646,7 @@ class Delivery:
             if not isinstance(out, egress.Wanted):
                 return out
             await self._lease_source(out, 1, None)
-        pool = self._pool_of(job)
+        pool = self._pool_of(job, provider)
         raise errors.SpoolError(f"no lease on a source address of pool {pool} could be kept")
 
     async def _release_source(self, pool: str, address: str) -> None:
@@ -836,6 +902,10 @@ class Delivery:
                 batch: list[_Job] = []
                 while group.ready and len(batch) < RESERVE_BATCH:
                     job, _ = group.ready.pop()
+                    why = self._suspended(job, group.name, None)
+                    if why is not None:  # suspended since it was queued
+                        self._spawn(self._set_aside(job, why, None, group.name, group.account_pool))
+                        continue
                     self._holdings.working(job.deliveries)  # in hand: renewed, kept if lost, not released
                     if self._expired(job):  # bounced without taking a reservation
                         self._spawn(self._attempt(job, group, None))

@@ -223,3 +223,23 @@ async def test_the_operations_of_the_command_line(database: db.Database) -> None
         assert (await client.call("GET", "/v1/buckets"))[0] == 200
         assert (await client.call("GET", "/v1/reputation?scope=planet"))[0] == 422
         assert (await client.call("GET", "/v1/reputation"))[1] == {"windows": []}
+
+
+async def test_suspensions_and_reroutes_over_http(database: db.Database) -> None:
+    async with serving(database) as client:
+        status, made = await client.call("POST", "/v1/suspensions", json={"kind": "provider", "key": "google",
+                                                                         "reason": "421s", "for": "2h"})  # fmt: skip
+        assert (status, made["kind"], made["key"], made["reason"]) == (201, "provider", "google", "421s")
+        assert made["until"] is not None
+        bad = {"kind": "planet", "key": "mars"}
+        assert (await client.call("POST", "/v1/suspensions", json=bad))[0] == 422
+        assert (await client.call("POST", "/v1/suspensions", json={**bad, "kind": "source"}))[0] == 422
+        status, _ = await client.call("POST", "/v1/reroutes", json={"provider": "google", "pool": "bulk"})
+        assert status == 201
+        status, found = await client.call("GET", "/v1/suspensions")
+        assert [(s["kind"], s["key"]) for s in found["suspensions"]] == [("provider", "google")]
+        assert [(r["provider"], r["pool"]) for r in found["reroutes"]] == [("google", "bulk")]
+        assert (await client.call("DELETE", "/v1/suspensions/provider/google"))[1]["released"] == 0
+        assert (await client.call("DELETE", "/v1/suspensions/provider/google"))[0] == 404
+        assert (await client.call("DELETE", "/v1/reroutes/google"))[0] == 200
+        assert (await client.call("DELETE", "/v1/reroutes/google"))[0] == 404

@@ -76,6 +76,8 @@ EXPECTED_COLUMNS = {
         "probation_sent", "graduated_at",
     },
     "tenant_usage": {"tenant", "period", "starts", "messages"},
+    "suspensions": {"kind", "key", "reason", "created_at", "until"},
+    "reroutes": {"provider", "pool", "reason", "created_at", "until"},
     "reputation_counts": {
         "scope", "tenant", "key", "minute", "delivered", "deferred", "bounced", "complained", "unsubscribed",
     },

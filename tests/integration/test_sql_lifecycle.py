@@ -27,7 +27,7 @@ from mtad.feedback import signals
 from mtad.mailboxes import accounts
 from mtad.signing import dkim
 from mtad.signing.dkim import Algorithm, KeyState
-from mtad.spool import commit, leases, tenants
+from mtad.spool import commit, leases, suspensions, tenants
 from tests.conftest import query
 from tests.integration.test_accounts import make
 from tests.integration.test_leases import Collector, outcome, spool_messages
@@ -183,6 +183,11 @@ async def exercise(database: db.Database) -> None:
     begun = await leases.begin(database, "n1", [leases.Attempt(uuid.uuid4(), (held,), "g", "t1")], now)
     assert begun.held == {held}
     assert await tenants.resume(database, "t1", by="operator", now=now)
+    # A delivery of something suspended is set aside by the node that took it.
+    [aside] = await lease(1)
+    why = await suspensions.suspend(database, "provider", "g", "checks", None, now)
+    assert await suspensions.hold(database, "n1", [aside], now, why, "g") == {aside}
+    assert await suspensions.resume(database, "provider", "g", now)
     await tenants.set_probation(database, "t1", True, now)
     assert await database.fetchval("reputation/graduate", "t1", now, 1) == "t1"
 

@@ -1,0 +1,113 @@
+"""Suspensions and reroutes through `mtad run` on two nodes and the command line:
+mail of a suspended provider group, tenant, pool or source address waits on
+whichever node takes it, and goes once resumed; a reroute sends a provider
+group's mail from another pool; `suspensions ls` and `buckets ls` show them."""
+
+from __future__ import annotations
+
+import json
+import smtplib
+import time
+from email.policy import SMTP
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.acceptance.conftest import Mtad
+from tests.acceptance.test_delivery import delivering, dns, sink  # noqa: F401 (fixtures)
+from tests.acceptance.test_run import email
+from tests.conftest import run_sync
+from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.sink import ThreadedSink
+
+pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
+MAIN, SPARE = "127.0.0.11", "127.0.0.10"
+
+
+def rows(dsn: str, text: str, *args: Any) -> list[asyncpg.Record]:
+    async def fetch() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return list(await conn.fetch(text, *args))
+        finally:
+            await conn.close()
+
+    return run_sync(fetch)
+
+
+def heeded(nodes: list[Mtad], suspended: list[str], rerouted: list[str] | None = None) -> None:
+    """Wait until every node has read these suspensions (each reads them every 2 s)."""
+    for node in nodes:
+
+        def read(records: list[dict[str, Any]]) -> bool:
+            last = [r for r in records if r["event"] == "controls"][-1:]
+            return bool(last) and last[0]["suspended"] == suspended and last[0]["rerouted"] == (rerouted or [])
+
+        node.wait_for_log(read)
+
+
+def send(node: Mtad, recipient: str, subject: str) -> None:
+    with smtplib.SMTP("127.0.0.1", node.smtp_port, timeout=30) as client:
+        client.sendmail("app@example.org", [recipient], email(subject).as_bytes(policy=SMTP))
+
+
+def set_aside(dsn: str, recipient: str, kind: str) -> None:
+    """Wait until a node set the recipient's delivery aside for a suspension of `kind`."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = rows(dsn, "SELECT e.data FROM events e JOIN deliveries d ON d.id = e.delivery "
+                          "WHERE e.kind = 'requeued' AND d.recipient = $1", recipient)  # fmt: skip
+        if any(json.loads(r["data"]).get("suspended") == kind for r in found):
+            return
+        assert time.monotonic() < deadline, found
+        time.sleep(0.1)
+
+
+def test_every_kind_of_suspension_holds_mail_on_both_nodes_until_resumed(
+    mtad_factory: Any,
+    dsn: str,
+    dns: Dnsmasq,  # noqa: F811
+    sink: ThreadedSink,  # noqa: F811
+) -> None:
+    options = delivering(dns, sink, default_pool='"main"')
+    options["extra"] += f'[pools.main]\naddresses = ["{MAIN}"]\n[pools.spare]\naddresses = ["{SPARE}"]\n'
+    nodes = [mtad_factory(f'dsn = "{dsn}"', node=name, **options).start() for name in ("n1", "n2")]
+    send(nodes[0], "first@sink.test", "first")
+    [first] = sink.wait_for(1)
+    assert first.peer == MAIN
+    nodes[0].wait_for_log(lambda records: any(r["event"] == "delivered" for r in records))
+    [group] = {r["group"] for r in nodes[0].events("delivered")}
+
+    for n, (flag, key) in enumerate([("--provider", group), ("--tenant", "default"), ("--pool", "main"),
+                                     ("--source", MAIN)]):  # fmt: skip
+        kind = flag[2:]
+        done = nodes[0].cli("suspend", flag, key, "--reason", f"checking {kind}")
+        assert done.returncode == 0, done.stderr
+        heeded(nodes, [f"{kind}:{key}"])
+        listed = [json.loads(line) for line in nodes[1].cli("suspensions", "ls", "--json").stdout.splitlines()]
+        assert [(s["kind"], s["key"], s["reason"]) for s in listed] == [(kind, key, f"checking {kind}")]
+        recipient = f"held{n}@sink.test"
+        send(nodes[n % 2], recipient, f"held {kind}")
+        set_aside(dsn, recipient, kind)
+        assert recipient not in {r for m in sink.received for r in m.recipients}
+        queued = nodes[1].cli("queue", "ls", "--state", "queued").stdout
+        assert "on resume" in queued
+        if kind == "provider":
+            assert f"provider: checking {kind}" in nodes[0].cli("buckets", "ls").stdout
+        resumed = nodes[1].cli("resume", flag, key)
+        assert resumed.returncode == 0, resumed.stderr
+        assert "1 deliveries due now" in resumed.stdout
+        sink.wait_until(lambda received, r=recipient: r in {x for m in received for x in m.recipients}, within=30)
+        heeded(nodes, [])
+    assert nodes[0].cli("resume", "--tenant", "default").returncode == 1  # nothing suspended
+
+    # A reroute: the group's mail leaves from the spare pool until it is taken back.
+    assert nodes[1].cli("queue", "reroute", "--provider", group, "--pool", "spare", "--for", "1h").returncode == 0
+    heeded(nodes, [], [group])
+    send(nodes[0], "rerouted@sink.test", "rerouted")
+    received = sink.wait_until(lambda got: any("rerouted@sink.test" in m.recipients for m in got), within=30)
+    assert [m.peer for m in received if "rerouted@sink.test" in m.recipients] == [SPARE]
+    assert nodes[0].cli("queue", "reroute", "--provider", group, "--back").returncode == 0
+    for node in nodes:
+        assert node.stop() == 0
