@@ -139,6 +139,50 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     return EXIT_OK
 
 
+async def reload_cmd(args: argparse.Namespace, settings: config.Settings) -> int:
+    """Signal the node running here with this configuration to read it again (it was
+    checked here first: a bad file is refused before any node sees it), and say what
+    the node made of it."""
+    import asyncio
+    import os
+    import signal
+    import socket
+    import time
+
+    from mtad.spool import nodes
+
+    node = settings.node.id
+    async with _spool(settings) as opened:
+        found = await nodes.reload_of(opened.database, node)
+        if found is None or found["hostname"] != socket.gethostname():
+            print(f"mtad: no node {node} has run on this host ({socket.gethostname()})", file=sys.stderr)
+            return EXIT_FAILED
+        before = found["reloaded_at"]
+        try:
+            os.kill(found["pid"], signal.SIGHUP)
+        except ProcessLookupError:
+            print(f"mtad: node {node} (pid {found['pid']}) is not running", file=sys.stderr)
+            return EXIT_FAILED
+        deadline = time.monotonic() + args.wait
+        while (found := await nodes.reload_of(opened.database, node)) is not None and found["reloaded_at"] == before:
+            if time.monotonic() > deadline:
+                print(f"mtad: node {node} (pid {found['pid']}) did not say it reloaded within {args.wait:g} s",
+                      file=sys.stderr)  # fmt: skip
+                return EXIT_FAILED
+            await asyncio.sleep(0.1)
+    assert found is not None
+    result = found["reload_result"] or {}
+    if not result.get("ok"):
+        print(f"mtad: node {node} refused the configuration; it runs with the one it had:", file=sys.stderr)
+        for problem in result.get("problems", []):
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"node {node} (pid {found['pid']}) reloaded its configuration")
+    for key in result.get("restart", []):
+        print(f"  changed, but taken up only at a restart: {key}")
+    return EXIT_OK
+
+
 def check_config(args: argparse.Namespace, settings: config.Settings) -> int:
     """Say the configuration is fine (main() has printed every problem otherwise)."""
     db_desc = "dsn" if settings.database.dsn else f"embedded PostgreSQL in {settings.database.data_dir}"
@@ -1014,6 +1058,11 @@ def _parser() -> argparse.ArgumentParser:
     add("run", run, "Run the daemon in the foreground until SIGTERM or SIGINT.")
     add("migrate", migrate_cmd, "Apply pending schema migrations (mtad run does this at start too).")
     add("check-config", check_config, "Check the configuration and print every problem at once.")
+    reloading = add("reload", reload_cmd, "Have the node running here read its configuration again (SIGHUP), "
+                    "after checking it: limits, pools, routes, tenants, account pools. Sessions, leases and the "
+                    "buckets' rates stay; what needs a restart is named.")  # fmt: skip
+    reloading.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
+                           help="how long to wait for the node to say it reloaded (default 30)")  # fmt: skip
     about = "Run a development SMTP sink: accept every message and print a line for it (needs no configuration)."
     sinking = commands.add_parser("sink", help=about, description=about)  # no --config: it reads none
     sinking.set_defaults(command=sink_cmd)
@@ -1378,7 +1427,7 @@ def _port(text: str) -> int:
     return port
 
 
-_WHOLE_CONFIG = (run, check_config, accounts_add, accounts_test, queue_purge, webhooks_test)
+_WHOLE_CONFIG = (run, check_config, reload_cmd, accounts_add, accounts_test, queue_purge, webhooks_test)
 
 
 def entry_point() -> None:

@@ -1,5 +1,6 @@
 """The composition root: builds everything from the settings, runs it in one
-TaskGroup, and shuts it down in order on SIGTERM or SIGINT.
+TaskGroup, reloads what can change on SIGHUP (`_reconfigure`), and shuts it down
+in order on SIGTERM or SIGINT.
 
 Start: database (embedded or DSN) -> migrations -> pool -> node registration (and
 what the node's previous life still held back to the queue, when that process is
@@ -32,8 +33,10 @@ import os
 import signal
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -88,6 +91,8 @@ class Daemon:
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
         self._stop = asyncio.Event()
+        self._reload = asyncio.Event()  # SIGHUP: read the configuration again
+        self._quiet: set[str] = set()  # the tenants whose senders get no non-delivery report
         self._closing: list[db.Database] = []
         self._failure: errors.MtadError | None = None  # what stopped the node: raised once it has stopped
 
@@ -99,6 +104,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
+        loop.add_signal_handler(signal.SIGHUP, self._reload.set)
         try:
             base = self.settings.database
             async with opening.open_spool(base.dsn, base.data_dir, base.pool_size, stop_embedded=True) as opened:
@@ -106,7 +112,7 @@ class Daemon:
             if self._failure is not None:
                 raise self._failure
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
             log.flush()
 
@@ -155,6 +161,7 @@ class Daemon:
             listening = inbound.Inbound(settings.inbound, database, _verp(settings.bounces))
         injecting = None  # the admin API's own group committer: HTTP injection
         admin = None
+        acceptor = None
         if settings.admin.token is not None:
             injecting = commit.GroupCommitter(database, window=settings.spool.commit_window,
                                               max_batch=settings.spool.commit_max_batch,
@@ -188,8 +195,8 @@ class Daemon:
                 if settings.webhooks.enabled and sealer is not None:
                     sending = webhook_delivery.Sender(database, sealer, settings.webhooks, node_id)
                 outbox = webhook_delivery.Outbox(woken=sending.wake if sending is not None else lambda: None)
-                quiet = frozenset(t for t, d in settings.submission.tenant_defaults.items() if not d.dsn)
-                reporter = nondelivery.Reporter(settings.submission.hostname, lambda tenant: tenant not in quiet,
+                self._quiet = {t for t, d in settings.submission.tenant_defaults.items() if not d.dsn}
+                reporter = nondelivery.Reporter(settings.submission.hostname, lambda tenant: tenant not in self._quiet,
                                                 delayed_after=settings.delayed_after)  # fmt: skip
                 handlers: list[consumers.Handler] = [suppression.Suppressor(settings.suppression), outbox, reporter]
                 background = [
@@ -197,13 +204,16 @@ class Daemon:
                     tasks.create_task(gate.run(), name="tenant-states"),
                     tasks.create_task(controls.run(CONTROLS_EVERY), name="suspensions"),
                 ]
-                if settings.reputation.enabled:
-                    handlers.append(reputation.Reputation(settings.reputation))
+                reputing = reputation.Reputation(settings.reputation) if settings.reputation.enabled else None
+                if reputing is not None:
+                    handlers.append(reputing)
                     publishing = reputation.Publisher(database, settings.reputation.publish)
                     background.append(tasks.create_task(publishing.run(), name="reputation-metrics"))
                 background.append(
                     tasks.create_task(consumers.Consumers(database, handlers).run(), name="event-consumers")
                 )
+                live = _Live(engine, accepting, router, gate, acceptor if injecting else None, reputing)
+                background.append(tasks.create_task(self._reloading(database, live), name="reload"))
                 if sending is not None:
                     background.append(tasks.create_task(sending.run(), name="webhooks"))
                 injected = tasks.create_task(injecting.run(), name="injection") if injecting else None
@@ -280,6 +290,53 @@ class Daemon:
             signer.close()
         logger.info("stopped")
 
+    async def _reloading(self, database: db.Database, live: _Live) -> None:
+        """On each SIGHUP (`mtad reload`), read the configuration again and apply what
+        can change while running; record what it came to on the node's row."""
+        while True:
+            await self._reload.wait()
+            self._reload.clear()
+            result = self._reconfigure(database.dsn, live)
+            if result["ok"]:
+                logger.info("reloaded", restart=result["restart"])
+            else:
+                logger.error("reload_refused", problems=result["problems"])
+            if result["restart"]:
+                logger.warning("reload_needs_restart", keys=result["restart"])
+            try:
+                await nodes.reloaded(database, self.settings.node.id, _now(), result)
+            except errors.SpoolError as exc:
+                logger.warning("reload_not_recorded", error=str(exc))
+
+    def _reconfigure(self, dsn: str, live: _Live) -> dict[str, Any]:
+        """The configuration file read again and applied, whole or not at all (a bad
+        file leaves the running configuration as it is): tenants' settings and quotas,
+        limits, routes, pools, reply rules, the account pools' defaults, the reputation
+        limits. Sessions, leases and the buckets' learnt rates stay. Returns
+        {"ok", "problems", "restart": the keys that change only with a restart}."""
+        old = self.settings
+        try:
+            new = config.load(old.source)
+            if live.engine is not None:
+                out = new.delivery
+                live.engine.reconfigure(out.engine, out.rules, out.pools, out.relay)
+        except errors.ConfigError as exc:
+            return {"ok": False, "problems": exc.problems, "restart": []}
+        out = new.delivery
+        live.router.reconfigure(out.providers, out.routes, out.sessions.port)
+        handed = port_settings(new, dsn)
+        live.accepting.reconfigure(handed)
+        sub = new.submission
+        live.gate.reconfigure({t: d.quota for t, d in sub.tenant_defaults.items()}, sub.default_quota)
+        if live.acceptor is not None:
+            live.acceptor.settings = sub
+        if live.reputation is not None:
+            live.reputation.settings = new.reputation
+        self._quiet = {t for t, d in sub.tenant_defaults.items() if not d.dsn}
+        restart = _restart_only(old, new)
+        self.settings = new
+        return {"ok": True, "problems": [], "restart": restart}
+
     async def _reclaim(self, database: db.Database, node_id: str, gone: bool) -> None:
         """What the node held when its previous life died goes back to the queue now,
         not when its leases expire; with another live process on the same node id,
@@ -354,6 +411,53 @@ async def _healthy(database: db.Database) -> bool:
     except (errors.SpoolError, TimeoutError):
         return False
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Live:
+    """What a reload changes in a running node."""
+
+    engine: delivery.Delivery | None
+    accepting: port.InProcess | processes.Processes
+    router: routing.Router
+    gate: quotas.Gate
+    acceptor: submission.Acceptor | None  # the admin API's HTTP injection
+    reputation: reputation.Reputation | None
+
+
+# What a running node cannot change: the listening sockets, the database, the node's
+# name and roles, what its background loops were started with.
+_RESTART_ONLY: tuple[tuple[str, Callable[[config.Settings], Any]], ...] = (
+    ("[database]", lambda s: s.database),
+    ("[submission] listen", lambda s: s.submission.listen),
+    ("[submission] processes", lambda s: s.submission.processes),
+    ("[submission] max_connections", lambda s: (s.submission.max_connections, s.submission.max_connections_per_client)),
+    ("[tls] cert and key", lambda s: (s.submission.tls_cert, s.submission.tls_key)),
+    ("[http] listen", lambda s: s.http.listen),
+    ("[admin]", lambda s: s.admin),
+    ("[node]", lambda s: s.node),
+    ("[delivery] enabled", lambda s: s.delivery.enabled),
+    ("[delivery] sessions (port, timeouts, source_address, max_sessions_per_host, ...)", lambda s: s.delivery.sessions),
+    ("[dns]", lambda s: (s.delivery.nameservers, s.delivery.dns_timeout)),
+    ("[spool]", lambda s: s.spool),
+    ("[log]", lambda s: s.log),
+    ("[accounts] key", lambda s: s.accounts),
+    ("[dkim]", lambda s: s.dkim),
+    ("[retention]", lambda s: s.retention),
+    ("[suppression]", lambda s: s.suppression),
+    ("[bounces]", lambda s: s.bounces),
+    ("[unsubscribe]", lambda s: s.unsubscribe),
+    ("[inbound]", lambda s: s.inbound),
+    ("[inbox]", lambda s: s.inbox),
+    ("[webhooks]", lambda s: s.webhooks),
+    ("[reports] delayed_after", lambda s: s.delayed_after),
+    ("[reputation] enabled and publish", lambda s: (s.reputation.enabled, s.reputation.publish)),
+)
+
+
+def _restart_only(old: config.Settings, new: config.Settings) -> list[str]:
+    """The keys changed in the file that the running node cannot take up."""
+    return [name for name, part in _RESTART_ONLY if part(old) != part(new)]
 
 
 def port_settings(settings: config.Settings, dsn: str) -> port.PortSettings:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import hashlib
 import random
 import time
@@ -492,6 +493,18 @@ class Delivery:
             assert self._tasks is not None
             dispatch = self._dispatch_relay(group) if account_pool is not None else self._dispatch(group)
             self._tasks.create_task(dispatch)  # ends with the queue or the stop
+
+    def reconfigure(self, settings: Settings, rules: outcomes.Rules, pools: Mapping[str, egress.PoolSettings],
+                    relaying: relay.Settings | None = None) -> None:  # fmt: skip
+        """A reload: new settings, reply rules, source pools and account pool defaults.
+        What the node holds, its sessions, its leases and the buckets' learnt rates stay
+        (the router, shared with submission, is reconfigured by the caller). Raises
+        ConfigError, changing nothing, for pools the Egress refuses."""
+        self._egress.reconfigure(pools)
+        self.settings = dataclasses.replace(settings, node=self.settings.node)
+        self._rules = rules
+        if self._mailboxes is not None and relaying is not None:
+            self._mailboxes.settings = relaying
 
     def _suspended(self, job: _Job, provider: str, pool: str | None) -> suspensions.Suspension | None:
         """Why a job waits for an operator (a suspension of its provider group, tenant,

@@ -75,6 +75,7 @@ as timestamps.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import enum
 import ipaddress
@@ -300,6 +301,25 @@ class _Pool:
     fallbacks: int = 0
 
 
+def _checked(pools: Mapping[str, PoolSettings]) -> dict[str, str]:
+    """Each address's pool; ConfigError for pools that parse_pools would have refused
+    (no address, warming not a subset, an address in two pools)."""
+    problems: list[str] = []
+    owner: dict[str, str] = {}
+    for name, settings in pools.items():
+        if not settings.addresses:
+            problems.append(f"[pools.{name}] addresses: a pool needs at least one address")
+        if not settings.warming <= set(settings.addresses):
+            problems.append(f"[pools.{name}] warming: not a subset of the pool's addresses")
+        for address in settings.addresses:
+            if address in owner:
+                problems.append(f"[pools.{name}] addresses: {address} is also in [pools.{owner[address]}]")
+            owner[address] = name
+    if problems:
+        raise errors.ConfigError(problems)
+    return owner
+
+
 class Egress:
     """Every pool's live state. Sync, no I/O; see the module docstring.
 
@@ -316,19 +336,7 @@ class Egress:
         now: Callable[[], float] = time.time,
         rng: random.Random | None = None,
     ) -> None:
-        problems: list[str] = []
-        owner: dict[str, str] = {}
-        for name, settings in pools.items():
-            if not settings.addresses:
-                problems.append(f"[pools.{name}] addresses: a pool needs at least one address")
-            if not settings.warming <= set(settings.addresses):
-                problems.append(f"[pools.{name}] warming: not a subset of the pool's addresses")
-            for address in settings.addresses:
-                if address in owner:
-                    problems.append(f"[pools.{name}] addresses: {address} is also in [pools.{owner[address]}]")
-                owner[address] = name
-        if problems:
-            raise errors.ConfigError(problems)
+        owner = _checked(pools)
         self.now = now
         self._rng = rng if rng is not None else random.Random()
         self._pools = {
@@ -344,6 +352,20 @@ class Egress:
     @property
     def pools(self) -> Mapping[str, PoolSettings]:
         return {name: pool.settings for name, pool in self._pools.items()}
+
+    def reconfigure(self, pools: Mapping[str, PoolSettings]) -> None:
+        """New pool tables (a reload). A pool whose addresses are the same keeps what
+        it learnt (its sticky choices, cursor, leases, rests); warm-up days and health
+        stay with their addresses. ConfigError as the constructor raises it."""
+        owner = _checked(pools)
+        kept = {}
+        for name, settings in pools.items():
+            old = self._pools.get(name)
+            if old is not None and old.settings.addresses == settings.addresses:
+                kept[name] = dataclasses.replace(old, settings=settings)
+            else:
+                kept[name] = _Pool(settings, {a: i for i, a in enumerate(settings.addresses)})
+        self._pools, self._owner = kept, owner
 
     # --- selection
 

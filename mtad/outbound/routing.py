@@ -237,6 +237,13 @@ class Router:
         self._now = now
         self._stats = RouterStats()
 
+    def reconfigure(self, providers: Providers, routes: Mapping[str, HostPort], port: int) -> None:
+        """New provider and route tables (a reload): the cached routes are forgotten."""
+        self._providers = providers
+        self._routes = {d.lower().rstrip("."): hp for d, hp in routes.items()}
+        self._port = port
+        self._cache.clear()
+
     def statistics(self) -> RouterStats:
         self._stats.cached = len(self._cache)
         return self._stats

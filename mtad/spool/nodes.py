@@ -7,6 +7,7 @@ few intervals is taken for dead.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from datetime import datetime
@@ -57,3 +58,18 @@ async def live(database: db.Database, since: datetime) -> int:
     """How many delivering nodes heartbeat at or after `since` (this one included when
     it does): they share every bucket's rate and sessions."""
     return int(await database.fetchval("nodes/live", since))
+
+
+async def reloaded(database: db.Database, node_id: str, now: datetime, result: dict[str, Any]) -> None:
+    """Record what the node's reload came to (`mtad reload` waits for it)."""
+    await database.execute("nodes/reloaded", node_id, now, json.dumps(result))
+
+
+async def reload_of(database: db.Database, node_id: str) -> dict[str, Any] | None:
+    """The node's process (hostname, pid) and its last reload; None: never registered."""
+    row = await database.fetchrow("nodes/reload_of", node_id)
+    if row is None:
+        return None
+    found = dict(row)
+    found["reload_result"] = json.loads(found["reload_result"]) if found["reload_result"] else None
+    return found

@@ -80,6 +80,11 @@ class Gate:
         self._full: dict[str, tuple[float, Reply]] = {}  # tenant -> (until, its refusal)
         self._queued: dict[str, int] = {}  # tenant -> octets held in the spool (max_queued_bytes only)
 
+    def reconfigure(self, quotas: Mapping[str, Quota], default: Quota) -> None:
+        """New quotas (a reload); what was counted stays, refusals remembered are forgotten."""
+        self._quotas, self._default = dict(quotas), default
+        self._full.clear()
+
     def refusal(self, tenant: str) -> Reply | None:
         """Why `tenant` may not submit now, as far as this process knows (MAIL FROM)."""
         why = self._states.paused(tenant)

@@ -72,7 +72,7 @@ async def _serve(start: control.Start) -> None:
         async with asyncio.TaskGroup() as tasks:
             committing = tasks.create_task(port.run(), name="group-commit")
             checking = tasks.create_task(gate.run(), name="tenant-states")
-            answering = tasks.create_task(_answer(reader, writer, handing), name="control")
+            answering = tasks.create_task(_answer(reader, writer, handing, port), name="control")
             await port.start(listening)
             logger.info("submission_process_ready", process=start.index, pid=os.getpid())
             log.flush()  # on stdout before the daemon's own "ready" line, which this message lets it write
@@ -112,7 +112,9 @@ class _Handing:
         control.say(self._writer, control.Accepted(deliveries))
 
 
-async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handing: _Handing | None) -> None:
+async def _answer(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handing: _Handing | None, port: InProcess
+) -> None:
     """Answer the daemon; when it is gone, exit at once, as if the node had crashed.
     (Its files close before the kernel sends the parent-death signal: a child that
     stopped gracefully meanwhile would tell some sessions 421.)"""
@@ -122,6 +124,9 @@ async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ha
                 control.say(writer, control.Counts(metrics.snapshot()))
             case control.Room(room) if handing is not None:
                 handing.room = room
+            case control.Reconfigure(settings):
+                port.reconfigure(settings)
+                logger.info("reconfigured", pid=os.getpid())
             case _:
                 logger.warning("control_message_unexpected", message=type(message).__name__)
     logger.error("daemon_gone", pid=os.getpid())

@@ -9,6 +9,7 @@ each pickled after its length (4 octets), and what a child is handed on its stdi
   daemon -> child   AskCounts() send your counts now
                     Room(room) whether to lease new deliveries to the node (sent
                     when that changes)
+                    Reconfigure(settings) the port's settings after a reload
 
 Both ends are this program: unpickling what the other end sent is no more trust
 than running it.
@@ -63,7 +64,12 @@ class Room:
     room: bool
 
 
-Message = Ready | Accepted | Counts | AskCounts | Room
+@dataclass(frozen=True, slots=True)
+class Reconfigure:
+    settings: PortSettings
+
+
+Message = Ready | Accepted | Counts | AskCounts | Room | Reconfigure
 
 
 def say(writer: asyncio.StreamWriter, message: Message) -> None:

@@ -80,9 +80,22 @@ class InProcess:
         tls = submission.tls_context(sub.tls_cert, sub.tls_key) if sub.tls_cert and sub.tls_key else None
         refusing = any(t.refuse_suppressed for t in sub.tenant_defaults.values())  # asks at RCPT
         checker = suppression.Checker(database) if refusing else None
-        handler = submission.Handler(sub, self.committer, tenants.Authenticator(database), router=router,
-                                     suppressions=checker, gate=gate)  # fmt: skip
-        self.server = submission.Server(sub, handler, tls)
+        self.handler = submission.Handler(sub, self.committer, tenants.Authenticator(database), router=router,
+                                          suppressions=checker, gate=gate)  # fmt: skip
+        self._router = router
+        self._gate = gate
+        self.server = submission.Server(sub, self.handler, tls)
+
+    def reconfigure(self, settings: PortSettings) -> None:
+        """A reload: the submission's policy settings (tenants, quotas, pools, limits),
+        the provider and route tables of its recipient checks. Listening sockets, the
+        connection caps and the database stay as they were started."""
+        sub = settings.submission
+        self.handler.settings = sub
+        self.handler.acceptor.settings = sub
+        self._router.reconfigure(settings.providers, settings.routes, settings.port)
+        if self._gate is not None:
+            self._gate.reconfigure({t: d.quota for t, d in sub.tenant_defaults.items()}, sub.default_quota)
 
     async def run(self) -> None:
         await self.committer.run()

@@ -87,11 +87,8 @@ class Processes:
         *,
         fast_path: commit.FastPath | None = None,
     ) -> None:
-        sub = settings.submission
-        # Each child counts AUTH failures on its own: together they allow at most
-        # the limit plus one per child beyond the first.
-        shared = replace(sub, auth_max_failures=math.ceil(sub.auth_max_failures / count))
-        self._settings = replace(settings, submission=shared)
+        self._count = count
+        self._settings = self._shared(settings)
         self._listening = tuple(listening)
         self._children = [_Child(index) for index in range(1, count + 1)]
         self._fast_path = fast_path
@@ -148,6 +145,21 @@ class Processes:
     def close(self) -> None:
         for sock in self._listening:
             sock.close()
+
+    def _shared(self, settings: PortSettings) -> PortSettings:
+        """A child's settings: each counts AUTH failures on its own, so together they
+        allow at most the limit plus one per child beyond the first."""
+        sub = settings.submission
+        return replace(settings, submission=replace(sub, auth_max_failures=math.ceil(sub.auth_max_failures
+                                                                                     / self._count)))  # fmt: skip
+
+    def reconfigure(self, settings: PortSettings) -> None:
+        """A reload: every child gets the new settings now, a child started later
+        gets them at its start."""
+        self._settings = self._shared(settings)
+        for child in self._children:
+            if child.writer is not None:
+                control.say(child.writer, control.Reconfigure(self._settings))
 
     async def counts(self) -> list[list[metrics.Counted]]:
         """Every child's counts now (its last ones when it does not answer in time),

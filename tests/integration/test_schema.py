@@ -49,7 +49,7 @@ EXPECTED_COLUMNS = {
         "account", "host", "port", "uidvalidity", "last_uid", "node", "lease_until", "read_at", "error", "created_at",
     },
     "tenants": {"name", "password_hash", "state", "created_at", "updated_at"},
-    "nodes": {"id", "hostname", "pid", "started_at", "heartbeat_at", "delivers"},
+    "nodes": {"id", "hostname", "pid", "started_at", "heartbeat_at", "delivers", "reloaded_at", "reload_result"},
     "idempotency_keys": {"tenant", "key", "message", "expires_at"},
     "schema_migrations": {"version", "name", "applied_at"},
     "schema_functions": {"files", "installed"},

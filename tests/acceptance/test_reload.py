@@ -1,0 +1,71 @@
+"""Reload without a restart, through `mtad run` and `mtad reload`: a tenant's new
+quota is taken up by the submission processes while a session stays open; what
+needs a restart is named; a bad file is refused whole (by `mtad reload`, and by
+the daemon on a bare SIGHUP) and the node runs on with what it had."""
+
+from __future__ import annotations
+
+import os
+import signal
+import smtplib
+from email.policy import SMTP
+from typing import Any
+
+import pytest
+
+from tests.acceptance.conftest import Mtad
+from tests.acceptance.test_run import email
+
+pytestmark = pytest.mark.slow
+
+
+def send(client: smtplib.SMTP, n: int) -> int:
+    """The reply code to one message on an open session."""
+    try:
+        client.sendmail("app@example.org", ["rcpt@example.com"], email(f"r{n}").as_bytes(policy=SMTP))
+    except smtplib.SMTPDataError as refused:
+        return refused.smtp_code
+    except smtplib.SMTPSenderRefused as refused:
+        return refused.smtp_code
+    return 250
+
+
+def test_a_reload_takes_up_new_quotas_keeps_sessions_and_refuses_a_bad_file(mtad_factory: Any, dsn: str) -> None:
+    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"').start()
+    assert daemon.ready is not None
+    text = daemon.config.read_text()
+    with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as kept:
+        assert send(kept, 0) == 250
+
+        daemon.config.write_text(text + '\n[tenants."default"]\nmax_per_hour = 2\n')
+        reloaded = daemon.cli("reload")
+        assert reloaded.returncode == 0, reloaded.stderr
+        assert "reloaded its configuration" in reloaded.stdout
+        processes = 1 + daemon.ready["processes"]
+        daemon.wait_for_log(lambda records: sum(r["event"] in ("reloaded", "reconfigured") for r in records)
+                            >= processes)  # fmt: skip
+        assert send(kept, 1) == 250  # the session opened before the reload goes on
+        assert send(kept, 2) == 250
+        assert send(kept, 3) == 451  # the new quota: 2 a clock hour
+
+        # What a running node cannot change is named.
+        moved = text.replace('listen = ["127.0.0.1:0"]', 'listen = ["127.0.0.1:0", "127.0.0.2:0"]', 1)
+        daemon.config.write_text(moved + '\n[tenants."default"]\nmax_per_hour = 2\n')
+        reloaded = daemon.cli("reload")
+        assert reloaded.returncode == 0, reloaded.stderr
+        assert "taken up only at a restart: [submission] listen" in reloaded.stdout
+        daemon.wait_for_log(lambda records: any(r["event"] == "reload_needs_restart" for r in records))
+
+        # A bad file: refused by `mtad reload` before the node sees it, and by the node
+        # itself on a bare SIGHUP; the node keeps what it had.
+        daemon.config.write_text(text + '\n[tenants."default"]\nmax_per_hour = "lots"\n')
+        refused = daemon.cli("reload")
+        assert refused.returncode != 0
+        assert '[tenants."default"] max_per_hour' in refused.stderr
+        assert daemon.process is not None
+        os.kill(daemon.process.pid, signal.SIGHUP)
+        daemon.wait_for_log(lambda records: any(r["event"] == "reload_refused" for r in records))
+        [record] = daemon.events("reload_refused")
+        assert any("max_per_hour" in problem for problem in record["problems"])
+        assert send(kept, 4) == 451  # the quota in force is still the one it had
+    assert daemon.stop() == 0
