@@ -243,3 +243,20 @@ async def test_suspensions_and_reroutes_over_http(database: db.Database) -> None
         assert (await client.call("DELETE", "/v1/suspensions/provider/google"))[0] == 404
         assert (await client.call("DELETE", "/v1/reroutes/google"))[0] == 200
         assert (await client.call("DELETE", "/v1/reroutes/google"))[0] == 404
+
+
+async def test_every_route_is_documented_and_wants_the_token(database: db.Database) -> None:
+    async with serving(database) as client:
+        _, document = await client.call("GET", "/v1/openapi.json", token=None)
+        routed = {(r.method, r.resource.canonical) for r in api.application(
+            api.Services(database, TOKEN, None, "default", lambda t: (quotas.NONE, reputation.Guard()), 30.0)
+        ).router.routes() if r.method != "HEAD" and r.resource is not None}  # fmt: skip
+        documented = {(method.upper(), path) for path, item in document["paths"].items() for method in item}
+        assert routed == documented
+        for method, path in sorted(documented - {("GET", "/v1/openapi.json")}):
+            concrete = path.replace("{id}", "1").replace("{action}", "retry").replace("{name}", "shop")
+            concrete = concrete.replace("{address}", "a@example.com").replace("{kind}", "tenant")
+            concrete = concrete.replace("{key}", "shop").replace("{provider}", "google")
+            for token in (None, "not-the-token"):
+                status, body = await client.call(method, concrete, token=token, json={})
+                assert (status, "Bearer" in body["error"]) == (401, True), (method, concrete)
