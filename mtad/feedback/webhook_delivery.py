@@ -17,15 +17,17 @@ each, and only the oldest pending row of each message), signs them
   the name resolves to, which are the only ones connected to.
 
 A request keeps its rows and its webhook-id (msg_<its first row>) through every
-retry, and its rows are settled together. An endpoint has at most `per_endpoint`
-requests in flight from a node, so a slow or dead one holds no other tenant's
-back; answers are read up to `max_response` octets.
+retry, and its rows are settled together, at the sender's next turn: the statement
+that also leases what goes next (one round trip). An endpoint has at most
+`per_endpoint` requests in flight from a node, so a slow or dead one holds no other
+tenant's back; answers are read up to `max_response` octets.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import json
 import random
@@ -46,7 +48,6 @@ from standardwebhooks.webhooks import Webhook
 
 from mtad import db
 from mtad.base import errors, vault
-from mtad.base.batching import Batcher
 from mtad.feedback import consumers, tail, webhooks
 
 log = structlog.get_logger("mtad.webhooks")
@@ -56,8 +57,9 @@ WEBHOOKS_SENT = prometheus_client.Counter(
 )
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+CHANNEL = "mtad_webhooks"  # notified when rows are written (webhooks/enqueue.sql)
 REPLAY_BATCH = 1000  # events read, then written as requests, at a time
-SETTLE_BATCH = 5000  # rows settled in one statement at most
+FLUSH = 5.0  # seconds a stopping sender has to record what was answered
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,9 +207,10 @@ def allows(address: ipaddress.IPv4Address | ipaddress.IPv6Address, allowed: Sequ
     return address.is_global and not address.is_multicast
 
 
-def refusal(url: str, allowed: Sequence[Network]) -> str | None:
+@functools.lru_cache(maxsize=4096)
+def refusal(url: str, allowed: tuple[Network, ...]) -> str | None:
     """Why a request may not go to a URL that names an address (aiohttp resolves no
-    address, so the guard never sees it), else None."""
+    address, so the guard never sees it), else None. Kept per URL: asked per request."""
     host = urllib.parse.urlsplit(url).hostname or ""
     try:
         address = ipaddress.ip_address(host)
@@ -241,7 +244,8 @@ class Sender:
         self._wake = asyncio.Event()
         self._flying: dict[int, int] = {}  # endpoint -> requests in flight
         self._tasks: set[asyncio.Task[None]] = set()
-        self._settling = Batcher(self._settle, max_batch=SETTLE_BATCH, weight=lambda s: len(s.request.rows))
+        self._listener: db.Listener | None = None
+        self._answered: list[_Settled] = []  # recorded at the next turn
 
     def wake(self) -> None:
         self._wake.set()
@@ -253,10 +257,12 @@ class Sender:
         return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=self.settings.timeout))
 
     async def run(self) -> None:
-        """Until cancelled."""
+        """Until cancelled: a turn whenever woken (NOTIFY when rows are written, an
+        answer), or every poll; when stopped, what was answered is still recorded."""
         async with self.session() as session:
             try:
                 while True:
+                    await self._listen()
                     self._wake.clear()
                     with contextlib.suppress(errors.SpoolError):
                         await self.send_due(session)
@@ -266,18 +272,59 @@ class Sender:
             finally:
                 for task in self._tasks:
                     task.cancel()
+                if self._listener is not None:
+                    await self._listener.close()
+                with contextlib.suppress(errors.SpoolError, TimeoutError):
+                    async with asyncio.timeout(FLUSH):
+                        await self._turn(None)
+
+    async def _listen(self) -> None:
+        """LISTEN for new rows, again after the connection was lost; meanwhile the poll finds them."""
+        if self._listener is not None and self._listener.alive:
+            return
+        try:
+            self._listener = await db.Listener.open(self._db.dsn, CHANNEL, self._wake.set)
+        except errors.DatabaseUnavailable as exc:
+            log.warning("listen_failed", channel=CHANNEL, error=str(exc))
 
     async def send_due(self, session: aiohttp.ClientSession) -> int:
-        """Lease what is due and may go now, and start sending it; returns how many requests."""
-        room = self.settings.in_flight - len(self._tasks)
-        if room <= 0:
+        """Record what was answered since the last turn, lease what is due and may go now,
+        and start sending it, in one statement; returns how many requests started."""
+        return await self._turn(session)
+
+    async def drain(self) -> None:
+        """Until every request started has been answered or failed, and that is recorded
+        (tests, tools)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._turn(None)
+
+    async def _turn(self, session: aiohttp.ClientSession | None) -> int:
+        """Settle what was answered and, with a session, lease and start what may go now."""
+        answered, self._answered = self._answered, []
+        room = self.settings.in_flight - len(self._tasks) if session is not None else 0
+        if room <= 0 and not answered:
             return 0
+        rows, due, whys = [], [], []
+        for settled in answered:
+            why = settled.why[:500] if settled.why is not None else None
+            for row in settled.request.rows:
+                rows.append(row)
+                due.append(settled.next_at)
+                whys.append(why)
         now = self._now()
         until = now + timedelta(seconds=self.settings.lease)
-        rows = await self._db.fetch("webhooks/take", self._node, now, until, self.settings.per_endpoint,
-                                    list(self._flying), list(self._flying.values()), room)  # fmt: skip
-        requests = self._requests(rows, now)
+        try:
+            found = await self._db.fetch("webhooks/turn", self._node, now, until, self.settings.per_endpoint,
+                                         list(self._flying), list(self._flying.values()), max(room, 0), rows, due,
+                                         whys)  # fmt: skip
+        except errors.SpoolError:
+            self._answered[:0] = answered  # recorded at the next turn, unless the leases run out first
+            raise
+        self._recorded(answered, set(next((r["recorded"] for r in found if r["id"] is None), None) or ()))
+        requests = self._requests([row for row in found if row["id"] is not None], now)
         for request in requests:
+            assert session is not None
             self._flying[request.endpoint] = self._flying.get(request.endpoint, 0) + 1
             task = asyncio.create_task(self._send(session, request), name=f"webhook-{request.id}")
             self._tasks.add(task)
@@ -285,7 +332,7 @@ class Sender:
         return len(requests)
 
     def _requests(self, rows: Sequence[db.Row], now: datetime) -> list[_Request]:
-        """The rows webhooks/take.sql leased, as requests."""
+        """The rows webhooks/turn.sql leased, as requests."""
         requests: dict[int, _Request] = {}
         for row in sorted(rows, key=lambda r: r["id"]):
             request = requests.get(row["request"])
@@ -301,44 +348,30 @@ class Sender:
             request.created_at = min(request.created_at, row["created_at"])
         return list(requests.values())
 
-    async def drain(self) -> None:
-        """Until every request started has been answered or failed (tests, tools)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-    async def _send(self, session: aiohttp.ClientSession, request: _Request) -> None:
-        try:
-            why = await self._post(session, request)
-            next_at = self._retry_at(request, self._now()) if why is not None else None
-            if not await self._settling.submit(_Settled(request, why, next_at)):
+    def _recorded(self, answered: list[_Settled], recorded: set[int]) -> None:
+        """Count and log what became of the requests answered."""
+        for settled in answered:
+            request, why, next_at = settled.request, settled.why, settled.next_at
+            if request.id not in recorded:  # its rows were taken again, or removed with their endpoint
                 log.warning("webhook_not_recorded", request=request.id, error="its lease ran out, or its endpoint went")
-                return
+                continue
             outcome = "delivered" if why is None else "failed" if next_at is not None else "dead"
             WEBHOOKS_SENT.labels(endpoint=str(request.endpoint), outcome=outcome).inc()
             if why is not None:
                 log.warning("webhook_failed" if next_at is not None else "webhook_dead", endpoint=request.endpoint,
                             tenant=request.tenant, request=request.id, events=len(request.rows),
                             attempts=request.attempts, error=why, retry_at=next_at)  # fmt: skip
-        except errors.SpoolError as exc:  # the lease runs out, and the request is sent again
-            log.warning("webhook_not_recorded", request=request.id, error=str(exc))
+
+    async def _send(self, session: aiohttp.ClientSession, request: _Request) -> None:
+        try:
+            why = await self._post(session, request)
+            next_at = self._retry_at(request, self._now()) if why is not None else None
+            self._answered.append(_Settled(request, why, next_at))
         finally:
             self._flying[request.endpoint] -= 1
             if not self._flying[request.endpoint]:
                 del self._flying[request.endpoint]
             self._wake.set()
-
-    async def _settle(self, done: list[_Settled]) -> list[bool]:
-        """Record what became of requests, in one statement; whether each was recorded."""
-        rows, due, whys = [], [], []
-        for settled in done:
-            why = settled.why[:500] if settled.why is not None else None
-            for row in settled.request.rows:
-                rows.append(row)
-                due.append(settled.next_at)
-                whys.append(why)
-        recorded = {r["request"] for r in await self._db.fetch("webhooks/settle", self._node, self._now(), rows, due,
-                                                                whys)}  # fmt: skip
-        return [settled.request.id in recorded for settled in done]
 
     async def _post(self, session: aiohttp.ClientSession, request: _Request) -> str | None:
         """None when the endpoint took the request (2xx), else why not."""

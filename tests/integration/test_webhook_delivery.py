@@ -335,7 +335,9 @@ async def test_a_batch_whose_node_went_away_is_sent_again_whole(database: db.Dat
             await delivered(database, f"a{n}@example.com")
         await enqueue(database)
         now = datetime.now(UTC)
-        taken = await database.fetch("webhooks/take", "gone", now, now + timedelta(seconds=60), 4, [], [], 64)
+        found = await database.fetch("webhooks/turn", "gone", now, now + timedelta(seconds=60), 4, [], [], 64, [], [],
+                                     [])  # fmt: skip
+        taken = [r for r in found if r["id"] is not None]
         assert len({r["request"] for r in taken}) == 1
         later = Sender(database, SEALER, Settings(allow_networks=LOOPBACK), "n2", now=lambda: now)
         assert await send_all(later) == 0  # leased by the node that went away
@@ -346,3 +348,20 @@ async def test_a_batch_whose_node_went_away_is_sent_again_whole(database: db.Dat
     assert headers["webhook-id"] == f"msg_{min(r['id'] for r in taken)}"
     assert len(Webhook(secret).verify(body, headers)) == 3
     assert {(r["state"], r["attempts"]) for r in await requests(database)} == {("delivered", 2)}
+
+
+async def test_a_running_sender_wakes_when_rows_are_written(database: db.Database) -> None:
+    await enqueue(database)
+    async with receiving() as receiver:
+        await webhooks.add(database, SEALER, "t1", receiver.url(), ["received"])
+        sender = Sender(database, SEALER, Settings(allow_networks=LOOPBACK, poll=3600.0), "n1")
+        running = asyncio.create_task(sender.run())
+        try:
+            for n in (1, 2):  # the second comes while the sender waits, with no poll due for an hour
+                await delivered(database, f"r{n}@example.com")
+                await enqueue(database)  # writes the row and notifies at COMMIT
+                await asyncio.wait_for(receiver.received(n), 10)
+        finally:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
