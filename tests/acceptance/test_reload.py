@@ -9,12 +9,16 @@ import os
 import signal
 import smtplib
 from email.policy import SMTP
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.acceptance.conftest import Mtad
+from tests.acceptance.test_delivery import delivering, dns, sink  # noqa: F401 (fixtures)
 from tests.acceptance.test_run import email
+from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.sink import ThreadedSink
 
 pytestmark = pytest.mark.slow
 
@@ -68,4 +72,29 @@ def test_a_reload_takes_up_new_quotas_keeps_sessions_and_refuses_a_bad_file(mtad
         [record] = daemon.events("reload_refused")
         assert any("max_per_hour" in problem for problem in record["problems"])
         assert send(kept, 4) == 451  # the quota in force is still the one it had
+    assert daemon.stop() == 0
+
+
+@NEEDS_DNSMASQ
+def test_a_reload_under_delivery_loses_no_lease_and_no_message(
+    mtad_factory: Any,
+    dsn: str,
+    dns: Dnsmasq,  # noqa: F811
+    sink: ThreadedSink,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    providers = tmp_path / "providers.toml"
+    providers.write_text('[default]\nrate = "40/s"\nmin_rate = "40/s"\nmax_rate = "40/s"\nburst = 4\nsessions = 4\n')
+    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', providers=providers, **delivering(dns, sink)).start()
+    with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
+        for n in range(120):
+            client.sendmail("app@example.org", [f"r{n}@sink.test"], email(f"m{n}").as_bytes(policy=SMTP))
+    sink.wait_for(20)  # delivering, at 40 a second
+    providers.write_text('[default]\nrate = "80/s"\nmin_rate = "80/s"\nmax_rate = "80/s"\nburst = 8\nsessions = 8\n')
+    reloaded = daemon.cli("reload")
+    assert reloaded.returncode == 0, reloaded.stderr
+    sink.wait_until(lambda received: len({r for m in received for r in m.recipients}) == 120, within=60)
+    assert len(sink.received) == 120  # none twice
+    assert daemon.events("leases_lost_before_sending") == []
+    assert daemon.events("requeued") == []
     assert daemon.stop() == 0
