@@ -245,6 +245,7 @@ class Sender:
         self._flying: dict[int, int] = {}  # endpoint -> requests in flight
         self._tasks: set[asyncio.Task[None]] = set()
         self._listener: db.Listener | None = None
+        self._conn: db.Connection | None = None  # held while it runs
         self._answered: list[_Settled] = []  # recorded at the next turn
 
     def wake(self) -> None:
@@ -258,14 +259,26 @@ class Sender:
 
     async def run(self) -> None:
         """Until cancelled: a turn whenever woken (NOTIFY when rows are written, an
-        answer), or every poll; when stopped, what was answered is still recorded."""
+        answer), or every poll, on a connection it holds (a pooled one costs as much
+        again to acquire and release); when stopped, what was answered is still recorded."""
+        held: contextlib.AsyncExitStack | None = None
         async with self.session() as session:
             try:
                 while True:
                     await self._listen()
                     self._wake.clear()
-                    with contextlib.suppress(errors.SpoolError):
+                    try:
+                        if held is None:
+                            held = contextlib.AsyncExitStack()
+                            self._conn = await held.enter_async_context(self._db.connection())
                         await self.send_due(session)
+                    except errors.DatabaseUnavailable:  # another connection, the next time
+                        self._conn = None
+                        if held is not None:
+                            await held.aclose()
+                        held = None
+                    except errors.SpoolError:
+                        pass
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(self.settings.poll):
                             await self._wake.wait()
@@ -277,6 +290,9 @@ class Sender:
                 with contextlib.suppress(errors.SpoolError, TimeoutError):
                     async with asyncio.timeout(FLUSH):
                         await self._turn(None)
+                self._conn = None
+                if held is not None:
+                    await held.aclose()
 
     async def _listen(self) -> None:
         """LISTEN for new rows, again after the connection was lost; meanwhile the poll finds them."""
@@ -315,9 +331,10 @@ class Sender:
         now = self._now()
         until = now + timedelta(seconds=self.settings.lease)
         try:
-            found = await self._db.fetch("webhooks/turn", self._node, now, until, self.settings.per_endpoint,
-                                         list(self._flying), list(self._flying.values()), max(room, 0), rows, due,
-                                         whys)  # fmt: skip
+            found = await (self._conn or self._db).fetch("webhooks/turn", self._node, now, until,
+                                                         self.settings.per_endpoint, list(self._flying),
+                                                         list(self._flying.values()), max(room, 0), rows, due,
+                                                         whys)  # fmt: skip
         except errors.SpoolError:
             self._answered[:0] = answered  # recorded at the next turn, unless the leases run out first
             raise

@@ -2,7 +2,8 @@
 endpoint and event by the consumer, signed so that the standardwebhooks package
 verifies them, in order per message, retried after a failure, dead after max_age,
 never sent to an address inside unless allowed, and a slow endpoint holding no
-other back."""
+other back. A batched endpoint gets arrays, a failed batch is sent again whole; the
+sender wakes at the outbox's COMMIT and outlives the loss of its connection."""
 
 from __future__ import annotations
 
@@ -365,3 +366,27 @@ async def test_a_running_sender_wakes_when_rows_are_written(database: db.Databas
             running.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await running
+
+
+async def test_a_sender_whose_connection_was_lost_takes_another(database: db.Database) -> None:
+    await enqueue(database)
+    async with receiving() as receiver:
+        await webhooks.add(database, SEALER, "t1", receiver.url(), ["received"])
+        sender = Sender(database, SEALER, Settings(allow_networks=LOOPBACK, poll=0.05), "n1")
+        running = asyncio.create_task(sender.run())
+        try:
+            await delivered(database, "a@example.com")
+            await enqueue(database)
+            await asyncio.wait_for(receiver.received(1), 10)
+            turns = "query LIKE '%mtad_webhooks_turn%' AND pid <> pg_backend_pid()"
+            [killed] = await query(database, f"SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity "
+                                             f"WHERE {turns}")  # fmt: skip
+            assert killed["n"] >= 1  # the connection it holds
+            await delivered(database, "b@example.com")
+            await enqueue(database)
+            await asyncio.wait_for(receiver.received(2), 10)
+        finally:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+    assert {r["state"] for r in await requests(database)} == {"delivered"}
