@@ -1,9 +1,13 @@
-"""`python -m bench`: mtad against Postfix (and itself) on loopback, in ten parts (`--only` picks some).
+"""`python -m bench`: mtad against Postfix (and itself) on loopback, in parts (`--only` picks some).
 
 - accept: how many messages per second a server accepts *durably* (it answers 250
   only once the message is on disk) from a burst of SMTP sessions on 127.0.0.1, for
   1 KB and 20 KB messages and 1, 10 and 50 concurrent sessions that each send several
   messages over one connection; mtad only accepts, Postfix keeps mail on hold.
+- inject: HTTP injection (`POST /v1/messages`, raw messages of 1 KB and 20 KB, 10
+  and 50 requests at once over keep-alive connections) beside SMTP submission on the
+  same node, both durable, in turns: msgs/s, CPU per message, the ratio HTTP/SMTP;
+  one node with the default submission processes, one with `processes = 0`.
 - delivery: end to end, 20,000 messages of 1 KB (one recipient, then five) submitted
   to a server that relays them over reused sessions to a discard sink (smtp-sink) on
   loopback: accept rate and end-to-end rate (first submission to last receipt), mtad
@@ -36,8 +40,8 @@ In the parts against Postfix every server is driven by the same client, Postfix'
 `smtp-source`, and each run starts from empty queues (the drained-then-burst case).
 
 Modules: `client` (smtp-source, timed), `sink` (smtp-sink, counted), `mtad_server`,
-`postfix`, `bare` (the servers), `accept`, `delivery`, `outbound`, `spool_memory`,
+`postfix`, `bare` (the servers), `accept`, `inject`, `delivery`, `outbound`, `spool_memory`,
 `shaping`, `accounts`, `relay`, `dkim`, `retention`, `feedback` (the parts; `inbound_client`
-sends the feedback part's reports), `report` (the machine, the tables,
-RESULTS.md), `__main__` (options, the run).
+sends the feedback part's reports, `inject_client` the inject part's requests), `report`
+(the machine, the tables, RESULTS.md), `__main__` (options, the run), `cpu` (CPU per party).
 """

@@ -1,10 +1,10 @@
 """`python -m bench [--only PARTS] [--quick] ...`: mtad against Postfix, see bench/__init__.py.
 
 The parts run one after the other, each with its own servers in a temp dir (started
-and stopped by the part): accept, delivery, sessions, memory, shaping, accounts, relay,
-dkim, retention, feedback. Each prints its table, and bench/RESULTS.md gets one section
-per part (a part left out with --only keeps its old section). Exit status: 0 when every
-measurement succeeded, 1 when one failed, 2 when the benchmark cannot run.
+and stopped by the part): accept, inject, delivery, sessions, memory, shaping, accounts,
+relay, dkim, retention, feedback. Each prints its table, and bench/RESULTS.md gets one
+section per part (a part left out with --only keeps its old section). Exit status: 0
+when every measurement succeeded, 1 when one failed, 2 when the benchmark cannot run.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from bench import (
     delivery,
     dkim,
     feedback,
+    inject,
     outbound,
     postfix,
     relay,
@@ -43,6 +44,7 @@ RESULTS = Path(__file__).parent / "RESULTS.md"
 Run = Callable[[argparse.Namespace, Path, dict[str, str]], tuple[str, list[str], bool]]
 PARTS: dict[str, tuple[str, Run, tuple[type[Exception], ...]]] = {
     "accept": ("Durable accept throughput: mtad and Postfix", accept.run, accept.ERRORS),
+    "inject": ("HTTP injection beside SMTP submission: durable accept on one node", inject.run, inject.ERRORS),
     "delivery": ("Delivery end to end: mtad and Postfix to the same sink", delivery.run, delivery.ERRORS),
     "sessions": ("Outbound sessions held open by one process", outbound.run, outbound.ERRORS),
     "memory": ("Memory per queued delivery", spool_memory.run, spool_memory.ERRORS),
@@ -69,6 +71,13 @@ def _ints(text: str) -> tuple[int, ...]:
     return values
 
 
+def _processes(text: str) -> tuple[str, ...]:
+    values = tuple(part.strip() for part in text.split(","))
+    if not values or not all(v == "auto" or v.isdigit() for v in values) or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f'distinct values "auto" or whole numbers: {text!r}')
+    return values
+
+
 def _parts(text: str) -> tuple[str, ...]:
     parts = tuple(part.strip() for part in text.split(","))
     unknown = [part for part in parts if part not in PARTS]
@@ -87,7 +96,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--runs",
         type=int,
         default=None,
-        help="runs per cell (default: accept 5, delivery 3, shaping 5, accounts 3, relay 5; --quick 3, those two 1)",
+        help="runs per cell (default: accept 5, inject 5, delivery 3, shaping 5, accounts 3, relay 5; "
+        "--quick 3, those two 1)",
     )
     parser.add_argument("--skip-postfix", action="store_true", help="measure mtad alone (no ratio)")
     parser.add_argument("--tmpdir", type=Path, default=None, help="where the spools go (default: the system's)")
@@ -101,6 +111,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     group.add_argument("--messages", type=int, default=None, help="messages per burst in every cell")
     group.add_argument(
         "--no-reference", action="store_true", help="leave out the bare-aiosmtpd reference (stores nothing)"
+    )
+    group = parser.add_argument_group("inject", "(it takes --sizes and --messages too)")
+    group.add_argument(
+        "--inject-concurrency",
+        type=_ints,
+        default=inject.CONCURRENCY,
+        help="SMTP sessions and HTTP requests at once (default 10,50)",
+    )
+    group.add_argument(
+        "--inject-processes",
+        type=_processes,
+        default=inject.PROCESSES,
+        help="[submission] processes of each node measured, a node each (default auto,0)",
     )
     group = parser.add_argument_group("delivery")
     group.add_argument(

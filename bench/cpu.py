@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,9 +35,14 @@ other processes; kernel threads such as the disk's are in neither)."""
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def snapshot() -> dict[str, float]:
-    """CPU seconds so far per party (live processes and the children they reaped)."""
+def snapshot(scope: Collection[int] = ()) -> dict[str, float]:
+    """CPU seconds so far per party (live processes and the children they reaped).
+
+    With `scope`, only the processes of those pids and their descendants count (the
+    client aside): the servers of others sharing the machine stay out of the figures."""
     used = dict.fromkeys(PARTIES, 0.0)
+    parents: dict[int, int] = {}
+    seen: list[tuple[int, str, float]] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -48,6 +53,7 @@ def snapshot() -> dict[str, float]:
             continue
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
+        parents[int(entry.name)] = int(fields[1])
         seconds = sum(int(f) for f in fields[11:15]) / _TICK  # utime, stime, cutime, cstime
         if b"mtad run" in command or b"mtad.submission.child" in command:  # the daemon, its submission processes
             party = "mtad"
@@ -61,26 +67,46 @@ def snapshot() -> dict[str, float]:
             party = "sink"
         else:
             continue
-        used[party] += seconds
+        seen.append((int(entry.name), party, seconds))
+    roots = frozenset(scope)
+    for pid, party, seconds in seen:
+        if not roots or _within(pid, roots, parents):
+            used[party] += seconds
     own = os.times()
     used["client"] = own.children_user + own.children_system  # smtp-source, once reaped
     return used
 
 
+def _within(pid: int, roots: frozenset[int], parents: dict[int, int]) -> bool:
+    """Whether pid is one of roots or descends from one."""
+    while pid > 1:
+        if pid in roots:
+            return True
+        pid = parents.get(pid, 0)
+    return False
+
+
 class Meter:
-    def __init__(self) -> None:
+    """The CPU the parties use between start() and stop(); `scope` as in snapshot()."""
+
+    def __init__(self, scope: Collection[int] = ()) -> None:
+        self._scope = scope
         self._before: dict[str, float] = {}
         self._started = 0.0
 
     def start(self) -> None:
-        self._before = snapshot()
+        self._before = snapshot(self._scope)
         self._started = time.monotonic()
 
-    def stop(self, messages: int) -> Run:
-        """What each party used since start(), per message."""
-        after = snapshot()
+    def stop(self, messages: int, client: float | None = None) -> Run:
+        """What each party used since start(), per message. `client`: the CPU seconds a
+        client measured itself over the run, in place of the reaped children's times
+        (its start-up and preparation, before the run, left out)."""
+        after = snapshot(self._scope)
         wall = time.monotonic() - self._started
         used = {party: max(0.0, after[party] - self._before.get(party, 0.0)) for party in PARTIES}
+        if client is not None:
+            used["client"] = client
         return Run(
             {p: s / messages * 1000 for p, s in used.items()}, sum(used.values()) / ((os.cpu_count() or 1) * wall)
         )

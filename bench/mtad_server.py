@@ -97,16 +97,18 @@ class MtadServer(Managed):
 
     name = "mtad"
 
-    def __init__(self, workdir: Path, delivery: Delivery | None = None, extra: str = "") -> None:
+    def __init__(self, workdir: Path, delivery: Delivery | None = None, extra: str = "", submission: str = "") -> None:
         self.workdir = workdir
         self.delivery = delivery
         self.extra = extra  # more TOML for its configuration, appended as it is
+        self.submission = submission  # more lines of its [submission] table ("processes = 0")
         self.data_dir = workdir / "pgdata"
         self.stdout_log = workdir / "stdout.log"
         self.stderr_log = workdir / "stderr.log"
         self.dsn = f"postgresql://postgres@/mtad?host={self.data_dir}"
         self.host = ""
         self.port = 0
+        self.admin = ""  # host:port of the admin API, when [admin] token_file is in `extra`
         self.version = ""
         self._process: subprocess.Popen[bytes] | None = None
         self._ready = threading.Event()
@@ -127,6 +129,7 @@ class MtadServer(Managed):
             'hostname = "mtad-bench.localdomain"\n'
             # There is no DNS here: recipient domains are not looked up.
             "check_recipient_domains = false\n"
+            + self.submission
             + (self.delivery.toml(self.workdir) if self.delivery else ACCEPT_ONLY)
             + "[http]\n"
             'listen = "127.0.0.1:0"\n'
@@ -154,6 +157,7 @@ class MtadServer(Managed):
             raise MtadError(f"mtad's ready line has no smtp address: {self._ready_line}")
         host, _, port = str(smtp[0]).rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
+        self.admin = str(self._ready_line.get("admin") or "")
         fsync, commit, self.version = self.query("SHOW fsync", "SHOW synchronous_commit", "SHOW server_version")
         if (fsync, commit) != ("on", "on"):
             raise MtadError(f"mtad's PostgreSQL is not durable: fsync={fsync}, synchronous_commit={commit}")
@@ -213,6 +217,12 @@ class MtadServer(Managed):
             self._log_offset += len(text)
             self._outcomes.update(event.decode() for event in _OUTCOME.findall(text))
         return self._outcomes
+
+    def pids(self) -> tuple[int, ...]:
+        """The mtad process and its PostgreSQL's postmaster: the roots of every process of this node."""
+        assert self._process is not None
+        postmaster = (self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0]
+        return (self._process.pid, int(postmaster))
 
     def rss_kib(self) -> int:
         """Resident memory of the mtad process (not of its PostgreSQL), in KiB."""
