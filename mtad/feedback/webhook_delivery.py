@@ -246,6 +246,7 @@ class Sender:
         self._tasks: set[asyncio.Task[None]] = set()
         self._listener: db.Listener | None = None
         self._conn: db.Connection | None = None  # held while it runs
+        self._holding: contextlib.AsyncExitStack | None = None  # gives it back
         self._answered: list[_Settled] = []  # recorded at the next turn
 
     def wake(self) -> None:
@@ -260,39 +261,51 @@ class Sender:
     async def run(self) -> None:
         """Until cancelled: a turn whenever woken (NOTIFY when rows are written, an
         answer), or every poll, on a connection it holds (a pooled one costs as much
-        again to acquire and release); when stopped, what was answered is still recorded."""
-        held: contextlib.AsyncExitStack | None = None
-        async with self.session() as session:
+        again to acquire and release)."""
+        async with self.session() as session, contextlib.AsyncExitStack() as stopping:
+            stopping.push_async_callback(self._stop)
+            while True:
+                await self._listen()
+                self._wake.clear()
+                await self._held_turn(session)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.settings.poll):
+                        await self._wake.wait()
+
+    async def _held_turn(self, session: aiohttp.ClientSession) -> None:
+        """A turn on the connection held, taken first when there is none; its statement
+        ends even when the sender is stopped meanwhile (one round trip)."""
+        try:
+            if self._conn is None:
+                self._holding = contextlib.AsyncExitStack()
+                self._conn = await self._holding.enter_async_context(self._db.connection())
+            turning = asyncio.ensure_future(self.send_due(session))
             try:
-                while True:
-                    await self._listen()
-                    self._wake.clear()
-                    try:
-                        if held is None:
-                            held = contextlib.AsyncExitStack()
-                            self._conn = await held.enter_async_context(self._db.connection())
-                        await self.send_due(session)
-                    except errors.DatabaseUnavailable:  # another connection, the next time
-                        self._conn = None
-                        if held is not None:
-                            await held.aclose()
-                        held = None
-                    except errors.SpoolError:
-                        pass
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(self.settings.poll):
-                            await self._wake.wait()
-            finally:
-                for task in self._tasks:
-                    task.cancel()
-                if self._listener is not None:
-                    await self._listener.close()
-                with contextlib.suppress(errors.SpoolError, TimeoutError):
-                    async with asyncio.timeout(FLUSH):
-                        await self._turn(None)
-                self._conn = None
-                if held is not None:
-                    await held.aclose()
+                await asyncio.shield(turning)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await turning
+                raise
+        except errors.DatabaseUnavailable:  # another connection, the next time
+            await self._let_go()
+        except errors.SpoolError:
+            pass  # the next turn tries again; the poll makes sure there is one
+
+    async def _let_go(self) -> None:
+        holding, self._holding, self._conn = self._holding, None, None
+        if holding is not None:
+            await holding.aclose()
+
+    async def _stop(self) -> None:
+        """In order: no request goes on, what was answered is recorded, the connections go."""
+        for task in self._tasks:
+            task.cancel()
+        with contextlib.suppress(errors.SpoolError, TimeoutError):
+            async with asyncio.timeout(FLUSH):
+                await self._turn(None)
+        await self._let_go()
+        if self._listener is not None:
+            await self._listener.close()
 
     async def _listen(self) -> None:
         """LISTEN for new rows, again after the connection was lost; meanwhile the poll finds them."""
