@@ -2,9 +2,10 @@
 
 The parts run one after the other, each with its own servers in a temp dir (started
 and stopped by the part): accept, inject, delivery, sessions, memory, shaping, accounts,
-relay, dkim, retention, feedback. Each prints its table, and bench/RESULTS.md gets one
-section per part (a part left out with --only keeps its old section). Exit status: 0
-when every measurement succeeded, 1 when one failed, 2 when the benchmark cannot run.
+relay, dkim, retention, feedback, webhooks. Each prints its table, and bench/RESULTS.md
+gets one section per part (a part left out with --only keeps its old section). Exit
+status: 0 when every measurement succeeded, 1 when one failed, 2 when the benchmark
+cannot run.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from bench import (
     retention,
     shaping,
     spool_memory,
+    webhooks,
 )
 
 RESULTS = Path(__file__).parent / "RESULTS.md"
@@ -57,6 +59,11 @@ PARTS: dict[str, tuple[str, Run, tuple[type[Exception], ...]]] = {
         "Feedback: bounces applied per second, and accept with a million suppressed",
         feedback.run,
         feedback.ERRORS,
+    ),
+    "webhooks": (
+        "Webhooks: events delivered per second, and delivery with webhooks and windows on and off",
+        webhooks.run,
+        webhooks.ERRORS,
     ),
 }
 
@@ -182,9 +189,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help=f"suppressed addresses imported (default {feedback.SUPPRESSED:,})",
     )
+    group = parser.add_argument_group("webhooks", "(its on/off runs take --delivery-messages)")
+    group.add_argument(
+        "--webhook-messages",
+        type=int,
+        default=None,
+        help=f"messages whose events make a throughput run's backlog, 2 each (default {webhooks.MESSAGES:,})",
+    )
+    group.add_argument(
+        "--batches", type=_ints, default=webhooks.BATCHES, help="the endpoint's batch, a cell each (default 1,100)"
+    )
     args = parser.parse_args(argv)
     names = ("runs", "messages", "delivery_messages", "outbound_sessions", "spool_deliveries", "decisions",
-             "retention_messages", "dsns", "suppressed")  # fmt: skip
+             "retention_messages", "dsns", "suppressed", "webhook_messages")  # fmt: skip
     for name in (*names, "release_deliveries", "release_seconds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive")

@@ -23,7 +23,7 @@ from bench import report
 
 POSTFIX = frozenset({"master", "smtpd", "cleanup", "qmgr", "smtp", "trivial-rewrite", "postlogd", "anvil",
                      "scache", "bounce", "proxymap", "tlsmgr", "pickup", "showq", "local", "discard"})  # fmt: skip
-PARTIES = ("mtad", "PostgreSQL", "Postfix", "bare aiosmtpd", "sink", "client")
+PARTIES = ("mtad", "PostgreSQL", "Postfix", "bare aiosmtpd", "receiver", "sink", "client")
 NOTE = """\
 The CPU time (user + system, from /proc) each party used during a run, divided by
 the messages: mtad is the `mtad run` process with its submission processes, PostgreSQL every `postgres` process,
@@ -59,6 +59,8 @@ def snapshot(scope: Collection[int] = ()) -> dict[str, float]:
             party = "mtad"
         elif b"bench.bare" in command:
             party = "bare aiosmtpd"
+        elif b"bench.webhook_receiver" in command:
+            party = "receiver"
         elif name == "postgres":
             party = "PostgreSQL"
         elif name in POSTFIX:

@@ -177,9 +177,13 @@ class MtadServer(Managed):
         finally:
             self._ready.set()
 
+    def psql(self) -> list[str]:
+        """The psql command line that talks to this node's database (unaligned, tuples only)."""
+        return [str(_psql()), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", self.dsn]
+
     def query(self, *statements: str) -> list[str]:
         """Run each statement in its own transaction with psql; one output line per row."""
-        argv = [str(_psql()), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", self.dsn]
+        argv = self.psql()
         for statement in statements:
             argv += ["-c", statement]
         try:
