@@ -26,10 +26,10 @@ from aiohttp import web
 
 from mtad import db, submission
 from mtad.admin import control, inject, openapi, views
-from mtad.base import errors, metrics, values
+from mtad.base import errors, metrics, values, vault
 from mtad.base.replies import Reply
 from mtad.deliver import shaping
-from mtad.feedback import reputation, suppression, webhooks
+from mtad.feedback import reputation, suppression, webhook_delivery, webhooks
 from mtad.mailboxes import accounts, inboxes
 from mtad.spool import leases, queue, quotas, suspensions, tenants
 
@@ -49,6 +49,7 @@ class Services:
     default_tenant: str
     limits: Callable[[str], tuple[quotas.Quota, reputation.Guard]]  # a tenant's quotas and reputation limits
     node_timeout: float  # seconds since its heartbeat that a node counts as live
+    sealer: vault.Vault | None = None  # seals webhook secrets (None: no key, no webhook endpoint made here)
 
 
 def _dumps(value: Any) -> str:
@@ -115,6 +116,7 @@ def application(services: Services) -> web.Application:
     app.router.add_get("/v1/queue/{id}", api.queue_show)
     app.router.add_post("/v1/queue/{id}/{action}", api.queue_act)
     app.router.add_get("/v1/tenants", api.tenants_list)
+    app.router.add_post("/v1/tenants", api.tenant_add)
     app.router.add_get("/v1/tenants/{name}", api.tenant_show)
     app.router.add_post("/v1/tenants/{name}/pause", api.tenant_pause)
     app.router.add_post("/v1/tenants/{name}/resume", api.tenant_resume)
@@ -128,7 +130,12 @@ def application(services: Services) -> web.Application:
     app.router.add_post("/v1/reroutes", api.reroute)
     app.router.add_delete("/v1/reroutes/{provider}", api.unroute)
     app.router.add_get("/v1/webhooks", api.webhooks_list)
+    app.router.add_post("/v1/webhooks", api.webhook_add)
+    app.router.add_delete("/v1/webhooks/{id}", api.webhook_remove)
+    app.router.add_post("/v1/webhooks/{id}/rotate-secret", api.webhook_rotate)
+    app.router.add_post("/v1/webhooks/replay", api.webhooks_replay)
     app.router.add_get("/v1/accounts", api.accounts_list)
+    app.router.add_post("/v1/accounts/{name}/{action}", api.account_state)
     app.router.add_get("/v1/buckets", api.buckets)
     return app
 
@@ -236,6 +243,14 @@ class _Api:
         return _json({"tenants": [{k: v for k, v in t.items() if k != "password_hash"}
                                   for t in await tenants.list_all(self._db)]})  # fmt: skip
 
+    async def tenant_add(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("name"), str) or not isinstance(
+                body.get("password"), str):  # fmt: skip
+            raise _Bad(422, 'give {"name": ..., "password": ...}')
+        await tenants.add(self._db, body["name"], body["password"])
+        return _json({"name": body["name"], "added": True}, 201)
+
     async def tenant_show(self, request: web.Request) -> web.Response:
         name = _tenant(request)
         quota, guard = self._s.limits(name)
@@ -339,6 +354,77 @@ class _Api:
                                      "created_at": e.created_at, "pending": e.pending, "delivered": e.delivered,
                                      "dead": e.dead} for e in found]})  # fmt: skip
 
+    async def webhook_add(self, request: web.Request) -> web.Response:
+        """A tenant's endpoint; its secret is in this answer and never again."""
+        sealer = self._sealer()
+        body = await _body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("tenant"), str) or not isinstance(
+                body.get("url"), str):  # fmt: skip
+            raise _Bad(422, 'give {"tenant": ..., "url": ..., "events": [kinds] (absent: all), "batch": 1}')
+        kinds = body.get("events")
+        batch = body.get("batch", 1)
+        if kinds is not None and (not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds)):
+            raise _Bad(422, "events: a list of event kinds")
+        if not isinstance(batch, int) or isinstance(batch, bool):
+            raise _Bad(422, "batch: a whole number")
+        try:
+            endpoint, secret = await webhooks.add(self._db, sealer, body["tenant"], body["url"], kinds, batch)
+        except ValueError as exc:
+            raise _Bad(422, str(exc)) from None
+        return _json({"id": endpoint.id, "tenant": endpoint.tenant, "url": endpoint.url, "events": endpoint.events,
+                      "batch": endpoint.batch, "secret": secret}, 201)  # fmt: skip
+
+    async def webhook_remove(self, request: web.Request) -> web.Response:
+        endpoint = _int_path(request, "id")
+        if not await webhooks.remove(self._db, endpoint):
+            raise errors.NotFound(f"no webhook endpoint {endpoint}")
+        return _json({"id": endpoint, "removed": True})
+
+    async def webhook_rotate(self, request: web.Request) -> web.Response:
+        """A new secret (in this answer only); the previous one signs too for "overlap"."""
+        sealer = self._sealer()
+        endpoint = _int_path(request, "id")
+        body = await _body(request) if request.can_read_body else {}
+        overlap = body.get("overlap", "24h") if isinstance(body, dict) else "24h"
+        try:
+            until = datetime.now(UTC) + timedelta(seconds=values.positive_duration(overlap))
+        except ValueError as exc:
+            raise _Bad(422, f"overlap: {exc}") from None
+        secret = await webhooks.rotate(self._db, sealer, endpoint, until)
+        return _json({"id": endpoint, "secret": secret, "previous_until": until})
+
+    async def webhooks_replay(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("tenant"), str) or not isinstance(
+                body.get("since"), str):  # fmt: skip
+            raise _Bad(422, 'give {"tenant": ..., "since": ISO time, "endpoint": id (absent: each)}')
+        try:
+            since = datetime.fromisoformat(body["since"])
+        except ValueError:
+            raise _Bad(422, "since: an ISO 8601 time") from None
+        if since.tzinfo is None:
+            since = since.replace(tzinfo=UTC)
+        endpoint = body.get("endpoint")
+        if endpoint is not None and (not isinstance(endpoint, int) or isinstance(endpoint, bool)):
+            raise _Bad(422, "endpoint: an endpoint id")
+        written = await webhook_delivery.replay(self._db, body["tenant"], since, endpoint)
+        return _json({"tenant": body["tenant"], "written": written})
+
+    def _sealer(self) -> vault.Vault:
+        if self._s.sealer is None:
+            raise _Bad(503, "no [accounts] key on this node: webhook secrets cannot be sealed here")
+        return self._s.sealer
+
+    async def account_state(self, request: web.Request) -> web.Response:
+        action = request.match_info["action"]
+        if action not in ("enable", "disable"):
+            return _error(404, f"no action {action!r} (known: enable, disable)")
+        body = await _body(request) if request.can_read_body else {}
+        reason = body.get("reason") if isinstance(body, dict) else None
+        change = accounts.enable if action == "enable" else accounts.disable
+        account = await change(self._db, request.match_info["name"], reason, datetime.now(UTC))
+        return _json({"name": account.name, "state": account.state.value})
+
     async def accounts_list(self, request: web.Request) -> web.Response:
         now = datetime.now(UTC)
         read = {i.account: i for i in await inboxes.listing(self._db)}
@@ -367,6 +453,13 @@ def _until(body: dict[str, Any], now: datetime) -> datetime | None:
         return now + timedelta(seconds=values.positive_duration(body["for"]))
     except ValueError as exc:
         raise _Bad(422, f"for: {exc}") from None
+
+
+def _int_path(request: web.Request, name: str) -> int:
+    text = request.match_info[name]
+    if not text.isdigit():
+        raise _Bad(404, f"{name}: a number")
+    return int(text)
 
 
 def _tenant(request: web.Request) -> str:

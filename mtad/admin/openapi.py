@@ -53,7 +53,9 @@ DOCUMENT: dict[str, Any] = {
         "/v1/queue/{id}/{action}": {"post": _op("Retry, cancel or bounce a delivery, or every delivery of a message",
                                                 params=[_path("id", "queue id or delivery id"),
                                                         _path("action", "retry, cancel or bounce")])},
-        "/v1/tenants": {"get": _op("The tenants")},
+        "/v1/tenants": {"get": _op("The tenants"),
+                        "post": _op("Add a tenant that authenticates with its password",
+                                    body="#/components/schemas/Tenant", ok="201")},
         "/v1/tenants/{name}": {"get": _op("A tenant's state, probation, quotas and reputation windows",
                                           params=[_path("name", "tenant")])},
         "/v1/tenants/{name}/pause": {"post": _op("Pause a tenant: its mail waits, new mail is refused",
@@ -80,9 +82,21 @@ DOCUMENT: dict[str, Any] = {
         "/v1/reroutes": {"post": _op("Send a provider group's mail from another source pool",
                                      body="#/components/schemas/Reroute", ok="201")},
         "/v1/reroutes/{provider}": {"delete": _op("End a reroute", params=[_path("provider", "provider group")])},
-        "/v1/webhooks": {"get": _op("Webhook endpoints (never a secret)", params=[_query("tenant", "one tenant's")])},
+        "/v1/webhooks": {
+            "get": _op("Webhook endpoints (never a secret)", params=[_query("tenant", "one tenant's")]),
+            "post": _op("Add a tenant's endpoint: its secret is in this answer only",
+                        body="#/components/schemas/Webhook", ok="201"),
+        },
+        "/v1/webhooks/{id}": {"delete": _op("Remove an endpoint", params=[_path("id", "endpoint id")])},
+        "/v1/webhooks/{id}/rotate-secret": {"post": _op(
+            "A new secret (in this answer only); the previous one signs too for the overlap",
+            params=[_path("id", "endpoint id")])},
+        "/v1/webhooks/replay": {"post": _op("Send a tenant's events since a time to its endpoints again",
+                                            body="#/components/schemas/Replay")},
         "/v1/accounts": {"get": _op("Sending accounts and their use (never a secret)",
                                     params=[_query("pool", "one account pool")])},
+        "/v1/accounts/{name}/{action}": {"post": _op("Enable or disable a sending account", params=[
+            _path("name", "account"), _path("action", "enable or disable")])},
         "/v1/buckets": {"get": _op("The shaping buckets per (provider group, source address)")},
     },
     "components": {
@@ -114,6 +128,14 @@ DOCUMENT: dict[str, Any] = {
                 }, "additionalProperties": False},
             ]},
             "Pause": {"type": "object", "properties": {"reason": {"type": "string"}}},
+            "Tenant": {"type": "object", "required": ["name", "password"], "properties": {
+                "name": {"type": "string"}, "password": {"type": "string"}}},
+            "Webhook": {"type": "object", "required": ["tenant", "url"], "properties": {
+                "tenant": {"type": "string"}, "url": {"type": "string"},
+                "events": {"type": "array", "items": {"type": "string"}}, "batch": {"type": "integer"}}},
+            "Replay": {"type": "object", "required": ["tenant", "since"], "properties": {
+                "tenant": {"type": "string"}, "since": {"type": "string", "format": "date-time"},
+                "endpoint": {"type": "integer"}}},
             "Suspend": {"type": "object", "required": ["kind", "key"], "properties": {
                 "kind": {"type": "string", "enum": ["provider", "tenant", "pool", "source", "account"]},
                 "key": {"type": "string"}, "reason": {"type": "string"},

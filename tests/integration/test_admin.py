@@ -23,6 +23,7 @@ from mtad.base.http import Listener
 from mtad.feedback import reputation, suppression, webhooks
 from mtad.spool import commit, quotas, tenants
 from tests.conftest import query
+from tests.integration.test_accounts import make
 from tests.integration.test_webhook_delivery import SEALER
 
 TOKEN = "t0ken-of-the-admin-api-0123456789"
@@ -52,7 +53,7 @@ async def serving(database: db.Database, **settings: Any) -> AsyncIterator[Clien
         found = sub.tenant_defaults.get(tenant)
         return (found.quota if found else quotas.NONE), reputation.Guard()
 
-    services = api.Services(database, TOKEN, acceptor, "default", limits, 30.0)
+    services = api.Services(database, TOKEN, acceptor, "default", limits, 30.0, SEALER)
     listener = Listener(api.application(services))
     await listener.start([HostPort("127.0.0.1", 0)])
     task = asyncio.create_task(committer.run())
@@ -257,6 +258,38 @@ async def test_every_route_is_documented_and_wants_the_token(database: db.Databa
             concrete = path.replace("{id}", "1").replace("{action}", "retry").replace("{name}", "shop")
             concrete = concrete.replace("{address}", "a@example.com").replace("{kind}", "tenant")
             concrete = concrete.replace("{key}", "shop").replace("{provider}", "google")
+            concrete = concrete.replace("{action}", "enable")
             for token in (None, "not-the-token"):
                 status, body = await client.call(method, concrete, token=token, json={})
                 assert (status, "Bearer" in body["error"]) == (401, True), (method, concrete)
+
+
+async def test_tenants_webhooks_and_accounts_are_made_and_changed(database: db.Database) -> None:
+    async with serving(database) as client:
+        assert (await client.call("POST", "/v1/tenants", json={"name": "shop", "password": "pw-of-shop"}))[0] == 201
+        assert (await client.call("POST", "/v1/tenants", json={"name": "shop", "password": "again"}))[0] == 409
+        assert await tenants.Authenticator(database).verify("shop", "pw-of-shop")
+        status, made = await client.call("POST", "/v1/webhooks", json={
+            "tenant": "shop", "url": "https://hooks.example.net/in", "events": ["bounced"], "batch": 10})  # fmt: skip
+        assert status == 201
+        assert made["secret"].startswith("whsec_")
+        assert (made["events"], made["batch"]) == (["bounced"], 10)
+        bad = {"tenant": "shop", "url": "https://hooks.example.net/in", "events": ["exploded"]}
+        assert (await client.call("POST", "/v1/webhooks", json=bad))[0] == 422
+        status, rotated = await client.call("POST", f"/v1/webhooks/{made['id']}/rotate-secret", json={"overlap": "1h"})
+        assert status == 200
+        assert rotated["secret"] != made["secret"]
+        since = {"tenant": "shop", "since": "2026-01-01T00:00:00"}
+        status, replayed = await client.call("POST", "/v1/webhooks/replay", json=since)
+        assert (status, replayed["written"]) == (200, 0)
+        assert (await client.call("DELETE", f"/v1/webhooks/{made['id']}"))[0] == 200
+        assert (await client.call("DELETE", f"/v1/webhooks/{made['id']}"))[0] == 404
+
+        await make(database, "box")
+        status, changed = await client.call("POST", "/v1/accounts/box/disable", json={"reason": "complaints"})
+        assert (status, changed["state"]) == (200, "disabled")
+        assert (await client.call("POST", "/v1/accounts/box/enable"))[1]["state"] == "active"
+        assert (await client.call("POST", "/v1/accounts/nobody/enable"))[0] == 404
+        [listed] = (await client.call("GET", "/v1/accounts"))[1]["accounts"]
+        assert "secret" not in listed
+        assert "password" not in str(listed)
