@@ -52,10 +52,6 @@ class Services:
     sealer: vault.Vault | None = None  # seals webhook secrets (None: no key, no webhook endpoint made here)
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, default=_plain, ensure_ascii=False)
-
-
 def _plain(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
@@ -64,6 +60,10 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float) and math.isinf(value):
         return None
     return str(value)
+
+
+# One encoder for every answer: json.dumps with options builds a new one per call.
+_dumps = json.JSONEncoder(default=_plain, ensure_ascii=False).encode
 
 
 def _json(value: Any, status: int = 200) -> web.Response:

@@ -81,7 +81,7 @@ def _raw(body: Mapping[str, Any]) -> Injected:
     raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").replace(b"\n", b"\r\n")
     if not raw.endswith(b"\r\n"):
         raw += b"\r\n"
-    if has_long_line(bytearray(b"\r\n" + raw)):
+    if has_long_line(b"\r\n" + raw):
         raise Invalid("content: a line longer than 998 octets (RFC 5322 2.1.1); encode the body")
     smtputf8 = not (sender.isascii() and all(r.isascii() for r in recipients))
     return Injected(_tenant(body), sender, recipients, raw, smtputf8)

@@ -22,7 +22,7 @@ class Refused(enum.Enum):
     LINE_TOO_LONG = "line_too_long"  # a line over MAX_LINE
 
 
-def has_long_line(data: bytearray) -> bool:
+def has_long_line(data: bytes | bytearray) -> bool:
     """True when a line (CRLF-separated, data starting with CRLF) is longer than MAX_LINE
     with its CRLF. Steps from the last CRLF within reach of the previous one: a few
     C searches per message instead of a split into lines."""
