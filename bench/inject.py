@@ -144,8 +144,10 @@ class _Client:
 
     def __init__(self, node: Node, cell: Cell) -> None:
         timeout = accept.burst_timeout(cell.messages)
+        self._out = node.server.workdir / "injected.json"
+        self._out.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "bench.inject_client", node.url, str(node.token_file), str(cell.concurrency),
-                str(cell.messages), str(cell.size), str(timeout)]  # fmt: skip
+                str(cell.messages), str(cell.size), str(timeout), str(self._out)]  # fmt: skip
         self._timeout = timeout + 30
         self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert self._process.stdout is not None
@@ -158,14 +160,17 @@ class _Client:
     def go(self) -> Injected:
         """Start the burst and wait for its end."""
         try:
-            out, said = self._process.communicate(b"go\n", timeout=self._timeout)
+            _, said = self._process.communicate(b"go\n", timeout=self._timeout)
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.communicate()
             raise InjectError(f"the inject client did not finish within {self._timeout:.0f} s") from None
         if self._process.returncode != 0:
             raise InjectError(said.decode(errors="replace").strip()[-300:] or f"exit {self._process.returncode}")
-        answer = json.loads(out)
+        try:
+            answer = json.loads(self._out.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise InjectError(f"the inject client's result: {exc}") from None
         return Injected(float(answer["seconds"]), float(answer["cpu"]), list(answer["queue_ids"]))
 
 

@@ -1,4 +1,4 @@
-"""`python -m bench.inject_client URL TOKEN_FILE CONCURRENCY MESSAGES SIZE TIMEOUT`: raw
+"""`python -m bench.inject_client URL TOKEN_FILE CONCURRENCY MESSAGES SIZE TIMEOUT OUT`: raw
 messages injected over HTTP (`POST /v1/messages`), CONCURRENCY requests at once over as
 many keep-alive connections of one aiohttp session, from a process of its own (the
 load of the inject part).
@@ -7,7 +7,8 @@ Each request is `{"envelope_sender", "recipients", "content"}` with one recipien
 a message like smtp-source's: From, To, Date and a Message-Id unique within the run,
 then a SIZE-octet body in CRLF-ended lines of 80 octets. The requests are made first;
 then it prints `ready` and waits for a line on its stdin, so that the caller's clock
-leaves its start-up out. Any answer but 202 fails the run. Prints one JSON line: the
+leaves its start-up out. Any answer but 202 fails the run. Writes a JSON object to the
+file OUT (a pipe lost or mangled 200 KB of it now and then): the
 seconds from the first request to the last answer, the CPU seconds this process used
 meanwhile, and the queue id of every answer; exits 1 (with why on stderr) on a
 refusal, a lost connection or TIMEOUT seconds passed.
@@ -79,7 +80,7 @@ async def post_all(
 
 
 def main(argv: list[str]) -> int:
-    url, token_file, concurrency, messages, size, timeout = argv
+    url, token_file, concurrency, messages, size, timeout, out = argv
     if not url.startswith("http://127."):
         print(f"refusing to send to {url}: the benchmark stays on loopback", file=sys.stderr)
         return 2
@@ -97,7 +98,8 @@ def main(argv: list[str]) -> int:
         print(f"inject client: {type(failure).__name__}: {failure}", file=sys.stderr)
         return 1
     cpu = time.process_time() - cpu_before
-    print(json.dumps({"messages": len(queue_ids), "seconds": seconds, "cpu": cpu, "queue_ids": queue_ids}))
+    result = {"messages": len(queue_ids), "seconds": seconds, "cpu": cpu, "queue_ids": queue_ids}
+    Path(out).write_text(json.dumps(result))
     return 0
 
 
