@@ -298,7 +298,7 @@ def test_a_throttled_bucket_is_checkpointed_listed_and_restored(
     assert buckets()[group]["sessions"] == 8  # went on from the checkpoint, not from the configured 10
 
 
-@pytest.mark.serial  # a rate measured in one-second windows: another file's tests on the cores skew it
+@pytest.mark.serial  # a rate measured in two-second windows: another file's tests on the cores skew it
 def test_nodes_share_a_bucket_and_take_up_a_dead_nodes_share(
     mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink, tmp_path: Path
 ) -> None:
@@ -334,15 +334,17 @@ def test_nodes_share_a_bucket_and_take_up_a_dead_nodes_share(
     arrivals = sorted(m.at for m in sink.received)  # the sink's loop clock is time.monotonic() too
 
     def busiest(start: float, end: float = float("inf")) -> int:
-        """Most arrivals in one second starting in [start, end)."""
+        """Most arrivals in two seconds starting in [start, end). Two, not one: a send
+        the bucket let go just before a window may arrive in it when the machine is
+        busy, and the slack for that stays the same while the window's count doubles."""
         return max(
-            (bisect.bisect_left(arrivals, t + 1.0) - i for i, t in enumerate(arrivals) if start <= t < end - 1.0),
+            (bisect.bisect_left(arrivals, t + 2.0) - i for i, t in enumerate(arrivals) if start <= t < end - 2.0),
             default=0,
         )
 
-    assert busiest(0) <= 40 + 4 + 2  # together never above the rate and the burst (+2: clocks)
-    assert busiest(killed_at + 0.2, alone_at) <= 20 + 2 + 2  # n2 alone, still at its half share
-    assert busiest(alone_at + 0.5) >= 30  # then n2 takes the dead node's share
+    assert busiest(0) <= 2 * 40 + 4 + 4  # together never above the rate and the burst (+4: clocks, a busy machine)
+    assert busiest(killed_at + 0.2, alone_at) <= 2 * 20 + 2 + 4  # n2 alone, still at its half share
+    assert busiest(alone_at + 0.5) >= 60  # then n2 takes the dead node's share
     assert nodes[1].stop() == 0
 
 
