@@ -245,8 +245,7 @@ class Sender:
         self._flying: dict[int, int] = {}  # endpoint -> requests in flight
         self._tasks: set[asyncio.Task[None]] = set()
         self._listener: db.Listener | None = None
-        self._conn: db.Connection | None = None  # held while it runs
-        self._holding: contextlib.AsyncExitStack | None = None  # gives it back
+        self._conn: db.Connection | None = None  # its own while it runs
         self._answered: list[_Settled] = []  # recorded at the next turn
 
     def wake(self) -> None:
@@ -260,8 +259,7 @@ class Sender:
 
     async def run(self) -> None:
         """Until cancelled: a turn whenever woken (NOTIFY when rows are written, an
-        answer), or every poll, on a connection it holds (a pooled one costs as much
-        again to acquire and release)."""
+        answer), or every poll."""
         async with self.session() as session, contextlib.AsyncExitStack() as stopping:
             stopping.push_async_callback(self._stop)
             while True:
@@ -273,12 +271,15 @@ class Sender:
                         await self._wake.wait()
 
     async def _held_turn(self, session: aiohttp.ClientSession) -> None:
-        """A turn on the connection held, taken first when there is none; its statement
-        ends even when the sender is stopped meanwhile (one round trip)."""
+        """A turn on the sender's own connection, opened first when there is none; its
+        statement ends even when the sender is stopped meanwhile (one round trip).
+
+        On that connection a commit is not waited for (synchronous_commit off): a turn
+        lost with the last moments before a crash only sends its requests again."""
         try:
             if self._conn is None:
-                self._holding = contextlib.AsyncExitStack()
-                self._conn = await self._holding.enter_async_context(self._db.connection())
+                self._conn = await db.connect_once(self._db.dsn)
+                await self._conn.execute("webhooks/commit_async")
             turning = asyncio.ensure_future(self.send_due(session))
             try:
                 await asyncio.shield(turning)
@@ -292,9 +293,9 @@ class Sender:
             pass  # the next turn tries again; the poll makes sure there is one
 
     async def _let_go(self) -> None:
-        holding, self._holding, self._conn = self._holding, None, None
-        if holding is not None:
-            await holding.aclose()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await db.close(conn)
 
     async def _stop(self) -> None:
         """In order: no request goes on, what was answered is recorded, the connections go."""

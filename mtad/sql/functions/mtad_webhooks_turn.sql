@@ -63,9 +63,9 @@ BEGIN
         CROSS JOIN LATERAL (
             SELECT n.id, n.next_at FROM webhook_messages n
             WHERE n.endpoint = e.id AND n.state = 'pending' AND n.next_at <= p_now AND n.request IS NULL
-              AND (n.message IS NULL OR NOT EXISTS (
+              AND (n.message IS NULL OR NOT EXISTS (  -- o.id + 0: looked up by message, never by a range of ids
                   SELECT 1 FROM webhook_messages o
-                  WHERE o.endpoint = n.endpoint AND o.message = n.message AND o.state = 'pending' AND o.id < n.id))
+                  WHERE o.endpoint = n.endpoint AND o.message = n.message AND o.state = 'pending' AND o.id + 0 < n.id))
             ORDER BY n.next_at, n.id
             LIMIT e.room * e.batch
             FOR UPDATE SKIP LOCKED
