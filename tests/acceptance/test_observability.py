@@ -42,7 +42,8 @@ def running(pg_admin_dsn: str, template_dsn: str, tmp_path_factory: pytest.TempP
         config = write_config(
             tmp_path_factory.mktemp("observed") / "mtad.toml",
             f'dsn = "{with_database(pg_admin_dsn, name)}"',
-            f'[routes."sink.test"]\nrelay = "127.0.0.2:{sink.port}"\n',
+            f'[routes."sink.test"]\nrelay = "127.0.0.2:{sink.port}"\n'
+            '[tenants."default"]\ndsn = false\n',  # no report to app@example.org: there is no DNS here
             delivery='enabled = true\nretry = "1h"\npoll_interval = "250ms"',
             submission="check_recipient_domains = false\nprocesses = 1",
         )
@@ -95,6 +96,7 @@ def test_the_records_are_as_docs_logging_says(running: Mtad) -> None:
     by_recipient = {
         r["recipient"]: r for r in running.records if r.get("event") in ("delivered", "bounced", "deferred")
     }
+    assert sorted(by_recipient) == sorted(RECIPIENTS)  # and no report to the sender (dsn = false)
     for record in by_recipient.values():
         conforms(record, outcome)
         assert record["tenant"] == "default"
