@@ -30,7 +30,8 @@ BEGIN
             done_at = CASE WHEN s.error IS NULL OR s.next_at IS NULL THEN p_now END,
             last_error = s.error, leased_by = NULL, leased_until = NULL
         FROM unnest(p_rows, p_due, p_errors) AS s (id, next_at, error)
-        WHERE m.id = ANY (p_rows) AND m.id = s.id AND m.leased_by = p_node AND m.state = 'pending'
+        -- state || '': a partial index on state (a scan of every pending row) never serves this lookup by key
+        WHERE m.id = ANY (p_rows) AND m.id = s.id AND m.leased_by = p_node AND m.state || '' = 'pending'
         RETURNING m.request
     ),
     endpoint AS (
