@@ -10,8 +10,9 @@ and a group committer each.
 
 A cell is a message size and a concurrency N. SMTP: `smtp-source -d -N -s N -m
 MESSAGES -l SIZE`, as in the accept part (N sessions that stay connected, one recipient
-per message, no pipelining). HTTP: `bench.inject_client`, one aiohttp session with N
-requests at once over N keep-alive connections, each a raw message
+per message, no pipelining). HTTP: `bench.inject_client`, N requests at once over N
+keep-alive connections (HTTP/1.1 written by hand on asyncio's protocols, as cheap a
+load as smtp-source), each a raw message
 `{"envelope_sender", "recipients", "content"}` with one recipient, of the same shape as
 smtp-source's (From, To, Date, a Message-Id unique within the burst, a SIZE-octet
 body); the rate is MESSAGES over its wall time from the first request to the last
