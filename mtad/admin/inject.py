@@ -24,7 +24,7 @@ from email.policy import SMTP, SMTPUTF8
 from typing import Any
 
 from mtad.base import envelope, errors, headers
-from mtad.base.smtp_data import has_long_line
+from mtad.base.smtp_data import CRLF, MAX_LINE
 
 
 class Invalid(ValueError):
@@ -78,11 +78,10 @@ def _raw(body: Mapping[str, Any]) -> Injected:
     raw = content.encode("utf-8")
     if not raw.strip():
         raise Invalid("content: empty")
-    raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").replace(b"\n", b"\r\n")
-    if not raw.endswith(b"\r\n"):
-        raw += b"\r\n"
-    if has_long_line(b"\r\n" + raw):
+    lines = raw.splitlines()  # at CRLF, LF or CR: each becomes CRLF
+    if max(map(len, lines), default=0) > MAX_LINE - len(CRLF):
         raise Invalid("content: a line longer than 998 octets (RFC 5322 2.1.1); encode the body")
+    raw = CRLF.join(lines) + CRLF
     smtputf8 = not (sender.isascii() and all(r.isascii() for r in recipients))
     return Injected(_tenant(body), sender, recipients, raw, smtputf8)
 
