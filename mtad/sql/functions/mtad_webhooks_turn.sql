@@ -30,8 +30,10 @@ BEGIN
             done_at = CASE WHEN s.error IS NULL OR s.next_at IS NULL THEN p_now END,
             last_error = s.error, leased_by = NULL, leased_until = NULL
         FROM unnest(p_rows, p_due, p_errors) AS s (id, next_at, error)
-        -- state || '': a partial index on state (a scan of every pending row) never serves this lookup by key
-        WHERE m.id = ANY (p_rows) AND m.id = s.id AND m.leased_by = p_node AND m.state || '' = 'pending'
+        -- Each row looked up by its key (m.id = s.id), never as a list joined to the list
+        -- (= ANY: 400 x 400 comparisons a turn of 4 requests of 100). state || '': a
+        -- partial index on state (a scan of every pending row) never serves it.
+        WHERE m.id = s.id AND m.leased_by = p_node AND m.state || '' = 'pending'
         RETURNING m.request
     ),
     endpoint AS (
