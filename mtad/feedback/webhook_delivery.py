@@ -335,20 +335,17 @@ class Sender:
         room = self.settings.in_flight - len(self._tasks) if session is not None else 0
         if room <= 0 and not answered:
             return 0
-        rows, due, whys = [], [], []
-        for settled in answered:
-            why = settled.why[:500] if settled.why is not None else None
-            for row in settled.request.rows:
-                rows.append(row)
-                due.append(settled.next_at)
-                whys.append(why)
+        rows = [row for settled in answered for row in settled.request.rows]
+        settling = [settled.request.id for settled in answered]  # the rows' requests, their due and why
+        due = [settled.next_at for settled in answered]
+        whys = [settled.why[:500] if settled.why is not None else None for settled in answered]
         now = self._now()
         until = now + timedelta(seconds=self.settings.lease)
         try:
             found = await (self._conn or self._db).fetch("webhooks/turn", self._node, now, until,
                                                          self.settings.per_endpoint, list(self._flying),
-                                                         list(self._flying.values()), max(room, 0), rows, due,
-                                                         whys)  # fmt: skip
+                                                         list(self._flying.values()), max(room, 0), rows,
+                                                         settling, due, whys)  # fmt: skip
         except errors.SpoolError:
             self._answered[:0] = answered  # recorded at the next turn, unless the leases run out first
             raise

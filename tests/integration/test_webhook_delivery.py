@@ -337,7 +337,7 @@ async def test_a_batch_whose_node_went_away_is_sent_again_whole(database: db.Dat
         await enqueue(database)
         now = datetime.now(UTC)
         found = await database.fetch("webhooks/turn", "gone", now, now + timedelta(seconds=60), 4, [], [], 64, [], [],
-                                     [])  # fmt: skip
+                                     [], [])  # fmt: skip
         taken = [r for r in found if r["id"] is not None]
         assert len({r["request"] for r in taken}) == 1
         later = Sender(database, SEALER, Settings(allow_networks=LOOPBACK), "n2", now=lambda: now)

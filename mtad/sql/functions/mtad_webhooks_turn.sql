@@ -1,7 +1,8 @@
 -- A turn of the webhook sender of node p_node at p_now. First the rows p_rows of the
--- requests it sent are settled: delivered where the error (p_errors) is NULL, else due
--- again at p_due, or dead where that is NULL too (not those whose lease another node
--- has taken since). Then it leases until p_until the requests it may start now, at most
+-- requests it sent are settled, by request (p_requests, with p_errors and p_due alike):
+-- delivered where the error is NULL, else due again at the request's p_due, or dead
+-- where that is NULL too (not those whose lease another node has taken since). Then it
+-- leases until p_until the requests it may start now, at most
 -- p_room: of each endpoint with rows due, as many as make p_per_endpoint in flight here
 -- (p_flying are, to endpoints p_endpoints), the requests to send again first, whole,
 -- then rows never sent, up to the endpoint's batch a request, and of each (endpoint,
@@ -11,10 +12,11 @@
 -- between two nodes. Returns the rows leased, then a row of the requests settled.
 -- Planned once per session, generic, by index only (the settings): a plan made while
 -- the outbox was empty must not scan it once per row when it fills. The rows updated
--- are looked up by key (= ANY), whatever the join the plan chose.
+-- are looked up by key (= ANY), whatever the join the plan chose; the rows settled are
+-- matched to their few requests (rows x requests comparisons at most, never rows x rows).
 CREATE OR REPLACE FUNCTION mtad_webhooks_turn(
     p_node text, p_now timestamptz, p_until timestamptz, p_per_endpoint integer, p_endpoints bigint[],
-    p_flying integer[], p_room integer, p_rows bigint[], p_due timestamptz[], p_errors text[]
+    p_flying integer[], p_room integer, p_rows bigint[], p_requests bigint[], p_due timestamptz[], p_errors text[]
 ) RETURNS TABLE (id bigint, request bigint, endpoint bigint, tenant text, url text, batch integer, secret bytea,
                  previous_secret bytea, previous_until timestamptz, payload text, attempts integer,
                  created_at timestamptz, recorded bigint[])
@@ -29,11 +31,9 @@ BEGIN
             next_at = coalesce(s.next_at, m.next_at),
             done_at = CASE WHEN s.error IS NULL OR s.next_at IS NULL THEN p_now END,
             last_error = s.error, leased_by = NULL, leased_until = NULL
-        FROM unnest(p_rows, p_due, p_errors) AS s (id, next_at, error)
-        -- Each row looked up by its key (m.id = s.id), never as a list joined to the list
-        -- (= ANY: 400 x 400 comparisons a turn of 4 requests of 100). state || '': a
-        -- partial index on state (a scan of every pending row) never serves it.
-        WHERE m.id = s.id AND m.leased_by = p_node AND m.state || '' = 'pending'
+        FROM unnest(p_requests, p_due, p_errors) AS s (request, next_at, error)
+        -- state || '': a partial index on state (a scan of every pending row) never serves this lookup by key
+        WHERE m.id = ANY (p_rows) AND m.request = s.request AND m.leased_by = p_node AND m.state || '' = 'pending'
         RETURNING m.request
     ),
     endpoint AS (
