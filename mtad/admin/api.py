@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import structlog
 from aiohttp import web
 
@@ -150,11 +151,13 @@ class _Bad(Exception):
 
 async def _body(request: web.Request) -> Any:
     try:
-        return await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise _Bad(400, "the body is not JSON") from None
+        raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise _Bad(413, f"the body is larger than {MAX_BODY} octets") from None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise _Bad(400, f"the body is not JSON: {exc}") from None
 
 
 def _reply_status(reply: Reply) -> int:

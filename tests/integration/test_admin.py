@@ -157,9 +157,11 @@ async def test_a_bad_injection_says_what_is_wrong(
 async def test_injection_is_refused_as_smtp_would_refuse(database: db.Database) -> None:
     defaults = {"quick": submission.TenantDefaults(refuse_suppressed=True, quota=quotas.Quota(max_per_hour=1))}
     async with serving(database, tenant_defaults=defaults, max_message_size=2000) as client:
-        async with client.session.post(client.base + "/v1/messages", data=b"{not json",
-                                       headers={"Authorization": f"Bearer {TOKEN}"}) as response:  # fmt: skip
-            assert (response.status, (await response.json())["error"]) == (400, "the body is not JSON")
+        for bad in (b"{not json", b'{"content": "\\ud800"}', b"\xff"):  # a lone surrogate is no text either
+            async with client.session.post(client.base + "/v1/messages", data=bad,
+                                           headers={"Authorization": f"Bearer {TOKEN}"}) as response:  # fmt: skip
+                assert response.status == 400
+                assert (await response.json())["error"].startswith("the body is not JSON: ")
         big = {**RAW, "content": "Subject: big\n\n" + "z\n" * 1500}
         assert (await client.call("POST", "/v1/messages", json=big))[0] == 413
         await suppression.add(database, "a@example.com", suppression.Reason.MANUAL, datetime.now(UTC))
