@@ -2,8 +2,8 @@
 
 `Meter.start()` then `Meter.stop()` give the CPU seconds (user + system) each party
 used in between: mtad (the `mtad run` process and its submission processes), PostgreSQL (every `postgres`
-process), Postfix (its daemons, by command name), the bare aiosmtpd reference
-server of the accept part, the sink (`smtp-sink`) and the
+process), Postfix (its daemons, by command name), opendkim (Postfix's signing milter), the
+bare aiosmtpd reference server of the accept part, the sink (`smtp-sink`) and the
 client (`smtp-source`, a child of this process: counted once it has exited, through
 this process's children times). A process that exits during the run is counted by
 its parent once reaped (a PostgreSQL backend by the postmaster, a Postfix daemon by
@@ -23,11 +23,11 @@ from bench import report
 
 POSTFIX = frozenset({"master", "smtpd", "cleanup", "qmgr", "smtp", "trivial-rewrite", "postlogd", "anvil",
                      "scache", "bounce", "proxymap", "tlsmgr", "pickup", "showq", "local", "discard"})  # fmt: skip
-PARTIES = ("mtad", "PostgreSQL", "Postfix", "bare aiosmtpd", "receiver", "sink", "client")
+PARTIES = ("mtad", "PostgreSQL", "Postfix", "opendkim", "bare aiosmtpd", "receiver", "sink", "client")
 NOTE = """\
 The CPU time (user + system, from /proc) each party used during a run, divided by
 the messages: mtad is the `mtad run` process with its submission processes, PostgreSQL every `postgres` process,
-Postfix its daemons, client `smtp-source`. The machine has 2 cores: at 100 % it
+Postfix its daemons, opendkim Postfix's signing milter, client `smtp-source`. The machine has 2 cores: at 100 % it
 gives 2,000 ms of CPU a second, so a total of T ms per message bounds the rate at
 2,000 / T msgs/s, however the work is spread. Cores busy: all the parties' CPU time
 over the run's wall time, as a share of the machine's cores (the rest idle, or
@@ -65,6 +65,8 @@ def snapshot(scope: Collection[int] = ()) -> dict[str, float]:
             party = "PostgreSQL"
         elif name in POSTFIX:
             party = "Postfix"
+        elif name == "opendkim":
+            party = "opendkim"
         elif name == "smtp-sink":
             party = "sink"
         else:

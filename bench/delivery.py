@@ -131,6 +131,7 @@ def _poll(done: Callable[[], bool], timeout: float, problem: Callable[[], str | 
 class Cell:
     recipients: int
     messages: int
+    size: int = SIZE  # octets of body smtp-source sends
     accept: dict[str, list[float]] = field(default_factory=dict)
     end_to_end: dict[str, list[float]] = field(default_factory=dict)
     errors: dict[str, list[str]] = field(default_factory=dict)
@@ -149,7 +150,9 @@ def timeout_for(messages: int, recipients: int) -> float:
     return 60.0 + messages * recipients / 20
 
 
-def relay_once(relay: Relay, the_sink: sink.Sink, messages: int, recipients: int) -> tuple[client.Burst, float]:
+def relay_once(
+    relay: Relay, the_sink: sink.Sink, messages: int, recipients: int, size: int = SIZE
+) -> tuple[client.Burst, float]:
     """Submit, wait for the sink's last receipt and for every outcome to be recorded;
     returns the burst and the end-to-end seconds."""
     base = the_sink.count()
@@ -159,7 +162,7 @@ def relay_once(relay: Relay, the_sink: sink.Sink, messages: int, recipients: int
         relay.port,
         sessions=SUBMITTERS,
         messages=messages,
-        size=SIZE,
+        size=size,
         timeout=timeout,
         recipients=recipients,
     )
@@ -179,7 +182,7 @@ def measure(relay: Relay, cell: Cell, number: int, relays: list[Relay], the_sink
         os.sync()
         meter = cpu.Meter()
         meter.start()
-        burst, seconds = relay_once(relay, the_sink, cell.messages, cell.recipients)
+        burst, seconds = relay_once(relay, the_sink, cell.messages, cell.recipients, cell.size)
         used = meter.stop(cell.messages)
     except ERRORS as exc:
         cell.errors.setdefault(relay.name, []).append(str(exc))
@@ -267,6 +270,21 @@ Settings, the same concurrency for both:
 - Client, servers, PostgreSQL and sink share the same cores."""
 
 
+def log_notes(mtad_server: MtadServer, pf_server: postfix.PostfixServer | None, cells: list[Cell]) -> list[str]:
+    """What the servers logged at warning and above, and every failed run (read after the runs)."""
+    logs: dict[str, Mapping[str, int]] = {"mtad": mtad_server.log_problems()}
+    if pf_server is not None:
+        logs["Postfix"] = pf_server.log_problems()
+    notes = []
+    for name, problems in logs.items():
+        notes += [f"{name} logged {count} x `{text}`" for text, count in sorted(problems.items())]
+    notes += [f"mtad's log: `{line}`" for line in mtad_server.problem_lines()]
+    for cell in cells:
+        for name, errors in cell.errors.items():
+            notes += [f"{cell.label()}, {name}: {error}" for error in errors]
+    return notes
+
+
 def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple[str, list[str], bool]:
     """Measure every cell; returns (the section's Markdown, notes, whether every run succeeded)."""
     messages = args.delivery_messages or (MESSAGES // 5 if args.quick else MESSAGES)
@@ -300,16 +318,8 @@ def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple
                 for relay in relays if number % 2 else relays[::-1]:
                     measure(relay, cell, number, relays, the_sink)
         notes.append(f"mtad's resident memory after the runs: {mtad_server.rss_kib() / 1024:.0f} MiB")
-    logs: dict[str, Mapping[str, int]] = {"mtad": mtad_server.log_problems()}
-    if pf_server is not None:
-        logs["Postfix"] = pf_server.log_problems()
-    for name, problems in logs.items():
-        notes += [f"{name} logged {count} x `{text}`" for text, count in sorted(problems.items())]
-    notes += [f"mtad's log: `{line}`" for line in mtad_server.problem_lines()]
+    notes += log_notes(mtad_server, pf_server, cells)
     names = [relay.name for relay in relays]
-    for cell in cells:
-        for name, errors in cell.errors.items():
-            notes += [f"{cell.label()}, {name}: {error}" for error in errors]
     verdict = goal(cells) if "Postfix" in names else ""
     print()
     print(table(cells, names))

@@ -132,10 +132,13 @@ class PostfixServer(Managed):
 
     name = "Postfix"
 
-    def __init__(self, workdir: Path, relay: tuple[str, int] | None = None, concurrency: int = 50) -> None:
+    def __init__(
+        self, workdir: Path, relay: tuple[str, int] | None = None, concurrency: int = 50, extra: str = ""
+    ) -> None:
         self.workdir = workdir
         self.relay = relay
         self.concurrency = concurrency
+        self.extra = extra  # more main.cf lines, appended as they are (a milter, transport maps)
         self._log_offset = 0
         self._statuses: Counter[str] = Counter()
         self.config_dir = workdir / "etc"
@@ -173,7 +176,7 @@ class PostfixServer(Managed):
         else:
             main_cf += RELAY_CF.format(host=self.relay[0], port=self.relay[1], concurrency=self.concurrency)
             master_cf += RELAY_MASTER_CF
-        (self.config_dir / "main.cf").write_text(main_cf)
+        (self.config_dir / "main.cf").write_text(main_cf + self.extra)
         (self.config_dir / "master.cf").write_text(master_cf)
         self.version = subprocess.run(
             ["postconf", "-c", str(self.config_dir), "-h", "mail_version"],
