@@ -71,6 +71,7 @@ lint: $(VENV)/.test-installed $(TOOLS)/bin/lint-imports
 
 bench: $(VENV)/.test-installed
 	$(call debian,smtp-source,postfix)
+	$(call debian,opendkim,opendkim)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:

@@ -30,6 +30,9 @@
   layer to a like sink (goal: under 10 % overhead).
 - dkim: DKIM signing time per 2 KB and 50 KB message, RSA-2048 and Ed25519, mtad.signing.dkim
   beside plain dkimpy (goal: under 0.5 ms and 1.5 ms with RSA-2048).
+- signed: the delivery part with every message DKIM-signed (RSA-2048, one key for both),
+  2 KB and 100 KB bodies, 1 and 5 recipients: mtad against Postfix with Debian's
+  opendkim as its milter (goal: 3x the rate, at most a third of the CPU per message).
 - feedback: bounce reports (RFC 3464 DSNs to VERP addresses, some soft, some
   non-standard ones matched by Message-ID) sent to mtad's inbound listener and applied
   per second, with mtad's CPU per report (goal: 1,000 a second on one core); accept
@@ -40,8 +43,8 @@ In the parts against Postfix every server is driven by the same client, Postfix'
 `smtp-source`, and each run starts from empty queues (the drained-then-burst case).
 
 Modules: `client` (smtp-source, timed), `sink` (smtp-sink, counted), `mtad_server`,
-`postfix`, `bare` (the servers), `accept`, `inject`, `delivery`, `outbound`, `spool_memory`,
-`shaping`, `accounts`, `relay`, `dkim`, `retention`, `feedback` (the parts; `inbound_client`
+`postfix`, `opendkim`, `bare` (the servers), `accept`, `inject`, `delivery`, `outbound`, `spool_memory`,
+`shaping`, `accounts`, `relay`, `dkim`, `signed`, `retention`, `feedback` (the parts; `inbound_client`
 sends the feedback part's reports, `inject_client` the inject part's requests), `report`
 (the machine, the tables, RESULTS.md), `__main__` (options, the run), `cpu` (CPU per party).
 """

@@ -2,7 +2,7 @@
 
 The parts run one after the other, each with its own servers in a temp dir (started
 and stopped by the part): accept, inject, delivery, sessions, memory, shaping, accounts,
-relay, dkim, retention, feedback, webhooks. Each prints its table, and bench/RESULTS.md
+relay, dkim, signed, retention, feedback, webhooks. Each prints its table, and bench/RESULTS.md
 gets one section per part (a part left out with --only keeps its old section). Exit
 status: 0 when every measurement succeeded, 1 when one failed, 2 when the benchmark
 cannot run.
@@ -30,12 +30,14 @@ from bench import (
     dkim,
     feedback,
     inject,
+    opendkim,
     outbound,
     postfix,
     relay,
     report,
     retention,
     shaping,
+    signed,
     spool_memory,
     webhooks,
 )
@@ -54,6 +56,7 @@ PARTS: dict[str, tuple[str, Run, tuple[type[Exception], ...]]] = {
     "accounts": ("Reserve before send: mailbox reservations per second", accounts.run, accounts.ERRORS),
     "relay": ("Relay through sending mailboxes: the cost of the mailbox layer", relay.run, relay.ERRORS),
     "dkim": ("DKIM signing per message: mtad and dkimpy", dkim.run, dkim.ERRORS),
+    "signed": ("Delivery end to end, DKIM-signed: mtad and Postfix + OpenDKIM", signed.run, signed.ERRORS),
     "retention": ("Retention: messages pruned while accept goes on", retention.run, retention.ERRORS),
     "feedback": (
         "Feedback: bounces applied per second, and accept with a million suppressed",
@@ -103,7 +106,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--runs",
         type=int,
         default=None,
-        help="runs per cell (default: accept 5, inject 5, delivery 3, shaping 5, accounts 3, relay 5; "
+        help="runs per cell (default: accept 5, inject 5, delivery 3, shaping 5, accounts 3, relay 5, signed 3; "
         "--quick 3, those two 1)",
     )
     parser.add_argument("--skip-postfix", action="store_true", help="measure mtad alone (no ratio)")
@@ -147,6 +150,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         default=delivery.CONCURRENCY,
         help="outbound sessions to the sink, mtad and Postfix alike (default %(default)s)",
+    )
+    group = parser.add_argument_group("signed", "(it takes --recipients and --concurrency too)")
+    group.add_argument(
+        "--signed-messages",
+        type=int,
+        default=None,
+        help="messages per run in every cell (default: "
+        + ", ".join(f"{report.size_label(size)} {count:,}" for size, count in signed.MESSAGES.items())
+        + "; --quick a fifth)",
     )
     group = parser.add_argument_group("sessions and memory")
     group.add_argument(
@@ -201,7 +213,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     names = ("runs", "messages", "delivery_messages", "outbound_sessions", "spool_deliveries", "decisions",
-             "retention_messages", "dsns", "suppressed", "webhook_messages")  # fmt: skip
+             "retention_messages", "dsns", "suppressed", "webhook_messages", "signed_messages")  # fmt: skip
     for name in (*names, "release_deliveries", "release_seconds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive")
@@ -212,13 +224,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def cannot_run(args: argparse.Namespace) -> str | None:
     """Why the chosen parts cannot run here, or None."""
-    needs_postfix = not args.skip_postfix and {"accept", "delivery"} & set(args.only)
+    needs_postfix = not args.skip_postfix and {"accept", "delivery", "signed"} & set(args.only)
     if client.smtp_source() is None:
         return (
             "smtp-source and smtp-sink are missing. They come with Debian's postfix package; `make bench` installs it\n"
             "when run as root, or: DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postfix"
         )
     why_not = postfix.missing() if needs_postfix else None
+    if not why_not and not args.skip_postfix and "signed" in args.only:
+        why_not = opendkim.missing()
     return f"{why_not} (or measure mtad alone with --skip-postfix)" if why_not else None
 
 
