@@ -12,12 +12,10 @@ It logs nothing (no syslog here); what it says on stderr goes to a file.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
-from bench import sink
+from bench import server, sink
 from bench.server import Managed
 from mtad.signing import dkim
 
@@ -101,20 +99,9 @@ class Opendkim(Managed):
     def _wait_listening(self) -> None:
         """Connect until the filter accepts (bounded), or say why it exited."""
         assert self._process is not None
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                with socket.create_connection((self.host, self.port), timeout=START_TIMEOUT):
-                    return
-            except OSError:
-                pass
-            try:
-                self._process.wait(0.05)  # returns early only when opendkim exited
-                raise OpendkimError(f"opendkim exited with status {self._process.returncode}{self._stderr_tail()}")
-            except subprocess.TimeoutExpired:
-                pass
-            if time.monotonic() > deadline:
-                raise OpendkimError(f"opendkim did not listen on {self.milter} within {START_TIMEOUT:.0f} s")
+        why = server.wait_listening(self._process, (self.host, self.port), START_TIMEOUT)
+        if why is not None:
+            raise OpendkimError(f"opendkim {why}{self._stderr_tail()}")
 
     def said(self) -> list[str]:
         """What the filter wrote on stderr (read after the runs)."""

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from bench import server
 from bench.server import Managed
 
 START_TIMEOUT = 10.0
@@ -93,21 +94,10 @@ class Sink(Managed):
     def _wait_listening(self) -> None:
         """Connect until smtp-sink answers (bounded); a connection that only greets counts no message."""
         assert self._process is not None
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                with socket.create_connection((self.host, self.port), timeout=START_TIMEOUT) as sock:
-                    if sock.recv(64).startswith(b"220"):
-                        return
-            except OSError:
-                pass
-            try:
-                self._process.wait(0.05)  # returns early only when smtp-sink exited
-                raise SinkError(f"smtp-sink on {self.host}:{self.port} exited with status {self._process.returncode}")
-            except subprocess.TimeoutExpired:
-                pass
-            if time.monotonic() > deadline:
-                raise SinkError(f"smtp-sink on {self.host}:{self.port} did not answer within {START_TIMEOUT:.0f} s")
+        why = server.wait_listening(self._process, (self.host, self.port), START_TIMEOUT,
+                                    lambda sock: sock.recv(64).startswith(b"220"))  # fmt: skip
+        if why is not None:
+            raise SinkError(f"smtp-sink on {self.host}:{self.port} {why}")
 
     def _read(self) -> None:
         assert self._process is not None
