@@ -530,6 +530,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "max_age": (_positive_duration, "24h"),
         "per_endpoint": (_integer(1, 1000), 4),
         "in_flight": (_integer(1, 10_000), 64),
+        "first_wait": (duration, "2s"),  # 0: every request goes through the outbox
         "poll": (_positive_duration, "1s"),
         "allow_networks": (_list_of(_network, allow_empty=True), []),
     },

@@ -194,7 +194,7 @@ class Daemon:
                 sending = None  # webhook requests: written by the outbox consumer, sent by every node
                 if settings.webhooks.enabled and sealer is not None:
                     sending = webhook_delivery.Sender(database, sealer, settings.webhooks, node_id)
-                outbox = webhook_delivery.Outbox(woken=sending.wake if sending is not None else lambda: None)
+                outbox = webhook_delivery.Outbox(sending)  # first attempts by this node's sender
                 self._quiet = {t for t, d in settings.submission.tenant_defaults.items() if not d.dsn}
                 reporter = nondelivery.Reporter(settings.submission.hostname, lambda tenant: tenant not in self._quiet,
                                                 delayed_after=settings.delayed_after)  # fmt: skip

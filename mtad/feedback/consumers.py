@@ -66,9 +66,9 @@ class Handler(Protocol):
         """The kinds it reads (None: every kind)."""
         ...
 
-    async def handle(self, conn: db.Connection, batch: Sequence[Stored]) -> None:
+    async def handle(self, conn: db.Connection, batch: Sequence[Stored]) -> Callable[[], None] | None:
         """Act on a batch, in order; raise to have it retried. Writes on `conn` commit
-        with the position."""
+        with the position; what it returns is called once they have."""
         ...
 
 
@@ -175,6 +175,7 @@ class Consumers:
     async def _step(self, handler: Handler, size: int) -> tuple[int, bool]:
         """One batch in one transaction; returns how many events and whether more may wait."""
         kinds = sorted(handler.kinds) if handler.kinds is not None else None
+        committed = None
         async with self._db.transaction() as conn:
             position = await conn.fetchrow("consumers/lock", handler.name)
             if position is None:
@@ -182,10 +183,12 @@ class Consumers:
             rows = await conn.fetch("consumers/read", str(position["xid"]), position["id"], kinds, size)
             batch = [stored(r) for r in rows if r["id"] is not None]
             if batch:
-                await handler.handle(conn, batch)
+                committed = await handler.handle(conn, batch)
             full = len(batch) == size
             xid, last = after(batch, rows, size)
             await conn.execute("consumers/advance", handler.name, str(xid), last, self._now())
+        if committed is not None:
+            committed()
         metrics.EVENTS_CONSUMED.labels(consumer=handler.name).inc(len(batch))
         return len(batch), full
 

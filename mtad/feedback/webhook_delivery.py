@@ -1,12 +1,23 @@
 """Webhook delivery: each event, to each endpoint of its tenant that wants it, at
 least once, in order per message.
 
-`Outbox` is an event consumer: in the transaction that moves its position it
-writes one row per (endpoint, event) into `webhook_messages` (migration 0017),
-so each is written exactly once whatever happens to the node. `Sender` runs on
-every node: it leases due rows as requests (up to the endpoint's batch of rows
-each, and only the oldest pending row of each message), signs them
-(mtad.feedback.webhooks) and POSTs them with aiohttp:
+`Outbox` is the event consumer. For each batch of events it reads, this node's
+`Sender` makes the first attempt of their requests itself, before the position
+moves: what an endpoint takes then is only counted (`webhook_delivered`). What did
+not go is written to `webhook_messages` (migration 0017) in the transaction that
+moves the position, so each is written exactly once whatever happens to the node:
+
+- a request that failed, due again after a back-off, with its rows and webhook-id;
+- a request still unanswered after `first_wait`: leased by this node, whose
+  sender records its answer like any other (the consumer does not wait longer);
+- the events of an endpoint with rows pending (they go after those, in order),
+  of one that was that slow within `SLOW_FOR`, and what a failure or the
+  deadline held back (a message's later events).
+
+Where the node sends nothing (`enabled = false`, or its sender is not running),
+every request is written. Every node's `Sender` leases due rows as requests (up to
+the endpoint's batch of rows each, and only the oldest pending row of each
+message), signs them (mtad.feedback.webhooks) and POSTs them with aiohttp:
 
 - 2xx: delivered.
 - anything else, a timeout, no answer: due again after a back-off with jitter,
@@ -16,11 +27,12 @@ each, and only the oldest pending row of each message), signs them
   address is allowed only when `allow_networks` names it, checked on the addresses
   the name resolves to, which are the only ones connected to.
 
-A request keeps its rows and its webhook-id (msg_<its first row>) through every
-retry, and its rows are settled together, at the sender's next turn: the statement
-that also leases what goes next (one round trip). An endpoint has at most
-`per_endpoint` requests in flight from a node, so a slow or dead one holds no other
-tenant's back; answers are read up to `max_response` octets.
+A request keeps its rows and its webhook-id (msg_<its first row>, or the one of its
+first attempt) through every retry, and its rows are settled together, at the
+sender's next turn: the statement that also leases what goes next (one round trip).
+An endpoint has at most `per_endpoint` requests in flight from a node, so a slow
+or dead one holds no other tenant's back; answers are read up to `max_response`
+octets.
 """
 
 from __future__ import annotations
@@ -29,12 +41,14 @@ import asyncio
 import contextlib
 import functools
 import ipaddress
+import itertools
 import json
 import random
 import secrets
 import socket
 import urllib.parse
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -60,6 +74,7 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 CHANNEL = "mtad_webhooks"  # notified when rows are written (webhooks/enqueue.sql)
 REPLAY_BATCH = 1000  # events read, then written as requests, at a time
 FLUSH = 5.0  # seconds a stopping sender has to record what was answered
+SLOW_FOR = 60.0  # seconds an endpoint that kept a first attempt past first_wait gets its events by the outbox
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,27 +92,40 @@ class Settings:
     poll: float = 1.0  # seconds between looks for due requests
     lease: float = 60.0  # seconds a node holds a request it sends
     allow_networks: tuple[Network, ...] = ()  # inside addresses an endpoint may have (loopback, private, ...)
+    first_wait: float = 2.0  # seconds the consumer waits for first attempts; 0: every request is written
 
 
 class Outbox:
-    """The event consumer that writes the requests of each event."""
+    """The event consumer: first attempts by `sender`, the outbox rows of the rest."""
 
     name = "webhooks"
     kinds: frozenset[str] | None = None  # every kind: each endpoint says which it wants
 
-    def __init__(
-        self, now: Callable[[], datetime] = lambda: datetime.now(UTC), woken: Callable[[], None] = lambda: None
-    ):
+    def __init__(self, sender: Sender | None = None, now: Callable[[], datetime] = lambda: datetime.now(UTC)):
+        self._sender = sender  # None: every request is written, for any node's sender
         self._now = now
-        self._woken = woken  # tells this node's sender there is work
 
-    async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> None:
+    async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> Callable[[], None] | None:
         tenants = sorted({event.tenant for event in batch if event.tenant})
         if not tenants:
-            return
-        endpoints = [webhooks.endpoint_of(row) for row in await conn.fetch("webhooks/of_tenants", tenants)]
-        if await _enqueue(conn, _requests(endpoints, batch), self._now()):
-            self._woken()
+            return None
+        found = await conn.fetch("webhooks/of_tenants", tenants)
+        wanted = _wanted([webhooks.endpoint_of(row) for row in found], batch)
+        if not wanted:
+            return None
+        sender = self._sender
+        firsts = await sender.first(found, wanted) if sender is not None else None
+        if sender is None or firsts is None:
+            firsts = _Firsts(rows=[_Row(item) for item in wanted])
+            await _write(conn, firsts, self._now(), "", self._now())
+            if sender is not None:
+                sender.wake()
+            return None
+        now = self._now()
+        sent = await _write(conn, firsts, now, sender.node, now + timedelta(seconds=sender.settings.lease))
+        if firsts.rows:
+            sender.wake()
+        return functools.partial(sender.hand_over, firsts, sent) if firsts.flying else None
 
 
 async def replay(
@@ -117,21 +145,53 @@ async def replay(
     async for event in tail.since(database, tail.Filter(tenant=tenant), moment):
         pending.append(event)
         if len(pending) >= REPLAY_BATCH:
-            written += await _enqueue(database, _requests(endpoints, pending), now())
+            written += await _enqueue(database, _wanted(endpoints, pending), now())
             pending.clear()
-    return written + await _enqueue(database, _requests(endpoints, pending), now())
+    return written + await _enqueue(database, _wanted(endpoints, pending), now())
 
 
-def _requests(endpoints: Sequence[webhooks.Endpoint], batch: Sequence[consumers.Stored]) -> list[tuple[Any, ...]]:
-    """One request per event and endpoint of its tenant that wants it."""
-    return [(endpoint.id, event.id, event.message, payload(event)) for event in batch for endpoint in endpoints
+def _wanted(endpoints: Sequence[webhooks.Endpoint], batch: Sequence[consumers.Stored]) -> list[_Item]:
+    """One item per event and endpoint of its tenant that wants it, in the batch's order."""
+    return [_Item(endpoint.id, event.id, event.message, payload(event)) for event in batch for endpoint in endpoints
             if endpoint.tenant == event.tenant and endpoint.wants(event.kind)]  # fmt: skip
 
 
-async def _enqueue(database: db.Database | db.Connection, rows: list[tuple[Any, ...]], now: datetime) -> int:
-    if rows:
-        await database.execute("webhooks/enqueue", *(list(column) for column in zip(*rows, strict=True)), now)
-    return len(rows)
+def _rounds(items: Sequence[_Item]) -> list[list[_Item]]:
+    """The items in rounds: the k-th of each message in the k-th (those of no message in the first)."""
+    rounds: list[list[_Item]] = []
+    seen: dict[uuid.UUID, int] = {}
+    for item in items:
+        k = 0
+        if item.message is not None:
+            k = seen[item.message] = seen.get(item.message, -1) + 1
+        if k == len(rounds):
+            rounds.append([])
+        rounds[k].append(item)
+    return rounds
+
+
+async def _enqueue(database: db.Database | db.Connection, items: list[_Item], now: datetime) -> int:
+    """Rows never sent, for every node's sender."""
+    if items:
+        await _write(database, _Firsts(rows=[_Row(item) for item in items]), now, "", now)
+    return len(items)
+
+
+async def _write(
+    database: db.Database | db.Connection, firsts: _Firsts, now: datetime, node: str, until: datetime
+) -> dict[int, list[int]]:
+    """The rows of what did not go at the first attempt, and the count of what did;
+    returns the rows of each request sent, by its number."""
+    if not firsts.rows and not firsts.delivered:
+        return {}
+    rows = firsts.rows
+    found = await database.fetch(
+        "webhooks/enqueue", [r.item.endpoint for r in rows], [r.item.event for r in rows],
+        [r.item.message for r in rows], [r.item.payload for r in rows], now, [r.sent for r in rows],
+        [r.webhook_id for r in rows], [r.next_at for r in rows], [r.error for r in rows], node, until,
+        list(firsts.delivered), list(firsts.delivered.values()),
+    )  # fmt: skip
+    return {row["sent"]: row["rows"] for row in found if row["sent"] is not None}
 
 
 def payload(event: consumers.Stored) -> str:
@@ -169,6 +229,37 @@ class _Settled:
     request: _Request
     why: str | None  # None: delivered
     next_at: datetime | None  # due again then; None with a why: dead
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """One event for one endpoint."""
+
+    endpoint: int
+    event: int
+    message: uuid.UUID | None
+    payload: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """An item the outbox gets: never sent, or sent once in request number `sent`."""
+
+    item: _Item
+    sent: int | None = None
+    webhook_id: str | None = None
+    next_at: datetime | None = None  # due again then; None with `sent`: still in flight (leased)
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class _Firsts:
+    """What became of a batch's first attempts."""
+
+    rows: list[_Row] = field(default_factory=list)  # for the outbox, in the batch's order
+    delivered: dict[int, int] = field(default_factory=dict)  # events taken, by endpoint
+    flying: dict[int, tuple[_Request, asyncio.Task[str | None]]] = field(default_factory=dict)  # by number
+    numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
 
 class Refused(OSError):
@@ -238,12 +329,14 @@ class Sender:
         self._sealer = sealer
         self._keyring = webhooks.Keyring(sealer)
         self.settings = settings
-        self._node = node
+        self.node = node
         self._now = now
         self._rng = rng or random.Random()
         self._wake = asyncio.Event()
         self._flying: dict[int, int] = {}  # endpoint -> requests in flight
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._session: aiohttp.ClientSession | None = None  # while it runs: first attempts go through it
+        self._slow: dict[int, float] = {}  # endpoint -> until when (loop time) it gets no first attempt
         self._listener: db.Listener | None = None
         self._conn: db.Connection | None = None  # its own while it runs
         self._answered: list[_Settled] = []  # recorded at the next turn
@@ -257,10 +350,20 @@ class Sender:
         connector = aiohttp.TCPConnector(resolver=guard, limit=self.settings.in_flight)
         return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=self.settings.timeout))
 
+    @contextlib.asynccontextmanager
+    async def sending(self) -> AsyncIterator[aiohttp.ClientSession]:
+        """The HTTP client, open; the consumer's first attempts go through it meanwhile."""
+        async with self.session() as session:
+            self._session = session
+            try:
+                yield session
+            finally:
+                self._session = None
+
     async def run(self) -> None:
         """Until cancelled: a turn whenever woken (NOTIFY when rows are written, an
         answer), or every poll."""
-        async with self.session() as session, contextlib.AsyncExitStack() as stopping:
+        async with self.sending() as session, contextlib.AsyncExitStack() as stopping:
             stopping.push_async_callback(self._stop)
             while True:
                 await self._listen()
@@ -342,7 +445,7 @@ class Sender:
         now = self._now()
         until = now + timedelta(seconds=self.settings.lease)
         try:
-            found = await (self._conn or self._db).fetch("webhooks/turn", self._node, now, until,
+            found = await (self._conn or self._db).fetch("webhooks/turn", self.node, now, until,
                                                          self.settings.per_endpoint, list(self._flying),
                                                          list(self._flying.values()), max(room, 0), rows,
                                                          settling, due, whys)  # fmt: skip
@@ -370,6 +473,7 @@ class Sender:
                 request = requests[row["request"]] = _Request(
                     row["request"], row["endpoint"], row["tenant"], row["url"], row["batch"] > 1,
                     self._keyring.signers(row["secret"], previous), row["attempts"], row["created_at"],
+                    webhook_id=row["webhook_id"] or "",
                 )  # fmt: skip
             request.rows.append(row["id"])
             request.payloads.append(row["payload"])
@@ -379,27 +483,133 @@ class Sender:
     def _recorded(self, answered: list[_Settled], recorded: set[int]) -> None:
         """Count and log what became of the requests answered."""
         for settled in answered:
-            request, why, next_at = settled.request, settled.why, settled.next_at
-            if request.id not in recorded:  # its rows were taken again, or removed with their endpoint
-                log.warning("webhook_not_recorded", request=request.id, error="its lease ran out, or its endpoint went")
+            if settled.request.id not in recorded:  # its rows were taken again, or removed with their endpoint
+                log.warning("webhook_not_recorded", request=settled.request.id,
+                            error="its lease ran out, or its endpoint went")  # fmt: skip
                 continue
-            outcome = "delivered" if why is None else "failed" if next_at is not None else "dead"
-            WEBHOOKS_SENT.labels(endpoint=str(request.endpoint), outcome=outcome).inc()
-            if why is not None:
-                log.warning("webhook_failed" if next_at is not None else "webhook_dead", endpoint=request.endpoint,
-                            tenant=request.tenant, request=request.id, events=len(request.rows),
-                            attempts=request.attempts, error=why, retry_at=next_at)  # fmt: skip
+            self._note(settled)
+
+    def _note(self, settled: _Settled) -> None:
+        request, why, next_at = settled.request, settled.why, settled.next_at
+        outcome = "delivered" if why is None else "failed" if next_at is not None else "dead"
+        WEBHOOKS_SENT.labels(endpoint=str(request.endpoint), outcome=outcome).inc()
+        if why is not None:
+            log.warning("webhook_failed" if next_at is not None else "webhook_dead", endpoint=request.endpoint,
+                        tenant=request.tenant, request=request.webhook_id, events=len(request.payloads),
+                        attempts=request.attempts, error=why, retry_at=next_at)  # fmt: skip
 
     async def _send(self, session: aiohttp.ClientSession, request: _Request) -> None:
+        why = await self._answer(session, request)
+        next_at = self._retry_at(request, self._now()) if why is not None else None
+        self._answered.append(_Settled(request, why, next_at))
+
+    async def _answer(self, session: aiohttp.ClientSession, request: _Request) -> str | None:
         try:
-            why = await self._post(session, request)
-            next_at = self._retry_at(request, self._now()) if why is not None else None
-            self._answered.append(_Settled(request, why, next_at))
+            return await self._post(session, request)
         finally:
             self._flying[request.endpoint] -= 1
             if not self._flying[request.endpoint]:
                 del self._flying[request.endpoint]
             self._wake.set()
+
+    async def first(self, endpoints: Sequence[db.Row], wanted: Sequence[_Item]) -> _Firsts | None:
+        """The first attempt of the requests of `wanted` (for `endpoints`, as
+        webhooks/of_tenants.sql reads them), waited for up to `first_wait`; None when
+        this sender is not running or makes none (every request is then written)."""
+        session = self._session
+        if session is None or self.settings.first_wait <= 0:
+            return None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.first_wait
+        place = {(item.endpoint, item.event): n for n, item in enumerate(wanted)}
+        by_endpoint: dict[int, list[_Item]] = {}
+        for item in wanted:
+            by_endpoint.setdefault(item.endpoint, []).append(item)
+        firsts = _Firsts()
+        async with asyncio.TaskGroup() as group:
+            for row in endpoints:
+                items = by_endpoint.get(row["id"])
+                if not items:
+                    continue
+                if row["pending"] or self._slow.get(row["id"], 0.0) > loop.time():  # after what waits, in order
+                    firsts.rows.extend(_Row(item) for item in items)
+                else:
+                    group.create_task(self._first_of(session, row, items, deadline, firsts))
+        firsts.rows.sort(key=lambda r: place[(r.item.endpoint, r.item.event)])
+        return firsts
+
+    async def _first_of(
+        self, session: aiohttp.ClientSession, endpoint: db.Row, items: list[_Item], deadline: float, firsts: _Firsts
+    ) -> None:
+        """One endpoint's first attempts, in rounds: the k-th event of each message goes
+        in the k-th, so that one message's go out in order. Up to `per_endpoint`
+        requests at once; after a failure or the deadline, a message's later events
+        wait in the outbox behind the row that holds them."""
+        loop = asyncio.get_running_loop()
+        now = self._now()
+        until = endpoint["previous_until"]
+        previous = endpoint["previous_secret"] if until is not None and until > now else None
+        signing = self._keyring.signers(endpoint["secret"], previous)
+        held: set[uuid.UUID | None] = set()  # messages whose next events wait in the outbox
+        for turn in _rounds(items):
+            ready = [item for item in turn if item.message is None or item.message not in held]
+            firsts.rows.extend(_Row(item) for item in turn if item.message is not None and item.message in held)
+            chunks = [ready[i : i + endpoint["batch"]] for i in range(0, len(ready), endpoint["batch"])]
+            running: dict[asyncio.Task[str | None], tuple[_Request, list[_Item]]] = {}
+            while (chunks or running) and loop.time() < deadline:
+                while chunks and len(running) < self.settings.per_endpoint:
+                    chunk = chunks.pop(0)
+                    request = _Request(0, endpoint["id"], endpoint["tenant"], endpoint["url"], endpoint["batch"] > 1,
+                                       signing, 1, now, payloads=[item.payload for item in chunk],
+                                       webhook_id=f"msg_e{chunk[0].event}_{endpoint['id']}")  # fmt: skip
+                    running[self._start(session, request)] = (request, chunk)
+                done, _ = await asyncio.wait(running, timeout=deadline - loop.time(),
+                                             return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                for task in done:
+                    request, chunk = running.pop(task)
+                    why = "the node stopped" if task.cancelled() else task.result()
+                    if why is None:
+                        firsts.delivered[request.endpoint] = firsts.delivered.get(request.endpoint, 0) + len(chunk)
+                        self._note(_Settled(request, None, None))
+                        continue
+                    next_at = self._retry_at(request, self._now()) or self._now()
+                    self._note(_Settled(request, why, next_at))
+                    number = next(firsts.numbers)
+                    firsts.rows.extend(_Row(item, number, request.webhook_id, next_at, why[:500]) for item in chunk)
+                    held.update(item.message for item in chunk)
+            for task, (request, chunk) in running.items():  # past the deadline: answered later, leased meanwhile
+                number = next(firsts.numbers)
+                firsts.flying[number] = (request, task)
+                firsts.rows.extend(_Row(item, number, request.webhook_id) for item in chunk)
+                held.update(item.message for item in chunk)
+                self._slow[request.endpoint] = loop.time() + SLOW_FOR
+            for chunk in chunks:  # never started
+                firsts.rows.extend(_Row(item) for item in chunk)
+                held.update(item.message for item in chunk)
+
+    def _start(self, session: aiohttp.ClientSession, request: _Request) -> asyncio.Task[str | None]:
+        self._flying[request.endpoint] = self._flying.get(request.endpoint, 0) + 1
+        task = asyncio.create_task(self._answer(session, request), name=f"webhook-{request.webhook_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def hand_over(self, firsts: _Firsts, sent: dict[int, list[int]]) -> None:
+        """Once the rows of the first attempts still in flight are committed: their
+        answers are recorded by this sender's turns, like those of its own requests."""
+        for number, (request, task) in firsts.flying.items():
+            rows = sent.get(number)
+            if rows:
+                request.id, request.rows = rows[0], rows
+                task.add_done_callback(functools.partial(self._handed, request))
+
+    def _handed(self, request: _Request, task: asyncio.Task[str | None]) -> None:
+        if task.cancelled():
+            return  # its lease runs out, and it is sent again
+        why = task.result()
+        next_at = self._retry_at(request, self._now()) if why is not None else None
+        self._answered.append(_Settled(request, why, next_at))
+        self._wake.set()
 
     async def _post(self, session: aiohttp.ClientSession, request: _Request) -> str | None:
         """None when the endpoint took the request (2xx), else why not."""

@@ -40,8 +40,9 @@ EXPECTED_COLUMNS = {
     "event_consumers": {"name", "position_xid", "position_id", "updated_at"},
     "webhook_messages": {
         "id", "endpoint", "event", "message", "payload", "state", "attempts", "next_at", "leased_by", "leased_until",
-        "last_error", "created_at", "done_at", "request",
+        "last_error", "created_at", "done_at", "request", "webhook_id",
     },
+    "webhook_delivered": {"endpoint", "events"},
     "webhook_endpoints": {
         "id", "tenant", "url", "events", "secret", "previous_secret", "previous_until", "created_at", "batch",
     },

@@ -390,3 +390,87 @@ async def test_a_sender_whose_connection_was_lost_takes_another(database: db.Dat
             with contextlib.suppress(asyncio.CancelledError):
                 await running
     assert {r["state"] for r in await requests(database)} == {"delivered"}
+
+
+async def attempt(database: db.Database, sender: Sender) -> int:
+    """The consumer with this node's sender: first attempts from the events it reads."""
+    return await consumers.Consumers(database, [Outbox(sender)]).catch_up()
+
+
+async def test_first_attempts_go_from_the_event_log_in_order_and_write_nothing(database: db.Database) -> None:
+    await enqueue(database)
+    async with receiving() as receiver:
+        _, secret = await webhooks.add(database, SEALER, "t1", receiver.url("/one"))
+        await webhooks.add(database, SEALER, "t1", receiver.url("/batched"), batch=10)
+        for n in range(3):  # each message's received and bounced in one batch of the consumer
+            message_id, _ = await delivered(database, f"r{n}@example.com")
+            await bounce(database, message_id, f"r{n}@example.com")
+        sender = Sender(database, SEALER, Settings(allow_networks=LOOPBACK), "n1")
+        async with sender.sending():
+            assert await attempt(database, sender) == 6
+    assert await requests(database) == []  # all taken at the first attempt: no outbox row
+    got = [(path, headers, body) for path, (headers, body) in zip(receiver.paths, receiver.got, strict=True)]
+    singles = [Webhook(secret).verify(body, headers) for path, headers, body in got if path == "/one"]
+    assert len(singles) == 6
+    kinds: dict[str, list[str]] = {}
+    for event in singles:
+        kinds.setdefault(event["data"]["message"], []).append(event["type"])
+    assert list(kinds.values()) == [["received", "bounced"]] * 3  # in order per message, the messages side by side
+    arrays = [json.loads(body) for path, _, body in got if path == "/batched"]
+    assert [[e["type"] for e in array] for array in arrays] == [["received"] * 3, ["bounced"] * 3]
+    ids = [headers["webhook-id"] for _, headers, _ in got]
+    assert len(set(ids)) == len(ids)
+    assert all(i.startswith("msg_e") for i in ids)
+    assert [(e.batch, e.pending, e.delivered) for e in await webhooks.listing(database)] == [(1, 0, 6), (10, 0, 6)]
+
+
+async def test_a_failed_first_attempt_waits_in_the_outbox_with_its_webhook_id(database: db.Database) -> None:
+    await enqueue(database)
+    clock = [datetime.now(UTC)]
+    async with receiving(statuses=[500]) as receiver:
+        await webhooks.add(database, SEALER, "t1", receiver.url())
+        message_id, _ = await delivered(database, "a@example.com")
+        await bounce(database, message_id, "a@example.com")
+        settings = Settings(allow_networks=LOOPBACK, retry_base=60.0)
+        sender = Sender(database, SEALER, settings, "n1", now=lambda: clock[0])
+        async with sender.sending():
+            await attempt(database, sender)  # received fails; bounced waits behind it
+            rows = await requests(database)
+            assert [(r["state"], r["attempts"], r["last_error"]) for r in rows] == [
+                ("pending", 1, "HTTP 500"),
+                ("pending", 0, None),
+            ]
+            await delivered(database, "b@example.com")  # the endpoint has rows pending: this one goes after them
+            await attempt(database, sender)
+            assert len(receiver.got) == 1
+            assert len(await requests(database)) == 3
+            clock[0] += timedelta(minutes=5)
+            assert await send_all(sender) == 3
+    events = [json.loads(body) for _, body in receiver.got]
+    first = events[0]["data"]["message"]
+    assert [e["type"] for e in events if e["data"]["message"] == first] == ["received", "received", "bounced"]
+    assert [e["type"] for e in events if e["data"]["message"] != first] == ["received"]
+    again = next(h for h, body in receiver.got[1:] if json.loads(body)["data"]["message"] == first)
+    assert receiver.got[0][0]["webhook-id"] == again["webhook-id"]  # the same request again
+    assert {r["state"] for r in await requests(database)} == {"delivered"}
+    [listed] = await webhooks.listing(database)
+    assert (listed.pending, listed.delivered, listed.dead) == (0, 3, 0)
+
+
+async def test_a_slow_first_attempt_is_left_to_the_sender(database: db.Database) -> None:
+    await enqueue(database)
+    async with receiving(delay=1.0) as receiver:
+        await webhooks.add(database, SEALER, "t1", receiver.url())
+        message_id, _ = await delivered(database, "a@example.com")
+        sender = Sender(database, SEALER, Settings(allow_networks=LOOPBACK, first_wait=0.1), "n1")
+        async with sender.sending():
+            await attempt(database, sender)  # returns while the request is in flight
+            [row] = await query(database, "SELECT leased_by, attempts, state, webhook_id FROM webhook_messages")
+            assert (row["leased_by"], row["attempts"], row["state"]) == ("n1", 1, "pending")
+            await bounce(database, message_id, "a@example.com")
+            await attempt(database, sender)  # the endpoint was slow: its events go by the outbox
+            await sender.drain()  # the first request's answer, recorded
+            assert [r["state"] for r in await requests(database)] == ["delivered", "pending"]
+            assert await send_all(sender) == 1
+    assert [json.loads(body)["type"] for _, body in receiver.got] == ["received", "bounced"]  # each once
+    assert receiver.got[0][0]["webhook-id"] == row["webhook_id"]

@@ -19,7 +19,7 @@ CREATE OR REPLACE FUNCTION mtad_webhooks_turn(
     p_flying integer[], p_room integer, p_rows bigint[], p_requests bigint[], p_due timestamptz[], p_errors text[]
 ) RETURNS TABLE (id bigint, request bigint, endpoint bigint, tenant text, url text, batch integer, secret bytea,
                  previous_secret bytea, previous_until timestamptz, payload text, attempts integer,
-                 created_at timestamptz, recorded bigint[])
+                 created_at timestamptz, webhook_id text, recorded bigint[])
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 #variable_conflict use_column
@@ -107,11 +107,11 @@ BEGIN
         FROM chosen c, webhook_endpoints w
         WHERE m.id = ANY (ARRAY (SELECT c.id FROM chosen c)) AND m.id = c.id AND w.id = m.endpoint
         RETURNING m.id, m.request, m.endpoint, w.tenant, w.url, w.batch, w.secret, w.previous_secret, w.previous_until,
-                  m.payload, m.attempts, m.created_at
+                  m.payload, m.attempts, m.created_at, m.webhook_id
     )
     SELECT t.*, NULL::bigint[] AS recorded FROM taken t
     UNION ALL  -- a last row: the requests settled
-    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
            (SELECT array_agg(DISTINCT s.request) FROM settled s);
 END
 $$;
