@@ -10,7 +10,7 @@ generated for the run:
   domain before the daemon starts (as `mtad dkim keygen` and `mtad dkim activate`
   store and activate theirs, sealed with the node's [accounts] key); mtad signs
   each message as it sends it ([dkim] as conf/mtad.toml ships it: relaxed/relaxed,
-  RSA on 2 threads).
+  RSA in `processes = "auto"` worker processes, one on 2 cores).
 - Postfix: the delivery part's private instance, with a private opendkim
   (bench/opendkim.py) as its milter on a loopback socket, signing with the key as
   a PEM file: the header fields mtad signs, From over-signed, relaxed/relaxed.
@@ -217,7 +217,7 @@ The key: one RSA-2048 key generated for the run (cryptography), selector `{SELEC
 `{DOMAIN}` (smtp-source's From), signing relaxed/relaxed, rsa-sha256.
 - mtad: the delivery part's node (`[delivery]` concurrency {concurrency}, embedded PostgreSQL
   with fsync on), the key stored sealed and active before the daemon starts (what `mtad dkim
-  keygen` and `mtad dkim activate` do, with the run's key), `[dkim]` as shipped: `threads = 2`;
+  keygen` and `mtad dkim activate` do, with the run's key), `[dkim]` as shipped: `processes = "auto"` (1 here);
   it signs each message as it sends it, over the fields of RFC 6376 section 5.4 present, From
   over-signed.
 - Postfix: the delivery part's instance (concurrency {concurrency}) with `smtpd_milters =

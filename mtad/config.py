@@ -155,7 +155,7 @@ class DeliverySettings:
     routes: Mapping[str, HostPort]  # domain -> relay
     pools: Mapping[str, egress.PoolSettings]  # [pools.NAME]
     relay: relay.Settings  # [account_pools.NAME] and the [accounts] responses
-    dkim_threads: int  # RSA signatures made off the event loop, on this many threads (0: on it)
+    dkim_processes: int  # RSA signatures made off the event loop, in this many processes (0: on it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +219,16 @@ def _processes(value: Any) -> int:
     want the rest); on one core, 0 (the daemon's own process serves the port)."""
     if value == "auto":
         return min(4, (os.cpu_count() or 1) // 2)
+    if isinstance(value, str):
+        raise ValueError(f'expected a whole number or "auto", got {value!r}')
+    return _integer(0, 64)(value)
+
+
+def _dkim_processes(value: Any) -> int:
+    """'auto' or 0-64. auto: a quarter of the CPU cores, at least 1 (an RSA signature
+    is about as much CPU as the rest of a message's delivery)."""
+    if value == "auto":
+        return max(1, (os.cpu_count() or 1) // 4)
     if isinstance(value, str):
         raise ValueError(f'expected a whole number or "auto", got {value!r}')
     return _integer(0, 64)(value)
@@ -443,7 +453,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "rotate_every": (_optional_duration, ""),
         "check_interval": (_positive_duration, "1m"),
         "canonicalization": (_canonicalization, "relaxed/relaxed"),
-        "threads": (_integer(0, 64), 2),
+        "processes": (_dkim_processes, "auto"),
     },
     "log": {
         "format": (_choice("json", "console"), "json"),
@@ -1138,7 +1148,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
                 poll=d["poll_interval"],
                 ca_file=values["tls"]["ca_file"],
             ),
-            dkim_threads=values["dkim"]["threads"],
+            dkim_processes=values["dkim"]["processes"],
         ),
         retention=retention.Settings(**values["retention"]),
         suppression=suppression.Settings(values["suppression"]["bounce_expiry"]),

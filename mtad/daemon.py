@@ -126,7 +126,7 @@ class Daemon:
         resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)
         router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
         engine = None
-        signer = dkim.Signer(threads=out.dkim_threads)
+        signer = dkim.Signer(processes=out.dkim_processes)
         sealer = _vault(settings)
         tokens = _unsubscribing(settings.unsubscribe)
         states = tenants.States(database)  # paused, on probation: read again by the gate's task
@@ -394,6 +394,7 @@ class Daemon:
             return
         before = {(k.domain, k.selector) for found in signer.keys.values() for k in found}
         signer.replace(keys)
+        await signer.start()  # its workers, when an RSA key is active: not at the first message
         now = {(k.domain, k.selector) for k in keys}
         if now != before:
             logger.info("dkim_keys", active=sorted(f"{d}/{s}" for d, s in now))

@@ -17,7 +17,7 @@ operations in C on whole byte strings: several times faster than dkimpy's, whose
 output they equal, as the tests check); dkimpy gives the simple forms and the
 folding of the field. The private-key operation is `cryptography`'s, on keys
 parsed once when loaded (dkimpy's own RSA is pure Python: 20x slower); a Signer
-runs the RSA operations on its own threads, off the event loop. No I/O but the
+runs the RSA operations in worker processes, off the event loop. No I/O but the
 storage functions, which talk to PostgreSQL.
 """
 
@@ -27,11 +27,13 @@ import asyncio
 import base64
 import enum
 import hashlib
+import multiprocessing
 import re
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -42,6 +44,7 @@ from dkim.canonicalization import CanonicalizationPolicy
 
 from mtad import db
 from mtad.base import errors, vault
+from mtad.signing import rsa_worker
 
 DOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$")
 SELECTOR = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
@@ -84,6 +87,13 @@ class Key:
     id: int = 0
     state: KeyState = KeyState.PENDING
     created_at: datetime | None = None
+    der: bytes = field(default=b"", repr=False, compare=False)  # an RSA key's, as a signing process gets it (PKCS#8)
+
+    def __post_init__(self) -> None:
+        if not self.der and isinstance(self.private, rsa.RSAPrivateKey):
+            der = self.private.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption())  # fmt: skip
+            object.__setattr__(self, "der", der)
 
     def record(self) -> str:
         """The TXT record to publish at SELECTOR._domainkey.DOMAIN."""
@@ -270,33 +280,60 @@ def _unsigned(key: Key, c: str, names: list[bytes], body_hash: bytes, stamp: byt
 @dataclass(slots=True)
 class Signer:
     """The active keys by domain, loaded once (parsing a PEM key costs milliseconds),
-    and the threads their RSA operations run on. An RSA-2048 signature costs about
-    0.4 ms of CPU: on the event loop that is a stall per message and one core for
-    all of them; on `threads` threads (cryptography releases the GIL) the loop goes
-    on and the other cores sign. Ed25519 (about 0.05 ms) is signed on the loop,
-    where it costs less than the hand-over to a thread. threads = 0: all on the loop."""
+    and the processes their RSA operations run in. An RSA-2048 signature costs about
+    1 ms of CPU: on the event loop, or on a thread that takes the loop's GIL back and
+    forth, that is about as much as the rest of a message's delivery. In `processes`
+    worker processes (spawned, mtad.signing.rsa_worker) it costs the loop about 0.1 ms
+    (the digest out, the signature back) and runs on another core. Ed25519 (about
+    0.05 ms) is signed on the loop, where it costs less than the hand-over.
+    processes = 0: all on the loop. A pool that broke (a worker killed) is replaced,
+    and its signatures are made on the loop meanwhile: no message waits for it."""
 
     keys: dict[str, list[Key]] = field(default_factory=dict)
-    threads: int = 0
+    processes: int = 0
     made: int = 0  # messages signed
-    _pool: ThreadPoolExecutor | None = None
+    _pool: ProcessPoolExecutor | None = None
 
     async def sign(self, message: bytes, keys: Sequence[Key], c: str = "relaxed/relaxed") -> bytes:
-        """dkim.sign, with the RSA operations on the signer's threads."""
+        """dkim.sign, with the RSA operations in the signer's processes."""
         draft = Draft.of(message, keys, None, c)
         self.made += 1
-        if not self.threads or all(key.algorithm is not Algorithm.RSA2048 for key in keys):
+        far = [n for n, key in enumerate(keys) if key.algorithm is Algorithm.RSA2048] if self.processes else []
+        if not far:
             return draft.finish(private_operations(keys, draft.digests))
+        jobs = [(keys[n].der, draft.digests[n]) for n in far]
+        pool = self.pool()
+        try:
+            made = await asyncio.wrap_future(pool.submit(rsa_worker.sign, jobs))
+        except BrokenProcessPool:
+            if self._pool is pool:  # a new one at the next message
+                self._pool = None
+                pool.shutdown(wait=False)
+            return draft.finish(private_operations(keys, draft.digests))
+        signatures = dict(zip(far, made, strict=True))
+        near = [n for n in range(len(keys)) if n not in signatures]
+        signatures.update(zip(near, private_operations([keys[n] for n in near], [draft.digests[n] for n in near]),
+                              strict=True))  # fmt: skip
+        return draft.finish([signatures[n] for n in range(len(keys))])
+
+    def pool(self) -> ProcessPoolExecutor:
+        """The worker processes, started at the first call."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="mtad-dkim")
-        loop = asyncio.get_running_loop()
-        return draft.finish(await loop.run_in_executor(self._pool, private_operations, keys, draft.digests))
+            self._pool = ProcessPoolExecutor(max(1, self.processes), mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
+
+    async def start(self) -> None:
+        """Start the workers now, when an RSA key is active, rather than at its first
+        signature (a spawned worker takes about 0.3 s)."""
+        rsa_keys = any(k.algorithm is Algorithm.RSA2048 for found in self.keys.values() for k in found)
+        if self.processes and rsa_keys and self._pool is None:
+            await asyncio.wrap_future(self.pool().submit(rsa_worker.ready))
 
     def close(self) -> None:
-        """Stop the threads (after the last send)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        """Stop the processes (after the last send)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def for_domain(self, domain: str) -> list[Key]:
         return self.keys.get(domain.lower().rstrip("."), [])

@@ -64,7 +64,7 @@ async def test_keys_are_stored_sealed_listed_and_loaded(database: db.Database) -
 async def test_mail_is_signed_at_transmission_once_per_key_and_verifies(database: db.Database, sink: Sink) -> None:
     rsa_key = await active_key(database, "example.org")
     ed_key = await active_key(database, "example.org", Algorithm.ED25519)
-    signer = dkim.Signer(threads=2)  # as the daemon signs: RSA on threads
+    signer = dkim.Signer(processes=1)  # as the daemon signs: RSA in a worker process
     signer.replace(await dkim.load(database, SEALER))
     body = b"From: App <app@example.org>\r\nTo: a@sink.test\r\nSubject: signed\r\n\r\nhello\r\n"
     await accept(database, new_message("a@sink.test", "b@other.test", body=body))  # two jobs: two transactions

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import threading
+import dataclasses
+import multiprocessing
 from datetime import UTC, datetime
 
 import dkim as dkimpy
@@ -63,20 +64,39 @@ def test_rsa_and_ed25519_side_by_side() -> None:
 
 
 @pytest.mark.parametrize("keys", [[RSA], [ED], [RSA, ED]], ids=["rsa", "ed25519", "both"])
-async def test_a_signer_with_threads_signs_as_sign_does(keys: list[dkim.Key]) -> None:
-    signer = dkim.Signer(threads=2)
+async def test_a_signer_with_processes_signs_as_sign_does(keys: list[dkim.Key]) -> None:
+    signer = dkim.Signer(processes=2)
     try:
         signed = await asyncio.gather(*(signer.sign(m, keys) for m in [PLAIN, MULTIPART] * 8))  # 16 in flight
-        # RSA is signed on the signer's threads; Ed25519 alone never starts them.
-        assert any(t.name.startswith("mtad-dkim") for t in threading.enumerate()) == (RSA in keys)
+        # RSA is signed in the signer's processes; Ed25519 alone never starts them.
+        workers = multiprocessing.active_children()
+        assert bool(workers) == (RSA in keys)
     finally:
         signer.close()
-    assert not any(t.name.startswith("mtad-dkim") for t in threading.enumerate())
+    assert not any(worker.is_alive() for worker in workers)
     for message, one in zip([PLAIN, MULTIPART] * 8, signed, strict=True):
         assert one.endswith(message)
         assert verify(one, *keys) == [True] * len(keys)
     made = dkim.sign(PLAIN, keys, now=int(signed[0].split(b"t=")[1].split(b";")[0]))
     assert made[: made.index(b"b=")] == signed[0][: signed[0].index(b"b=")]  # the same field up to b=
+
+
+async def test_a_signer_whose_worker_died_still_signs_and_starts_another() -> None:
+    signer = dkim.Signer(processes=1)
+    signer.replace([dataclasses.replace(RSA, state=dkim.KeyState.ACTIVE)])
+    try:
+        await signer.start()
+        [worker] = multiprocessing.active_children()
+        worker.kill()  # as the OOM killer would
+        worker.join()
+        signed = await signer.sign(PLAIN, [RSA])  # on the loop this time: the pool broke
+        assert verify(signed, RSA) == [True]
+        signed = await signer.sign(PLAIN, [RSA])  # in a new worker
+        assert verify(signed, RSA) == [True]
+        [again] = multiprocessing.active_children()
+        assert again.pid != worker.pid
+    finally:
+        signer.close()
 
 
 def test_the_signed_fields_are_the_recommended_ones_present_and_from_is_over_signed() -> None:
