@@ -73,6 +73,24 @@ async def test_renew_and_begin_only_touch_own_leases(database: db.Database) -> N
     assert (row["attempt_id"], row["route_group"]) == (attempt, "mx:x")
 
 
+async def test_a_renewal_waits_for_no_row_another_statement_holds(database: db.Database) -> None:
+    """A renewal and a batch of records lock rows in different orders: the renewal
+    skips a row that is locked (and counts it held) rather than wait, so the two
+    never deadlock."""
+    await spool_messages(database, "a@example.com", "b@example.com")
+    now = datetime.now(UTC)
+    a, b = await leases.lease(database, "n1", 2, now, now + timedelta(minutes=1))
+    later = now + timedelta(minutes=5)
+    async with database.transaction() as holding:
+        await holding._conn.execute("SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE", a.id)
+        kept = await asyncio.wait_for(leases.renew(database, "n1", [a.id, b.id], later), 10)
+    assert kept == {a.id, b.id}
+    found = await query(database, "SELECT id, lease_expires_at FROM deliveries")
+    rows = {r["id"]: r["lease_expires_at"] for r in found}
+    assert rows[b.id] == later
+    assert rows[a.id] < later  # renewed at the next turn, unless its statement let it go
+
+
 @pytest.mark.parametrize("statement", ["begin", "record", "renew", "unbegin", "release", "act"])
 async def test_deliveries_found_by_id_are_found_by_primary_key_alone(database: db.Database, statement: str) -> None:
     """After a drain, statistics say the table is empty: a partial index whose
