@@ -13,15 +13,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-from collections.abc import Mapping
+import statistics
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 from bench import bare, client, cpu, postfix, report
 from bench.mtad_server import MtadError, MtadServer
 
-SIZES = (1024, 20 * 1024)
+SIZES = (1024, 20 * 1024, 100 * 1024)
 SESSIONS = (1, 10, 50)
+RATIO = 3.0  # msgs/s, mtad/Postfix at 10 sessions and more, where the machine has cores to spare (issue 19)
+LARGE = (100 * 1024, 2.0)  # 100 KB: mtad/Postfix at 10 and 50 sessions at least
+CPU_SHARE = (20 * 1024, 0.5)  # 20 KB: mtad + PostgreSQL CPU per message at most this share of Postfix's
 RUNS = 5
 WARMUP = 500
 ERRORS = (client.ClientError, MtadError, postfix.PostfixError, bare.BareError)
@@ -83,6 +87,50 @@ def measure(server: Server, cell: report.Cell, run: int, servers: list[Server]) 
         f" = {burst.rate:7,.0f} msgs/s",
         flush=True,
     )
+
+
+def cpu_share(cell: report.Cell) -> float | None:
+    """mtad's and its PostgreSQL's CPU per message over Postfix's (medians of the runs)."""
+    mine, theirs = cell.cpu.get("mtad"), cell.cpu.get("Postfix")
+    if mine is None or theirs is None or not mine.runs or not theirs.runs:
+        return None
+    spent = statistics.median(run.ms["mtad"] + run.ms["PostgreSQL"] for run in mine.runs)
+    return spent / statistics.median(run.ms["Postfix"] for run in theirs.runs)
+
+
+def goals(cells: list[report.Cell]) -> str:
+    """The accept goals, each with its cells: the rate and the CPU per message against
+    Postfix (the machine's cores stated: on 2 cores every party shares them)."""
+    cores = os.cpu_count() or 1
+    busy = [c for c in cells if c.sessions >= 10]
+
+    def shown(chosen: list[report.Cell], value: Callable[[report.Cell], float | None]) -> str:
+        return ", ".join(f"{c.label()}: {'-' if value(c) is None else f'{value(c):.2f}'}" for c in chosen)
+
+    def verdict(chosen: list[report.Cell], ok: Callable[[report.Cell], bool]) -> str:
+        met = sum(ok(c) for c in chosen)
+        return "met" if chosen and met == len(chosen) else f"not met ({met} of {len(chosen)} cells)"
+
+    def at_least(target: float) -> Callable[[report.Cell], bool]:
+        return lambda c: (report.ratio(c) or 0.0) >= target
+
+    large = [c for c in busy if c.size == LARGE[0]]
+    share = [c for c in busy if c.size == CPU_SHARE[0]]
+    lines = [
+        f"On {cores} cores, at 10 sessions and more:",
+        "",
+        f"- CPU per message, mtad + PostgreSQL over Postfix: {shown(busy, cpu_share)}.",
+        f"- Rate, mtad/Postfix >= {RATIO:.1f} (where cores are to spare; here every party shares {cores}): "
+        f"{verdict(busy, at_least(RATIO))}. {shown(busy, report.ratio)}.",
+    ]
+    if large:
+        lines.append(f"- {report.size_label(LARGE[0])}, rate mtad/Postfix >= {LARGE[1]:.1f}: "
+                     f"{verdict(large, at_least(LARGE[1]))}. {shown(large, report.ratio)}.")  # fmt: skip
+    if share:
+        lines.append(f"- {report.size_label(CPU_SHARE[0])}, CPU per message mtad + PostgreSQL <= {CPU_SHARE[1]:.2f} x "
+                     f"Postfix's: {verdict(share, lambda c: (cpu_share(c) or 1.0) <= CPU_SHARE[1])}. "
+                     f"{shown(share, cpu_share)}.")  # fmt: skip
+    return "\n".join(lines)
 
 
 def warm_up(server: Server) -> None:
@@ -169,7 +217,7 @@ def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple
     for cell in cells:
         for name, errors in cell.errors.items():
             notes += [f"{cell.label()}, {name}: {error}" for error in errors]
-    verdict = report.goal(cells) if "Postfix" in names else None
+    verdict = goals(cells) if "Postfix" in names else None
     print()
     print(report.table(cells, names))
     if verdict:

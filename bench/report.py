@@ -89,17 +89,6 @@ def markdown_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def goal(cells: list[Cell], target: float = 3.0, min_sessions: int = 10) -> str | None:
-    """The issue's goal: mtad/Postfix >= 3.0 at 10 and more sessions; None when no cell applies."""
-    ratios = [(cell, ratio(cell)) for cell in cells if cell.sessions >= min_sessions]
-    if not ratios:
-        return None
-    met = [cell for cell, r in ratios if r is not None and r >= target]
-    shown = ", ".join(f"{cell.label()}: {'-' if r is None else f'{r:.2f}'}" for cell, r in ratios)
-    verdict = "met" if len(met) == len(ratios) else f"not met ({len(met)} of {len(ratios)} cells)"
-    return f"Goal, mtad/Postfix >= {target:.1f} at {min_sessions} sessions and more: {verdict}. {shown}."
-
-
 def runs_table(cells: list[Cell], servers: list[str]) -> str:
     """Every run's rate, in the order the runs were made."""
     lines = ["| cell | " + " | ".join(servers) + " |", "|---" * (len(servers) + 1) + "|"]

@@ -499,18 +499,22 @@ class Sender:
                         attempts=request.attempts, error=why, retry_at=next_at)  # fmt: skip
 
     async def _send(self, session: aiohttp.ClientSession, request: _Request) -> None:
-        why = await self._answer(session, request)
-        next_at = self._retry_at(request, self._now()) if why is not None else None
-        self._answered.append(_Settled(request, why, next_at))
+        try:
+            why = await self._answer(session, request)
+            next_at = self._retry_at(request, self._now()) if why is not None else None
+            self._answered.append(_Settled(request, why, next_at))
+        finally:
+            self._wake.set()  # a turn records it, and takes what its place lets go
 
     async def _answer(self, session: aiohttp.ClientSession, request: _Request) -> str | None:
+        """The POST, counted in flight to its endpoint meanwhile. A first attempt's
+        answer wakes no turn: the consumer takes it (or hands it over, see _handed)."""
         try:
             return await self._post(session, request)
         finally:
             self._flying[request.endpoint] -= 1
             if not self._flying[request.endpoint]:
                 del self._flying[request.endpoint]
-            self._wake.set()
 
     async def first(self, endpoints: Sequence[db.Row], wanted: Sequence[_Item]) -> _Firsts | None:
         """The first attempt of the requests of `wanted` (for `endpoints`, as
