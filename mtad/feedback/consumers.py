@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
@@ -72,6 +72,19 @@ class Handler(Protocol):
         ...
 
 
+@runtime_checkable
+class Attempting(Handler, Protocol):
+    """A handler that acts outside any transaction first (requests that must not hold
+    one open: an open transaction holds back what every other can prune), then in
+    the transaction that moves its position (`handle`, as any handler's)."""
+
+    async def attempt(self, conn: db.Connection, batch: Sequence[Stored]) -> None:
+        """Act on a batch before `handle` gets it, on `conn` outside a transaction;
+        raise to have the batch retried. `handle` may get a batch without an attempt
+        (after a failure): then it does what the attempt would have."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     poll: float = 5.0  # seconds between looks when no NOTIFY comes
@@ -103,6 +116,7 @@ class Consumers:
         self._now = now
         self._wake = {h.name: asyncio.Event() for h in handlers}
         self._listener: db.Listener | None = None
+        self._own: dict[str, db.Connection] = {}  # an attempting handler's connection (it claims)
 
     async def run(self) -> None:
         for handler in self._handlers:
@@ -116,17 +130,21 @@ class Consumers:
         finally:
             if self._listener is not None:
                 await self._listener.close()
+            await self._let_go()
 
     async def catch_up(self) -> int:
         """Handle every event due now, consumer by consumer; returns how many (tests, tools)."""
         total = 0
-        for handler in self._handlers:
-            await self._db.execute("consumers/start", handler.name, self._now())
-            while True:
-                done, full = await self._step(handler, self.settings.batch)
-                total += done
-                if not full:
-                    break
+        try:
+            for handler in self._handlers:
+                await self._db.execute("consumers/start", handler.name, self._now())
+                while True:
+                    done, full = await self._step(handler, self.settings.batch)
+                    total += done
+                    if not full:
+                        break
+        finally:
+            await self._let_go()
         return total
 
     def _woken(self) -> None:
@@ -174,6 +192,8 @@ class Consumers:
 
     async def _step(self, handler: Handler, size: int) -> tuple[int, bool]:
         """One batch in one transaction; returns how many events and whether more may wait."""
+        if isinstance(handler, Attempting):
+            return await self._attempted(handler, size)
         kinds = sorted(handler.kinds) if handler.kinds is not None else None
         committed = None
         async with self._db.transaction() as conn:
@@ -191,6 +211,51 @@ class Consumers:
             committed()
         metrics.EVENTS_CONSUMED.labels(consumer=handler.name).inc(len(batch))
         return len(batch), full
+
+    async def _attempted(self, handler: Attempting, size: int) -> tuple[int, bool]:
+        """One batch of an attempting handler, on the consumer's own connection, which
+        claims the position meanwhile (a session lock: claim.sql): read and attempted
+        outside a transaction, then handled and the position moved in one, unless
+        another node moved it meanwhile (one that does not claim: its batch is
+        dropped, the attempt was at least once)."""
+        kinds = sorted(handler.kinds) if handler.kinds is not None else None
+        conn = self._own.get(handler.name)
+        if conn is None:
+            conn = self._own[handler.name] = await db.connect_once(self._db.dsn)
+        committed = None
+        try:
+            if not await conn.fetchval("consumers/claim", handler.name):
+                return 0, False  # another node is at it
+            try:
+                position = await conn.fetchrow("consumers/position", handler.name)
+                if position is None:
+                    return 0, False
+                rows = await conn.fetch("consumers/read", str(position["xid"]), position["id"], kinds, size)
+                batch = [stored(r) for r in rows if r["id"] is not None]
+                if batch:
+                    await handler.attempt(conn, batch)
+                async with conn.transaction():
+                    locked = await conn.fetchrow("consumers/lock", handler.name)
+                    if locked is None or (locked["xid"], locked["id"]) != (position["xid"], position["id"]):
+                        return 0, False
+                    if batch:
+                        committed = await handler.handle(conn, batch)
+                    xid, last = after(batch, rows, size)
+                    await conn.execute("consumers/advance", handler.name, str(xid), last, self._now())
+            finally:
+                await conn.fetchval("consumers/unclaim", handler.name)
+        except errors.DatabaseUnavailable:
+            await db.close(self._own.pop(handler.name, conn))  # another connection next time
+            raise
+        if committed is not None:
+            committed()
+        metrics.EVENTS_CONSUMED.labels(consumer=handler.name).inc(len(batch))
+        return len(batch), len(batch) == size
+
+    async def _let_go(self) -> None:
+        for conn in self._own.values():
+            await db.close(conn)
+        self._own.clear()
 
     async def _skip(self, handler: Handler, why: str) -> None:
         """Past the one event that keeps failing: logged, and never handled."""

@@ -96,7 +96,8 @@ class Settings:
 
 
 class Outbox:
-    """The event consumer: first attempts by `sender`, the outbox rows of the rest."""
+    """The event consumer: first attempts by `sender` outside the transaction
+    (consumers.Attempting), then the outbox rows of the rest in it."""
 
     name = "webhooks"
     kinds: frozenset[str] | None = None  # every kind: each endpoint says which it wants
@@ -104,28 +105,46 @@ class Outbox:
     def __init__(self, sender: Sender | None = None, now: Callable[[], datetime] = lambda: datetime.now(UTC)):
         self._sender = sender  # None: every request is written, for any node's sender
         self._now = now
+        self._attempted: tuple[tuple[int, int, int], list[_Item], _Firsts] | None = None  # a batch's, by its events
+
+    async def attempt(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> None:
+        self._attempted = None
+        if self._sender is None:
+            return
+        found, wanted = await _wanted_of(conn, batch)
+        firsts = await self._sender.first(found, wanted) if wanted else None
+        if firsts is not None:
+            self._attempted = (_key(batch), wanted, firsts)
 
     async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> Callable[[], None] | None:
-        tenants = sorted({event.tenant for event in batch if event.tenant})
-        if not tenants:
-            return None
-        found = await conn.fetch("webhooks/of_tenants", tenants)
-        wanted = _wanted([webhooks.endpoint_of(row) for row in found], batch)
+        attempted, self._attempted = self._attempted, None
+        if attempted is not None and attempted[0] == _key(batch):
+            _, wanted, firsts = attempted
+        else:  # not attempted (no sender, or a batch retried): every request is written
+            _, wanted = await _wanted_of(conn, batch)
+            firsts = _Firsts(rows=[_Row(item) for item in wanted])
         if not wanted:
             return None
-        sender = self._sender
-        firsts = await sender.first(found, wanted) if sender is not None else None
-        if sender is None or firsts is None:
-            firsts = _Firsts(rows=[_Row(item) for item in wanted])
-            await _write(conn, firsts, self._now(), "", self._now())
-            if sender is not None:
-                sender.wake()
+        now, sender = self._now(), self._sender
+        if sender is None:
+            await _write(conn, firsts, now, "", now)
             return None
-        now = self._now()
         sent = await _write(conn, firsts, now, sender.node, now + timedelta(seconds=sender.settings.lease))
         if firsts.rows:
             sender.wake()
         return functools.partial(sender.hand_over, firsts, sent) if firsts.flying else None
+
+
+def _key(batch: Sequence[consumers.Stored]) -> tuple[int, int, int]:
+    return batch[0].id, batch[-1].id, len(batch)
+
+
+async def _wanted_of(conn: db.Connection, batch: Sequence[consumers.Stored]) -> tuple[list[db.Row], list[_Item]]:
+    """The endpoints of the batch's tenants (webhooks/of_tenants.sql), and an item per
+    event and endpoint that wants it."""
+    tenants = sorted({event.tenant for event in batch if event.tenant})
+    found = await conn.fetch("webhooks/of_tenants", tenants) if tenants else []
+    return found, _wanted([webhooks.endpoint_of(row) for row in found], batch)
 
 
 async def replay(
@@ -610,7 +629,8 @@ class Sender:
     def _handed(self, request: _Request, task: asyncio.Task[str | None]) -> None:
         if task.cancelled():
             return  # its lease runs out, and it is sent again
-        why = task.result()
+        failed = task.exception()
+        why = task.result() if failed is None else f"{type(failed).__name__}: {failed}"
         next_at = self._retry_at(request, self._now()) if why is not None else None
         self._answered.append(_Settled(request, why, next_at))
         self._wake.set()

@@ -42,8 +42,10 @@ class Receiver:
     paths: list[str] = field(default_factory=list)
     port: int = 0
     _arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    entered: asyncio.Event = field(default_factory=asyncio.Event)  # a request is being answered
 
     async def handle(self, request: web.Request) -> web.Response:
+        self.entered.set()
         await asyncio.sleep(self.delay)
         self.got.append((dict(request.headers), await request.text()))
         self.paths.append(request.path)
@@ -474,3 +476,22 @@ async def test_a_slow_first_attempt_is_left_to_the_sender(database: db.Database)
             assert await send_all(sender) == 1
     assert [json.loads(body)["type"] for _, body in receiver.got] == ["received", "bounced"]  # each once
     assert receiver.got[0][0]["webhook-id"] == row["webhook_id"]
+
+
+async def test_first_attempts_hold_no_transaction_open(database: db.Database) -> None:
+    """An open transaction holds back what every other statement can prune: while a
+    first attempt is out, the consumer has none."""
+    await enqueue(database)
+    async with receiving(delay=0.5) as receiver:
+        await webhooks.add(database, SEALER, "t1", receiver.url())
+        await delivered(database, "a@example.com")
+        sender = Sender(database, SEALER, Settings(allow_networks=LOOPBACK), "n1")
+        async with sender.sending():
+            consuming = asyncio.create_task(attempt(database, sender))
+            await asyncio.wait_for(receiver.entered.wait(), 10)
+            sessions = "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+            [open_] = await query(database, sessions + "AND state LIKE 'idle in transaction%'")
+            assert await consuming == 1
+    assert open_["n"] == 0
+    assert len(receiver.got) == 1
+    assert await requests(database) == []
