@@ -2,17 +2,19 @@
 least once, in order per message.
 
 `Outbox` is the event consumer. For each batch of events it reads, this node's
-`Sender` makes the first attempt of their requests itself, before the position
-moves: what an endpoint takes then is only counted (`webhook_delivered`). What did
-not go is written to `webhook_messages` (migration 0017) in the transaction that
-moves the position, so each is written exactly once whatever happens to the node:
+`Sender` makes the first attempt of their requests itself, outside any transaction
+and before the position moves: what an endpoint takes then is only counted
+(`webhook_delivered`). What did not go is written to `webhook_messages` (migration
+0017) in the transaction that moves the position, so each is written exactly once
+whatever happens to the node:
 
 - a request that failed, due again after a back-off, with its rows and webhook-id;
 - a request still unanswered after `first_wait`: leased by this node, whose
-  sender records its answer like any other (the consumer does not wait longer);
-- the events of an endpoint with rows pending (they go after those, in order),
-  of one that was that slow within `SLOW_FOR`, and what a failure or the
-  deadline held back (a message's later events).
+  sender records its answer like any other (the consumer does not wait longer),
+  and the endpoint's other events: it is slow, and for `SLOW_FOR` its events go
+  by the outbox;
+- the events of a message with rows of the endpoint pending (they go after those,
+  in order), and what the endpoint's room in flight left over.
 
 Where the node sends nothing (`enabled = false`, or its sender is not running),
 every request is written. Every node's `Sender` leases due rows as requests (up to
@@ -112,7 +114,7 @@ class Outbox:
         if self._sender is None:
             return
         found, wanted = await _wanted_of(conn, batch)
-        firsts = await self._sender.first(found, wanted) if wanted else None
+        firsts = await self._sender.first(found, wanted, await _waiting(conn, wanted)) if wanted else None
         if firsts is not None:
             self._attempted = (_key(batch), wanted, firsts)
 
@@ -145,6 +147,15 @@ async def _wanted_of(conn: db.Connection, batch: Sequence[consumers.Stored]) -> 
     tenants = sorted({event.tenant for event in batch if event.tenant})
     found = await conn.fetch("webhooks/of_tenants", tenants) if tenants else []
     return found, _wanted([webhooks.endpoint_of(row) for row in found], batch)
+
+
+async def _waiting(conn: db.Connection, wanted: Sequence[_Item]) -> set[tuple[int, uuid.UUID]]:
+    """Of the items' (endpoint, message) pairs, those with rows pending in the outbox."""
+    endpoints = sorted({item.endpoint for item in wanted})
+    messages = list({item.message for item in wanted if item.message is not None})
+    if not endpoints or not messages:
+        return set()
+    return {(row["endpoint"], row["message"]) for row in await conn.fetch("webhooks/waiting", endpoints, messages)}
 
 
 async def replay(
@@ -535,15 +546,17 @@ class Sender:
             if not self._flying[request.endpoint]:
                 del self._flying[request.endpoint]
 
-    async def first(self, endpoints: Sequence[db.Row], wanted: Sequence[_Item]) -> _Firsts | None:
+    async def first(
+        self, endpoints: Sequence[db.Row], wanted: Sequence[_Item], waiting: set[tuple[int, uuid.UUID]]
+    ) -> _Firsts | None:
         """The first attempt of the requests of `wanted` (for `endpoints`, as
-        webhooks/of_tenants.sql reads them), waited for up to `first_wait`; None when
-        this sender is not running or makes none (every request is then written)."""
+        webhooks/of_tenants.sql reads them; `waiting`: the (endpoint, message) pairs
+        with rows pending, whose events go after those); None when this sender is not
+        running or makes none (every request is then written)."""
         session = self._session
         if session is None or self.settings.first_wait <= 0:
             return None
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.first_wait
         place = {(item.endpoint, item.event): n for n, item in enumerate(wanted)}
         by_endpoint: dict[int, list[_Item]] = {}
         for item in wanted:
@@ -554,61 +567,83 @@ class Sender:
                 items = by_endpoint.get(row["id"])
                 if not items:
                     continue
-                if row["pending"] or self._slow.get(row["id"], 0.0) > loop.time():  # after what waits, in order
+                if self._slow.get(row["id"], 0.0) > loop.time():  # it was slow: the outbox's sender waits for it
                     firsts.rows.extend(_Row(item) for item in items)
                 else:
-                    group.create_task(self._first_of(session, row, items, deadline, firsts))
+                    held = {message for endpoint, message in waiting if endpoint == row["id"]}
+                    group.create_task(self._first_of(session, row, items, set[uuid.UUID | None](held), firsts))
         firsts.rows.sort(key=lambda r: place[(r.item.endpoint, r.item.event)])
         return firsts
 
     async def _first_of(
-        self, session: aiohttp.ClientSession, endpoint: db.Row, items: list[_Item], deadline: float, firsts: _Firsts
-    ) -> None:
+        self, session: aiohttp.ClientSession, endpoint: db.Row, items: list[_Item], held: set[uuid.UUID | None],
+        firsts: _Firsts,
+    ) -> None:  # fmt: skip
         """One endpoint's first attempts, in rounds: the k-th event of each message goes
-        in the k-th, so that one message's go out in order. Up to `per_endpoint`
-        requests at once; after a failure or the deadline, a message's later events
-        wait in the outbox behind the row that holds them."""
+        in the k-th, so that one message's go out in order, and an event of a message
+        `held` (rows of it wait in the outbox) goes there after them. Up to
+        `per_endpoint` requests in flight to the endpoint from this node (the sender's
+        included). A failure holds the message; a request unanswered after `first_wait`
+        is left to the sender (its rows leased) and the endpoint is slow: the rest of
+        its events go to the outbox, now and for SLOW_FOR."""
         loop = asyncio.get_running_loop()
         now = self._now()
         until = endpoint["previous_until"]
         previous = endpoint["previous_secret"] if until is not None and until > now else None
         signing = self._keyring.signers(endpoint["secret"], previous)
-        held: set[uuid.UUID | None] = set()  # messages whose next events wait in the outbox
+        slow = False
         for turn in _rounds(items):
-            ready = [item for item in turn if item.message is None or item.message not in held]
-            firsts.rows.extend(_Row(item) for item in turn if item.message is not None and item.message in held)
+            waits = [slow or (item.message is not None and item.message in held) for item in turn]
+            ready = [item for item, wait in zip(turn, waits, strict=True) if not wait]
+            firsts.rows.extend(_Row(item) for item, wait in zip(turn, waits, strict=True) if wait)
             chunks = [ready[i : i + endpoint["batch"]] for i in range(0, len(ready), endpoint["batch"])]
-            running: dict[asyncio.Task[str | None], tuple[_Request, list[_Item]]] = {}
-            while (chunks or running) and loop.time() < deadline:
-                while chunks and len(running) < self.settings.per_endpoint:
+            running: dict[asyncio.Task[str | None], tuple[_Request, list[_Item], float]] = {}
+            while chunks or running:
+                while chunks and not slow and self._flying.get(endpoint["id"], 0) < self.settings.per_endpoint:
                     chunk = chunks.pop(0)
                     request = _Request(0, endpoint["id"], endpoint["tenant"], endpoint["url"], endpoint["batch"] > 1,
                                        signing, 1, now, payloads=[item.payload for item in chunk],
                                        webhook_id=f"msg_e{chunk[0].event}_{endpoint['id']}")  # fmt: skip
-                    running[self._start(session, request)] = (request, chunk)
-                done, _ = await asyncio.wait(running, timeout=deadline - loop.time(),
+                    running[self._start(session, request)] = (request, chunk, loop.time() + self.settings.first_wait)
+                if not running:  # the sender's requests fill the endpoint's room: the rest go by the outbox
+                    break
+                due = min(deadline for _, _, deadline in running.values())
+                done, _ = await asyncio.wait(running, timeout=max(0.0, due - loop.time()),
                                              return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
                 for task in done:
-                    request, chunk = running.pop(task)
-                    why = "the node stopped" if task.cancelled() else task.result()
-                    if why is None:
-                        firsts.delivered[request.endpoint] = firsts.delivered.get(request.endpoint, 0) + len(chunk)
-                        self._note(_Settled(request, None, None))
-                        continue
-                    next_at = self._retry_at(request, self._now()) or self._now()
-                    self._note(_Settled(request, why, next_at))
-                    number = next(firsts.numbers)
-                    firsts.rows.extend(_Row(item, number, request.webhook_id, next_at, why[:500]) for item in chunk)
-                    held.update(item.message for item in chunk)
-            for task, (request, chunk) in running.items():  # past the deadline: answered later, leased meanwhile
-                number = next(firsts.numbers)
-                firsts.flying[number] = (request, task)
-                firsts.rows.extend(_Row(item, number, request.webhook_id) for item in chunk)
-                held.update(item.message for item in chunk)
-                self._slow[request.endpoint] = loop.time() + SLOW_FOR
+                    request, chunk, _ = running.pop(task)
+                    self._first_answered(request, chunk, task, firsts, held)
+                late = [task for task, (_, _, deadline) in running.items() if deadline <= loop.time()]
+                if late:  # unanswered: the sender records them, and the rest waits in the outbox
+                    slow = True
+                    self._slow[endpoint["id"]] = loop.time() + SLOW_FOR
+                    for task in list(running):
+                        request, chunk, _ = running.pop(task)
+                        number = next(firsts.numbers)
+                        firsts.flying[number] = (request, task)
+                        firsts.rows.extend(_Row(item, number, request.webhook_id) for item in chunk)
+                        held.update(item.message for item in chunk)
             for chunk in chunks:  # never started
                 firsts.rows.extend(_Row(item) for item in chunk)
                 held.update(item.message for item in chunk)
+
+    def _first_answered(
+        self, request: _Request, chunk: list[_Item], task: asyncio.Task[str | None], firsts: _Firsts,
+        held: set[uuid.UUID | None],
+    ) -> None:  # fmt: skip
+        """Taken: counted. Refused or failed: its rows wait in the outbox, due after the
+        back-off, and hold their messages' later events."""
+        failed = None if task.cancelled() else task.exception()
+        why = "the node stopped" if task.cancelled() else task.result() if failed is None else repr(failed)
+        if why is None:
+            firsts.delivered[request.endpoint] = firsts.delivered.get(request.endpoint, 0) + len(chunk)
+            self._note(_Settled(request, None, None))
+            return
+        next_at = self._retry_at(request, self._now()) or self._now()
+        self._note(_Settled(request, why, next_at))
+        number = next(firsts.numbers)
+        firsts.rows.extend(_Row(item, number, request.webhook_id, next_at, why[:500]) for item in chunk)
+        held.update(item.message for item in chunk)
 
     def _start(self, session: aiohttp.ClientSession, request: _Request) -> asyncio.Task[str | None]:
         self._flying[request.endpoint] = self._flying.get(request.endpoint, 0) + 1
