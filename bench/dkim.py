@@ -128,7 +128,7 @@ async def in_processes(body: bytes, key: dkim.Key, count: int) -> float:
         await asyncio.gather(*(send(count // IN_FLIGHT + (i < count % IN_FLIGHT)) for i in range(IN_FLIGHT)))
         return (time.perf_counter() - started) / count * 1000
     finally:
-        signer.close()
+        await signer.close()
 
 
 def private_op(key: dkim.Key, count: int, runs: int) -> list[float]:

@@ -287,7 +287,7 @@ class Daemon:
                 await pool.close()
             with contextlib.suppress(errors.SpoolError):
                 await nodes.deregister(database, node_id)
-            signer.close()
+            await signer.close()
         logger.info("stopped")
 
     async def _reloading(self, database: db.Database, live: _Live) -> None:

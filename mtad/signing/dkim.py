@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import enum
 import hashlib
-import multiprocessing
+import itertools
 import re
+import sys
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -277,22 +277,104 @@ def _unsigned(key: Key, c: str, names: list[bytes], body_hash: bytes, stamp: byt
     return bytes(dkimpy.fold(b"; ".join(b"=".join(tag) for tag in tags) + b"; b=", namelen=len(b"DKIM-Signature")))
 
 
+class WorkerGone(Exception):
+    """A signing process ended (killed, or its pipe broke) with requests unanswered,
+    or could not make a signature."""
+
+
+class _Worker:
+    """One signing process (mtad.signing.rsa_worker), spoken to over its pipes by the
+    event loop itself: no helper thread, which would wait for the GIL to hand each
+    signature back (up to the switch interval, 5 ms, while the loop is busy)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+        self._waiting: dict[int, asyncio.Future[bytes]] = {}
+        self._numbers = itertools.count()
+        self.alive = True
+        self._reading = asyncio.create_task(self._read(), name="dkim-worker")
+
+    @classmethod
+    async def start(cls) -> _Worker:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "mtad.signing.rsa_worker", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        return cls(process)
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    async def sign(self, der: bytes, digest: bytes) -> bytes:
+        """The signature; WorkerGone when the process is."""
+        if not self.alive:
+            raise WorkerGone("the signing process ended")
+        assert self._process.stdin is not None
+        number = next(self._numbers)
+        answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._waiting[number] = answer
+        self._process.stdin.write(rsa_worker.REQUEST.pack(number, len(der), len(digest)) + der + digest)
+        return await answer
+
+    async def _read(self) -> None:
+        assert self._process.stdout is not None
+        try:
+            while True:
+                head = await self._process.stdout.readexactly(rsa_worker.ANSWER.size)
+                number, ok, length = rsa_worker.ANSWER.unpack(head)
+                made = await self._process.stdout.readexactly(length)
+                answer = self._waiting.pop(number, None)
+                if answer is None or answer.done():
+                    continue
+                if ok:
+                    answer.set_result(made)
+                else:  # signed on the loop instead, where the error is raised
+                    answer.set_exception(WorkerGone(made.decode(errors="replace")))
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            self._gone(str(exc) or "its output ended")
+
+    def _gone(self, why: str) -> None:
+        self.alive = False
+        for answer in self._waiting.values():
+            if not answer.done():
+                answer.set_exception(WorkerGone(f"the signing process ended: {why}"))
+        self._waiting.clear()
+
+    async def stop(self) -> None:
+        """Its input closed: it ends once it has answered; killed if it has not in 5 s."""
+        self._gone("stopped")
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        try:
+            async with asyncio.timeout(5):
+                await self._process.wait()
+        except TimeoutError:
+            self._process.kill()
+            await self._process.wait()
+        self._reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reading
+
+
 @dataclass(slots=True)
 class Signer:
     """The active keys by domain, loaded once (parsing a PEM key costs milliseconds),
     and the processes their RSA operations run in. An RSA-2048 signature costs about
     1 ms of CPU: on the event loop, or on a thread that takes the loop's GIL back and
     forth, that is about as much as the rest of a message's delivery. In `processes`
-    worker processes (spawned, mtad.signing.rsa_worker) it costs the loop about 0.1 ms
-    (the digest out, the signature back) and runs on another core. Ed25519 (about
+    worker processes (mtad.signing.rsa_worker, given requests in turn) it costs the
+    loop a write and a read of a pipe and runs on another core. Ed25519 (about
     0.05 ms) is signed on the loop, where it costs less than the hand-over.
-    processes = 0: all on the loop. A pool that broke (a worker killed) is replaced,
-    and its signatures are made on the loop meanwhile: no message waits for it."""
+    processes = 0: all on the loop. A worker that ended (killed) is dropped, the
+    signatures it owed are made on the loop, and the next message starts another."""
 
     keys: dict[str, list[Key]] = field(default_factory=dict)
     processes: int = 0
     made: int = 0  # messages signed
-    _pool: ProcessPoolExecutor | None = None
+    _workers: list[_Worker] = field(default_factory=list)
+    _turn: int = 0
+    _starting: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def sign(self, message: bytes, keys: Sequence[Key], c: str = "relaxed/relaxed") -> bytes:
         """dkim.sign, with the RSA operations in the signer's processes."""
@@ -301,14 +383,13 @@ class Signer:
         far = [n for n, key in enumerate(keys) if key.algorithm is Algorithm.RSA2048] if self.processes else []
         if not far:
             return draft.finish(private_operations(keys, draft.digests))
-        jobs = [(keys[n].der, draft.digests[n]) for n in far]
-        pool = self.pool()
+        worker = await self._worker()
         try:
-            made = await asyncio.wrap_future(pool.submit(rsa_worker.sign, jobs))
-        except BrokenProcessPool:
-            if self._pool is pool:  # a new one at the next message
-                self._pool = None
-                pool.shutdown(wait=False)
+            made = await asyncio.gather(*(worker.sign(keys[n].der, draft.digests[n]) for n in far))
+        except WorkerGone:  # the process ended, or could not sign: on the loop this once
+            if not worker.alive and worker in self._workers:
+                self._workers.remove(worker)
+                await worker.stop()
             return draft.finish(private_operations(keys, draft.digests))
         signatures = dict(zip(far, made, strict=True))
         near = [n for n in range(len(keys)) if n not in signatures]
@@ -316,24 +397,33 @@ class Signer:
                               strict=True))  # fmt: skip
         return draft.finish([signatures[n] for n in range(len(keys))])
 
-    def pool(self) -> ProcessPoolExecutor:
-        """The worker processes, started at the first call."""
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max(1, self.processes), mp_context=multiprocessing.get_context("spawn"))
-        return self._pool
+    async def _worker(self) -> _Worker:
+        """The next worker in turn, after starting those missing."""
+        await self._fill()
+        self._turn = (self._turn + 1) % len(self._workers)
+        return self._workers[self._turn]
+
+    async def _fill(self) -> None:
+        if len(self._workers) < self.processes:
+            async with self._starting:  # one start at a time, however many messages wait for it
+                while len(self._workers) < self.processes:
+                    self._workers.append(await _Worker.start())
 
     async def start(self) -> None:
         """Start the workers now, when an RSA key is active, rather than at its first
-        signature (a spawned worker takes about 0.3 s)."""
-        rsa_keys = any(k.algorithm is Algorithm.RSA2048 for found in self.keys.values() for k in found)
-        if self.processes and rsa_keys and self._pool is None:
-            await asyncio.wrap_future(self.pool().submit(rsa_worker.ready))
+        signature (a worker takes about 0.1 s to start)."""
+        if any(k.algorithm is Algorithm.RSA2048 for found in self.keys.values() for k in found):
+            await self._fill()
 
-    def close(self) -> None:
+    def pids(self) -> list[int]:
+        """The worker processes running."""
+        return [worker.pid for worker in self._workers]
+
+    async def close(self) -> None:
         """Stop the processes (after the last send)."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        workers, self._workers = self._workers, []
+        for worker in workers:
+            await worker.stop()
 
     def for_domain(self, domain: str) -> list[Key]:
         return self.keys.get(domain.lower().rstrip("."), [])

@@ -69,7 +69,7 @@ async def test_mail_is_signed_at_transmission_once_per_key_and_verifies(database
     body = b"From: App <app@example.org>\r\nTo: a@sink.test\r\nSubject: signed\r\n\r\nhello\r\n"
     await accept(database, new_message("a@sink.test", "b@other.test", body=body))  # two jobs: two transactions
     await engine(database, sink, signer=signer).run_until_idle()
-    signer.close()
+    await signer.close()
     assert len(sink.received) == 2
     for message in sink.received:
         assert message.data.startswith(b"DKIM-Signature: v=1; a=rsa-sha256; c=relaxed/relaxed; d=example.org;")

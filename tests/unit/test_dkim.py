@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import multiprocessing
+import os
+import signal
 from datetime import UTC, datetime
 
 import dkim as dkimpy
@@ -63,17 +64,25 @@ def test_rsa_and_ed25519_side_by_side() -> None:
     assert verify(signed, RSA, ED) == [True, True]
 
 
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
 @pytest.mark.parametrize("keys", [[RSA], [ED], [RSA, ED]], ids=["rsa", "ed25519", "both"])
 async def test_a_signer_with_processes_signs_as_sign_does(keys: list[dkim.Key]) -> None:
     signer = dkim.Signer(processes=2)
     try:
         signed = await asyncio.gather(*(signer.sign(m, keys) for m in [PLAIN, MULTIPART] * 8))  # 16 in flight
         # RSA is signed in the signer's processes; Ed25519 alone never starts them.
-        workers = multiprocessing.active_children()
-        assert bool(workers) == (RSA in keys)
+        workers = signer.pids()
+        assert len(workers) == (2 if RSA in keys else 0)
     finally:
-        signer.close()
-    assert not any(worker.is_alive() for worker in workers)
+        await signer.close()
+    assert all(gone(pid) for pid in workers)  # ended, and reaped
     for message, one in zip([PLAIN, MULTIPART] * 8, signed, strict=True):
         assert one.endswith(message)
         assert verify(one, *keys) == [True] * len(keys)
@@ -86,17 +95,16 @@ async def test_a_signer_whose_worker_died_still_signs_and_starts_another() -> No
     signer.replace([dataclasses.replace(RSA, state=dkim.KeyState.ACTIVE)])
     try:
         await signer.start()
-        [worker] = multiprocessing.active_children()
-        worker.kill()  # as the OOM killer would
-        worker.join()
-        signed = await signer.sign(PLAIN, [RSA])  # on the loop this time: the pool broke
+        [worker] = signer.pids()
+        os.kill(worker, signal.SIGKILL)  # as the OOM killer would
+        signed = await signer.sign(PLAIN, [RSA])  # on the loop this time: the worker is gone
         assert verify(signed, RSA) == [True]
         signed = await signer.sign(PLAIN, [RSA])  # in a new worker
         assert verify(signed, RSA) == [True]
-        [again] = multiprocessing.active_children()
-        assert again.pid != worker.pid
+        [again] = signer.pids()
+        assert again != worker
     finally:
-        signer.close()
+        await signer.close()
 
 
 def test_the_signed_fields_are_the_recommended_ones_present_and_from_is_over_signed() -> None:
