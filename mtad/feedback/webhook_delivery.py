@@ -115,14 +115,13 @@ class Outbox:
             return
         found, wanted = await _wanted_of(conn, batch)
         firsts = await self._sender.first(found, wanted, await _waiting(conn, wanted)) if wanted else None
-        if firsts is not None:
-            self._attempted = (_key(batch), wanted, firsts)
+        self._attempted = (_key(batch), wanted, firsts or _Firsts(rows=[_Row(item) for item in wanted]))
 
     async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> Callable[[], None] | None:
         attempted, self._attempted = self._attempted, None
         if attempted is not None and attempted[0] == _key(batch):
             _, wanted, firsts = attempted
-        else:  # not attempted (no sender, or a batch retried): every request is written
+        else:  # not attempted (no sender, or a batch retried alone): every request is written
             _, wanted = await _wanted_of(conn, batch)
             firsts = _Firsts(rows=[_Row(item) for item in wanted])
         if not wanted:
@@ -184,6 +183,12 @@ def _wanted(endpoints: Sequence[webhooks.Endpoint], batch: Sequence[consumers.St
     """One item per event and endpoint of its tenant that wants it, in the batch's order."""
     return [_Item(endpoint.id, event.id, event.message, payload(event)) for event in batch for endpoint in endpoints
             if endpoint.tenant == event.tenant and endpoint.wants(event.kind)]  # fmt: skip
+
+
+def _answer_of(task: asyncio.Task[str | None]) -> str | None:
+    """What a finished (not cancelled) POST came to: None when taken, else why not."""
+    failed = task.exception()
+    return task.result() if failed is None else f"{type(failed).__name__}: {failed}"
 
 
 def _rounds(items: Sequence[_Item]) -> list[list[_Item]]:
@@ -570,8 +575,8 @@ class Sender:
                 if self._slow.get(row["id"], 0.0) > loop.time():  # it was slow: the outbox's sender waits for it
                     firsts.rows.extend(_Row(item) for item in items)
                 else:
-                    held = {message for endpoint, message in waiting if endpoint == row["id"]}
-                    group.create_task(self._first_of(session, row, items, set[uuid.UUID | None](held), firsts))
+                    held: set[uuid.UUID | None] = {message for endpoint, message in waiting if endpoint == row["id"]}
+                    group.create_task(self._first_of(session, row, items, held, firsts))
         firsts.rows.sort(key=lambda r: place[(r.item.endpoint, r.item.event)])
         return firsts
 
@@ -633,8 +638,7 @@ class Sender:
     ) -> None:  # fmt: skip
         """Taken: counted. Refused or failed: its rows wait in the outbox, due after the
         back-off, and hold their messages' later events."""
-        failed = None if task.cancelled() else task.exception()
-        why = "the node stopped" if task.cancelled() else task.result() if failed is None else repr(failed)
+        why = "the node stopped" if task.cancelled() else _answer_of(task)
         if why is None:
             firsts.delivered[request.endpoint] = firsts.delivered.get(request.endpoint, 0) + len(chunk)
             self._note(_Settled(request, None, None))
@@ -664,8 +668,7 @@ class Sender:
     def _handed(self, request: _Request, task: asyncio.Task[str | None]) -> None:
         if task.cancelled():
             return  # its lease runs out, and it is sent again
-        failed = task.exception()
-        why = task.result() if failed is None else f"{type(failed).__name__}: {failed}"
+        why = _answer_of(task)
         next_at = self._retry_at(request, self._now()) if why is not None else None
         self._answered.append(_Settled(request, why, next_at))
         self._wake.set()
