@@ -8,7 +8,8 @@ and the position moved in one transaction, on the connection given to the
 handler: what a handler writes there is done exactly once, and anything it does
 outside (a request) at least once. The position row is locked while a batch is
 handled (SKIP LOCKED): on several nodes each event is handled once per consumer,
-by whichever node holds the row. A consumer wakes on NOTIFY `mtad_events` (one
+by whichever node holds the row (an Attempting handler's is claimed by a session
+lock instead while its batch is attempted outside a transaction). A consumer wakes on NOTIFY `mtad_events` (one
 per transaction that writes events; it lingers a moment so that a batch gathers
 what commits meanwhile), else every `poll`; it catches up by itself
 after downtime or a kill -9, since nothing moves its position but a commit. A
@@ -79,9 +80,8 @@ class Attempting(Handler, Protocol):
     the transaction that moves its position (`handle`, as any handler's)."""
 
     async def attempt(self, conn: db.Connection, batch: Sequence[Stored]) -> None:
-        """Act on a batch before `handle` gets it, on `conn` outside a transaction;
-        raise to have the batch retried. `handle` may get a batch without an attempt
-        (after a failure): then it does what the attempt would have."""
+        """Act on a batch before `handle` gets the same batch, on `conn` outside a
+        transaction; raise to have the batch retried (attempted again)."""
         ...
 
 

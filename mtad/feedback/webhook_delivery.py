@@ -121,7 +121,7 @@ class Outbox:
         attempted, self._attempted = self._attempted, None
         if attempted is not None and attempted[0] == _key(batch):
             _, wanted, firsts = attempted
-        else:  # not attempted (no sender, or a batch retried alone): every request is written
+        else:  # not attempted (no sender on this node): every request is written
             _, wanted = await _wanted_of(conn, batch)
             firsts = _Firsts(rows=[_Row(item) for item in wanted])
         if not wanted:
