@@ -43,6 +43,7 @@ def translate(exc: BaseException) -> errors.MtadError | None:
             asyncpg.PostgresConnectionError,
             asyncpg.exceptions.OperatorInterventionError,
             asyncpg.TooManyConnectionsError,
+            asyncpg.InternalClientError,  # the protocol out of step: a server killed mid-statement
         ),
     ):
         return errors.DatabaseUnavailable(f"{type(exc).__name__}: {exc}")
