@@ -33,6 +33,7 @@ class Message:
     jobs: int = 0
     # (header digest, keys) -> the signature fields, or their making by another transaction
     signatures: dict[tuple[bytes, tuple[int, ...]], bytes | asyncio.Future[bytes]] = field(default_factory=dict)
+    kept: tuple[bytes, tuple[int, ...]] | None = None  # the one stored on the message, for a retry
 
 
 class Holdings:

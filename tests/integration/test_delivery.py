@@ -39,9 +39,10 @@ mx.down.test.     A  127.0.0.9
 
 
 def engine(database: db.Database, sink: Sink, *, node: str = "n1", now: Callable[[], datetime] | None = None,
-           signer: dkim.Signer | None = None, **kw: object) -> delivery.Delivery:  # fmt: skip
+           signer: dkim.Signer | None = None, providers: routing.Providers = PROVIDERS,
+           **kw: object) -> delivery.Delivery:  # fmt: skip
     resolver = ZoneResolver(ZONE, servfail={"broken.test"})
-    router = routing.Router(resolver, PROVIDERS, port=sink.port)
+    router = routing.Router(resolver, providers, port=sink.port)
     pool = sessions.Pool(sessions.Settings(port=sink.port, ehlo_hostname="mtad.test"))
     settings = delivery.Settings(node=node, retry=outcomes.RetrySchedule((60,), jitter=0), **kw)  # type: ignore[arg-type]
     return delivery.Delivery(settings, database, router, pool, RULES, now=now or (lambda: datetime.now(UTC)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,7 @@ from mtad import db
 from mtad.base import errors, vault
 from mtad.deliver import delivery
 from mtad.mailboxes import accounts, relay
+from mtad.outbound import routing
 from mtad.signing import dkim
 from mtad.signing.dkim import Algorithm, KeyState
 from tests.conftest import query
@@ -78,6 +80,8 @@ async def test_mail_is_signed_at_transmission_once_per_key_and_verifies(database
     first, second = (m.data.split(b"\r\nFrom:")[0] for m in sink.received)
     assert first == second  # signed once, the signatures reused for the second transaction
     assert signer.made == 1  # also when both went at once
+    [stored] = await query(database, "SELECT dkim_fields FROM messages")
+    assert stored["dkim_fields"] is None  # delivered at once: nothing kept for a retry
     events = await query(database, "SELECT data FROM events WHERE kind = 'delivered'")
     assert {json.loads(e["data"])["dkim"] for e in events} == {
         f"d=example.org s={rsa_key.selector} d=example.org s={ed_key.selector}"
@@ -144,3 +148,26 @@ async def test_a_retry_reuses_the_signature_while_the_key_and_header_are_the_sam
     [message] = sink.received
     assert message.data.startswith(bytes(stored["dkim_fields"]))  # the first attempt's signature, reused
     assert verifies(message.data, key)
+
+
+async def test_mail_waiting_for_a_session_is_signed_before_its_turn(database: db.Database, sink: Sink) -> None:
+    key = await active_key(database, "example.org")
+    signer = dkim.Signer()
+    signer.replace(await dkim.load(database, SEALER))
+    one_session = routing.parse_providers({"default": {"rate": "unlimited", "max_rate": "unlimited", "sessions": 1}})
+    body = b"From: a@example.org\r\nSubject: %d\r\n\r\nhi\r\n"
+    await accept(database, new_message("slow-1@sink.test", body=body % 0))
+    await accept(database, *(new_message("a@sink.test", body=body % n) for n in range(1, 4)))
+    node = engine(database, sink, signer=signer, providers=one_session)
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(node.run_until_idle())
+        await sink.holding.wait()  # the first send holds the group's one session
+        for _ in range(1000):  # each loop turn: the others' signing is under way, not their sends
+            if signer.made == 4:
+                break
+            await asyncio.sleep(0)
+        assert signer.made == 4 and len(sink.received) == 0
+        sink.release()
+    assert len(sink.received) == 4
+    assert all(verifies(m.data, key) for m in sink.received)
+    assert signer.made == 4  # signed once each: the sends took the signatures made ahead
