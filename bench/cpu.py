@@ -1,8 +1,8 @@
 """CPU time spent by each party of a run, from /proc: where a machine's two cores go.
 
 `Meter.start()` then `Meter.stop()` give the CPU seconds (user + system) each party
-used in between: mtad (the `mtad run` process and its submission processes), PostgreSQL (every `postgres`
-process), Postfix (its daemons, by command name), opendkim (Postfix's signing milter), the
+used in between: mtad (the `mtad run` process, its submission and DKIM signing processes),
+PostgreSQL (every `postgres` process), Postfix (its daemons, by command name), opendkim (Postfix's signing milter), the
 bare aiosmtpd reference server of the accept part, the sink (`smtp-sink`) and the
 client (`smtp-source`, a child of this process: counted once it has exited, through
 this process's children times). A process that exits during the run is counted by
@@ -26,12 +26,13 @@ POSTFIX = frozenset({"master", "smtpd", "cleanup", "qmgr", "smtp", "trivial-rewr
 PARTIES = ("mtad", "PostgreSQL", "Postfix", "opendkim", "bare aiosmtpd", "receiver", "sink", "client")
 NOTE = """\
 The CPU time (user + system, from /proc) each party used during a run, divided by
-the messages: mtad is the `mtad run` process with its submission processes, PostgreSQL every `postgres` process,
-Postfix its daemons, opendkim Postfix's signing milter, client `smtp-source`. The machine has 2 cores: at 100 % it
-gives 2,000 ms of CPU a second, so a total of T ms per message bounds the rate at
-2,000 / T msgs/s, however the work is spread. Cores busy: all the parties' CPU time
-over the run's wall time, as a share of the machine's cores (the rest idle, or
-other processes; kernel threads such as the disk's are in neither)."""
+the messages: mtad is the `mtad run` process with its submission and DKIM signing
+processes, PostgreSQL every `postgres` process, Postfix its daemons, opendkim
+Postfix's signing milter, client `smtp-source`. The machine has 2 cores: at 100 %
+it gives 2,000 ms of CPU a second, so a total of T ms per message bounds the rate
+at 2,000 / T msgs/s, however the work is spread. Cores busy: all the parties' CPU
+time over the run's wall time, as a share of the machine's cores (the rest idle,
+or other processes; kernel threads such as the disk's are in neither)."""
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -55,8 +56,8 @@ def snapshot(scope: Collection[int] = ()) -> dict[str, float]:
         fields = stat[stat.rindex(")") + 2 :].split()
         parents[int(entry.name)] = int(fields[1])
         seconds = sum(int(f) for f in fields[11:15]) / _TICK  # utime, stime, cutime, cstime
-        if b"mtad run" in command or b"mtad.submission.child" in command:  # the daemon, its submission processes
-            party = "mtad"
+        if b"mtad run" in command or b"mtad.submission.child" in command or b"mtad.signing.rsa_worker" in command:
+            party = "mtad"  # the daemon, its submission and signing processes
         elif b"bench.bare" in command:
             party = "bare aiosmtpd"
         elif b"bench.webhook_receiver" in command:
