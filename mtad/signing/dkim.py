@@ -385,7 +385,10 @@ class Signer:
             return draft.finish(private_operations(keys, draft.digests))
         worker = await self._worker()
         try:
-            made = await asyncio.gather(*(worker.sign(keys[n].der, draft.digests[n]) for n in far))
+            if len(far) == 1:  # the usual case: no task for it
+                made = [await worker.sign(keys[far[0]].der, draft.digests[far[0]])]
+            else:
+                made = await asyncio.gather(*(worker.sign(keys[n].der, draft.digests[n]) for n in far))
         except WorkerGone:  # the process ended, or could not sign: on the loop this once
             if not worker.alive and worker in self._workers:
                 self._workers.remove(worker)
@@ -439,6 +442,7 @@ class Signer:
 
 
 _SPACE_RUNS = re.compile(rb"  +")
+_FROM_DOMAIN = re.compile(rb"@([A-Za-z0-9.-]+)\s*>?\s*$")
 
 
 def relaxed_body(body: bytes) -> bytes:
@@ -460,11 +464,10 @@ def from_domain(message: bytes) -> str | None:
     """The domain of the From field's address (None: none found)."""
     split = message.find(b"\r\n\r\n")
     head = message if split < 0 else message[: split + 2]
-    headers, _ = dkimpy.rfc822_parse(head + b"\r\n")
-    value = next((v for n, v in headers if n.lower() == b"from"), None)
+    value = next((v for n, v in _fields(head) if n.lower() == b"from"), None)
     if value is None:
         return None
-    match = re.search(rb"@([A-Za-z0-9.-]+)\s*>?\s*$", value.replace(b"\r\n", b"").strip())
+    match = _FROM_DOMAIN.search(value.replace(b"\r\n", b"").strip())
     return match.group(1).decode().lower() if match else None
 
 

@@ -134,6 +134,9 @@ def test_the_from_domain() -> None:
     assert dkim.from_domain(PLAIN) == "example.com"
     assert dkim.from_domain(b"From: x@Sub.Example.ORG\r\n\r\n") == "sub.example.org"
     assert dkim.from_domain(b"Subject: none\r\n\r\n") is None
+    assert dkim.from_domain(b"To: a@b.example\r\nfrom: Shop\r\n <news@Shop.example> \r\n\r\nFrom: x@y.example\r\n") == (
+        "shop.example"  # folded, any case, the header's only
+    )
 
 
 def test_bad_names_are_refused() -> None:
