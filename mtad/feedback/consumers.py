@@ -25,7 +25,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -51,7 +51,17 @@ class Stored:
     tenant: str | None
     message: uuid.UUID | None
     delivery: int | None
-    data: dict[str, Any]
+    raw: str | None = field(default=None, repr=False)  # the data as stored (JSON)
+    _data: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The event's data, decoded when first asked for: most consumers look at the
+        kind and the tenant of most events only."""
+        if self._data is None:
+            object.__setattr__(self, "_data", json.loads(self.raw) if self.raw is not None else {})
+            assert self._data is not None
+        return self._data
 
 
 class Handler(Protocol):
@@ -300,4 +310,4 @@ def after(batch: Sequence[Stored], rows: Sequence[db.Row], size: int) -> tuple[i
 def stored(row: db.Row) -> Stored:
     """An event as read by consumers/read.sql (or any query with its columns)."""
     return Stored(row["id"], row["xid"], row["at"], row["kind"], row["tenant"], row["message"], row["delivery"],
-                  json.loads(row["data"]) if row["data"] is not None else {})  # fmt: skip
+                  row["data"])  # fmt: skip
