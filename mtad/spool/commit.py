@@ -31,6 +31,7 @@ import structlog
 from mtad import db
 from mtad.base import errors, metrics
 from mtad.base.envelope import Address
+from mtad.spool import wakeups
 
 log = structlog.get_logger("mtad.spool")
 
@@ -268,7 +269,7 @@ class GroupCommitter:
         try:
             # No one waits past the latest deadline: a write still hanging then is given up.
             async with asyncio.timeout_at(max(pending.deadline for pending in batch)):
-                results = await db.retrying(lambda: self._write_batch([p.message for p in primaries]))
+                results, queued = await db.retrying(lambda: self._write_batch([p.message for p in primaries]))
         except TimeoutError:
             self._fail(batch, errors.OutcomeUnknown("the group commit timed out"), "unknown_outcome")
             return
@@ -291,6 +292,9 @@ class GroupCommitter:
             for follower in pending.followers:
                 _resolve(follower.future, Accepted(accepted.queue_id, duplicate=True))
             self._stats.duplicates += len(pending.followers) + accepted.duplicate
+        await wakeups.consumers(self._db)  # after the replies: the batch's events are committed
+        if queued:
+            await wakeups.delivering_nodes(self._db)
 
     def _fail(self, batch: list[_Pending], exc: errors.SpoolError, kind: str) -> None:
         metrics.COMMIT_FAILURES.labels(kind=kind).inc()
@@ -299,13 +303,14 @@ class GroupCommitter:
             if not pending.future.done():
                 pending.future.set_exception(exc)
 
-    async def _write_batch(self, messages: Sequence[NewMessage]) -> list[Accepted]:
+    async def _write_batch(self, messages: Sequence[NewMessage]) -> tuple[list[Accepted], bool]:
+        """The messages written, and whether deliveries were left queued (for any node)."""
         now = self._now()
         fast = self._fast_path if self._fast_path is not None and self._fast_path.has_room() else None
         row = await self._db.call(
             "spool/accept",
             *accept_arguments(messages, now, now + self._key_window, fast.node if fast else None,
-                              fast.lease_until(now) if fast else None),
+                              fast.lease_until(now) if fast else None, wake_after_commit=True),
         )  # fmt: skip
         assert row is not None
         if fast is not None and row["delivery_ids"]:
@@ -319,15 +324,23 @@ class GroupCommitter:
                 ]
             )
         owners = row["owners"]
-        return [Accepted(owner, duplicate=owner != m.id) for m, owner in zip(messages, owners, strict=True)]
+        accepted = [Accepted(owner, duplicate=owner != m.id) for m, owner in zip(messages, owners, strict=True)]
+        return accepted, row["queued"]
 
 
 def accept_arguments(
-    messages: Sequence[NewMessage], now: datetime, keys_until: datetime, node: str | None, lease_until: datetime | None
+    messages: Sequence[NewMessage],
+    now: datetime,
+    keys_until: datetime,
+    node: str | None,
+    lease_until: datetime | None,
+    *,
+    wake_after_commit: bool = False,
 ) -> tuple[Any, ...]:
     """The arguments of spool/accept.sql for `messages`, written at `now`, their
     idempotency keys kept until `keys_until`, leased to `node` until `lease_until`
-    (None: left to whichever node leases them)."""
+    (None: left to whichever node leases them). `wake_after_commit`: the caller
+    wakes the consumers and the delivering nodes once committed (spool.wakeups)."""
     rcpt_of, rcpts, domains = [], [], []
     for index, m in enumerate(messages, start=1):
         for rcpt in m.recipients:
@@ -340,6 +353,7 @@ def accept_arguments(
         [m.smtputf8 for m in messages], [m.client_address for m in messages], [m.received_at for m in messages],
         [m.priority for m in messages], [m.pool for m in messages], [m.account_pool for m in messages],
         [len(m.recipients) for m in messages], rcpt_of, rcpts, domains, keys_until, now, node, lease_until,
+        wake_after_commit,
     )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ from mtad import db
 from mtad.base import errors, events, lifecycle
 from mtad.base.lifecycle import Reason, State
 from mtad.base.replies import Reply
+from mtad.spool import wakeups
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,8 @@ async def begin(database: db.Database, node: str, attempts: Sequence[Attempt], n
     became: dict[str, set[int]] = {"begun": set(), "suppressed": set(), "held": set()}
     for row in rows:
         became[row["became"]].add(row["id"])
+    if became["suppressed"] or became["held"]:  # their events are committed
+        await wakeups.consumers(database)
     return Begun(frozenset(became["begun"]), frozenset(became["suppressed"]), frozenset(became["held"]))
 
 
@@ -156,7 +159,10 @@ async def record(
         [o.delivery for o in outcomes if o.suppress],
         suppress_for,
     )
-    return set(row["ids"] or ()) if row is not None else set()
+    recorded = set(row["ids"] or ()) if row is not None else set()
+    if recorded:  # their events are committed
+        await wakeups.consumers(database)
+    return recorded
 
 
 async def reap(database: db.Database, now: datetime, batch: int = 1000) -> int:

@@ -166,7 +166,8 @@ async def test_mail_waiting_for_a_session_is_signed_before_its_turn(database: db
             if signer.made == 4:
                 break
             await asyncio.sleep(0)
-        assert signer.made == 4 and len(sink.received) == 0
+        assert signer.made == 4
+        assert len(sink.received) == 0
         sink.release()
     assert len(sink.received) == 4
     assert all(verifies(m.data, key) for m in sink.received)

@@ -6,6 +6,7 @@ import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 import pytest
 
 from mtad import db
@@ -284,3 +285,44 @@ async def test_an_attempt_ends_only_in_an_outcome_a_lease_handed_back_is_release
     with pytest.raises(errors.IllegalTransition, match="release"):
         await leases.record(database, "n1", [outcome(a.id, State.QUEUED, Reason.RELEASED, None)], now)
     assert await states(database) == {a.id: "leased"}
+
+
+class Heard:
+    """The notifications of mtad_events, in the order PostgreSQL sends them (commit order)."""
+
+    def __init__(self) -> None:
+        self.payloads: asyncio.Queue[str] = asyncio.Queue()
+
+    def __call__(self, conn: object, pid: int, channel: str, payload: str) -> None:
+        self.payloads.put_nowait(payload)
+
+    async def until_marker(self, database: db.Database) -> list[str]:
+        """What came before a marker notified now (so in commit order after all that was)."""
+        await query(database, "SELECT pg_notify('mtad_events', 'marker')")
+        heard = []
+        while (payload := await asyncio.wait_for(self.payloads.get(), 10)) != "marker":
+            heard.append(payload)
+        return heard
+
+
+async def test_the_busy_writers_wake_the_consumers_after_their_commit_not_in_it(
+    database: db.Database, dsn: str
+) -> None:
+    """A NOTIFY holds a cluster-wide lock through its transaction's WAL flush: accept,
+    begin and record leave it out and notify once committed, with one notification
+    each (two would mean their own transaction notified too)."""
+    heard, listening = Heard(), await asyncpg.connect(dsn)
+    await listening.add_listener("mtad_events", heard)
+    try:
+        await spool_messages(database, "a@example.com")
+        assert await heard.until_marker(database) == [""]  # accept: its `received` event
+        now = datetime.now(UTC)
+        [d] = await leases.lease(database, "n1", 1, now, now + timedelta(minutes=5))
+        await leases.begin(database, "n1", [leases.Attempt(uuid.uuid4(), (d.id,), "g")], now)
+        assert await heard.until_marker(database) == []  # no event written: nobody woken
+        await leases.record(database, "n1", [outcome(d.id, State.DELIVERED, None, Reply(250, "2.0.0", "ok"))], now)
+        assert await heard.until_marker(database) == [""]
+        await query(database, "INSERT INTO events (at, kind) VALUES (now(), 'received')")  # any other writer
+        assert await heard.until_marker(database) == [""]
+    finally:
+        await listening.close()

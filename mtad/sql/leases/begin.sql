@@ -48,14 +48,17 @@ cancelled AS (
       AND d.lease_owner = $1
     RETURNING d.id, d.message, d.recipient
 ),
+quiet AS (  -- the caller wakes the consumers after the commit when there are events (sql/events/wake.sql)
+    SELECT set_config('mtad.wake_after_commit', 'on', true)
+),
 logged AS (
     INSERT INTO events (at, kind, message, delivery, tenant, data)
     SELECT $5, 'cancelled', c.message, c.id, h.tenant,
            jsonb_build_object('recipient', c.recipient, 'reason', 'suppressed', 'before_attempt', true)
-    FROM cancelled c JOIN mine h ON h.id = c.id
+    FROM cancelled c JOIN mine h ON h.id = c.id CROSS JOIN quiet
     UNION ALL
     SELECT $5, 'requeued', w.message, w.id, h.tenant, '{"reason": "tenant_paused"}'::jsonb
-    FROM waiting w JOIN mine h ON h.id = w.id
+    FROM waiting w JOIN mine h ON h.id = w.id CROSS JOIN quiet
 )
 SELECT id, 'begun' AS became FROM begun
 UNION ALL

@@ -39,8 +39,11 @@ suppressed AS (
     WHERE id = ANY($14::bigint[])
     ON CONFLICT (tenant, address) DO NOTHING
 ),
+quiet AS (  -- the caller wakes the consumers after the commit (sql/events/wake.sql)
+    SELECT set_config('mtad.wake_after_commit', 'on', true)
+),
 logged AS (
     INSERT INTO events (at, kind, message, delivery, tenant, data)
-    SELECT $2, state::text, message, id, ($10::text[])[i], ($11::jsonb[])[i] FROM changed
+    SELECT $2, state::text, message, id, ($10::text[])[i], ($11::jsonb[])[i] FROM changed, quiet
 )
 SELECT array_agg(id) AS ids FROM changed

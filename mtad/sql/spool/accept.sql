@@ -19,11 +19,17 @@
 -- counts; $14 for each recipient the 1-based index of its message, $15 recipients,
 -- $16 their domains; $17 expiry of new keys, $18 now; $19 the node to lease the new
 -- deliveries to at once (the fast path to its ready queues) and $20 until when, or
--- NULL and NULL to leave them queued for any node.
+-- NULL and NULL to leave them queued for any node; $21 true: the caller wakes the
+-- event consumers and the delivering nodes after the commit (sql/events/wake.sql,
+-- sql/leases/notify_due.sql), no NOTIFY is made here.
 --
 -- Returns the owners, and the id, message and recipient of every new delivery to send.
--- New queued deliveries NOTIFY mtad_due, so that delivering nodes lease them at once.
-WITH input AS (
+-- New queued deliveries NOTIFY mtad_due, so that delivering nodes lease them at once
+-- (`queued` says whether there are, for a caller that wakes them itself).
+WITH quiet AS (
+    SELECT set_config('mtad.wake_after_commit', CASE WHEN $21::boolean THEN 'on' ELSE 'off' END, true)
+),
+input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
                 $7::boolean[], $8::text[], $9::timestamptz[], $10::smallint[], $11::text[], $12::text[],
@@ -76,20 +82,21 @@ new_events AS (
     SELECT received, 'received', id, tenant,
            jsonb_build_object('sender', sender, 'recipients', rcpts, 'size', octet_length(body),
                               'message_id', message_id, 'client', client)
-    FROM owned WHERE owner = id
+    FROM owned CROSS JOIN quiet WHERE owner = id
 ),
 suppressed AS (
     INSERT INTO events (at, kind, message, delivery, tenant, data)
     SELECT $18::timestamptz, 'cancelled', d.message, d.id, o.tenant,
            jsonb_build_object('recipient', d.recipient, 'reason', 'suppressed')
-    FROM new_deliveries d JOIN owned o ON o.id = d.message
+    FROM new_deliveries d JOIN owned o ON o.id = d.message CROSS JOIN quiet
     WHERE d.state = 'cancelled'
 )
 SELECT (SELECT array_agg(owner ORDER BY ord) FROM owned) AS owners,
        -- Deliveries left queued wake the delivering nodes (sent at COMMIT).
-       (SELECT pg_notify('mtad_due', '') WHERE $19::text IS NULL
+       (SELECT pg_notify('mtad_due', '') WHERE $19::text IS NULL AND NOT $21::boolean
                                            AND EXISTS (SELECT 1 FROM new_deliveries WHERE state = 'queued'))
            AS notified,
+       EXISTS (SELECT 1 FROM new_deliveries WHERE state = 'queued') AS queued,
        (SELECT array_agg(id ORDER BY id) FROM new_deliveries WHERE state = 'leased') AS delivery_ids,
        (SELECT array_agg(message ORDER BY id) FROM new_deliveries WHERE state = 'leased') AS delivery_messages,
        (SELECT array_agg(recipient ORDER BY id) FROM new_deliveries WHERE state = 'leased') AS delivery_recipients
