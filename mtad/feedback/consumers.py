@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
+import orjson
 import structlog
 
 from mtad import db
@@ -59,7 +59,7 @@ class Stored:
         """The event's data, decoded when first asked for: most consumers look at the
         kind and the tenant of most events only."""
         if self._data is None:
-            object.__setattr__(self, "_data", json.loads(self.raw) if self.raw is not None else {})
+            object.__setattr__(self, "_data", _decode(self.raw) if self.raw is not None else {})
             assert self._data is not None
         return self._data
 
@@ -305,6 +305,14 @@ def after(batch: Sequence[Stored], rows: Sequence[db.Row], size: int) -> tuple[i
     if len(batch) == size and batch[-1].xid is not None:
         return batch[-1].xid, batch[-1].id
     return int(rows[0]["horizon"]), 0
+
+
+def _decode(raw: str) -> dict[str, Any]:
+    """JSON as PostgreSQL gives jsonb: orjson reads it in a quarter of the standard
+    library's time (an integer past 64 bits, which mtad never writes, would come back
+    a float)."""
+    decoded: dict[str, Any] = orjson.loads(raw)
+    return decoded
 
 
 def stored(row: db.Row) -> Stored:
