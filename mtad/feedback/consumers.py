@@ -10,7 +10,8 @@ outside (a request) at least once. The position row is locked while a batch is
 handled (SKIP LOCKED): on several nodes each event is handled once per consumer,
 by whichever node holds the row (an Attempting handler's is claimed by a session
 lock instead while its batch is attempted outside a transaction). A consumer wakes on NOTIFY `mtad_events` (one
-per transaction that writes events; it lingers a moment so that a batch gathers
+per transaction that writes events, sent after the commit by the accept, begin
+and record writers: spool.wakeups; it lingers a moment so that a batch gathers
 what commits meanwhile), else every `poll`; it catches up by itself
 after downtime or a kill -9, since nothing moves its position but a commit. A
 batch that fails is retried after a pause (doubling up to a minute), alone if it
