@@ -170,6 +170,10 @@ class GroupCommitter:
         self._expiry: asyncio.TimerHandle | None = None  # armed while a message waits
         self._closed = False
         self._stats = CommitterStats()
+        self._to_wake = False  # batches were committed since the last wake-up sent
+        self._due = False  # and deliveries were left queued by one of them
+        self._committed = asyncio.Event()  # for _waking: a batch was committed, or run() ends
+        self._ending = False
 
     def statistics(self) -> CommitterStats:
         self._stats.queued = self._queue.qsize()
@@ -220,21 +224,26 @@ class GroupCommitter:
         One batch is in flight at a time: measured here, two or three writers
         made smaller batches and no more throughput.
         """
-        stopping = False
-        while not stopping:
-            first = await self._queue.get()
-            if first is None:
-                break
-            if self._window > 0 and self._queue.qsize() < self._max_batch - 1:
-                await asyncio.sleep(self._window)
-            batch = [first]
-            while len(batch) < self._max_batch and not self._queue.empty():
-                item = self._queue.get_nowait()
-                if item is None:
-                    stopping = True
+        async with asyncio.TaskGroup() as tasks:
+            waking = tasks.create_task(self._waking())
+            stopping = False
+            while not stopping:
+                first = await self._queue.get()
+                if first is None:
                     break
-                batch.append(item)
-            await self._write(batch)
+                if self._window > 0 and self._queue.qsize() < self._max_batch - 1:
+                    await asyncio.sleep(self._window)
+                batch = [first]
+                while len(batch) < self._max_batch and not self._queue.empty():
+                    item = self._queue.get_nowait()
+                    if item is None:
+                        stopping = True
+                        break
+                    batch.append(item)
+                await self._write(batch)
+            self._ending = True  # _waking sends what is left and returns
+            self._committed.set()
+            await waking
 
     async def run_until_idle(self) -> None:
         """Write what is queued now, then return (for tests and tools)."""
@@ -245,6 +254,28 @@ class GroupCommitter:
                 batch.append(item)
         for start in range(0, len(batch), self._max_batch):
             await self._write(batch[start : start + self._max_batch])
+        await self._wake()
+
+    async def _waking(self) -> None:
+        """Send the wake-ups of committed batches, beside the writing: the next batch
+        never waits for them, and one wake-up covers the batches committed while the
+        previous one was on its way."""
+        while True:
+            await self._committed.wait()
+            self._committed.clear()
+            await self._wake()
+            if self._ending and not self._to_wake:  # else a batch committed during that wake
+                return
+
+    async def _wake(self) -> None:
+        """Wake the event consumers and, for queued deliveries, the delivering nodes
+        (spool.wakeups), when a batch was committed since the last time."""
+        if not self._to_wake:
+            return
+        due, self._to_wake, self._due = self._due, False, False
+        await wakeups.consumers(self._db)
+        if due:
+            await wakeups.delivering_nodes(self._db)
 
     async def _write(self, queued: list[_Pending]) -> None:
         now = asyncio.get_running_loop().time()
@@ -292,9 +323,8 @@ class GroupCommitter:
             for follower in pending.followers:
                 _resolve(follower.future, Accepted(accepted.queue_id, duplicate=True))
             self._stats.duplicates += len(pending.followers) + accepted.duplicate
-        await wakeups.consumers(self._db)  # after the replies: the batch's events are committed
-        if queued:
-            await wakeups.delivering_nodes(self._db)
+        self._to_wake, self._due = True, self._due or queued
+        self._committed.set()  # its events are committed: _waking sends the NOTIFY
 
     def _fail(self, batch: list[_Pending], exc: errors.SpoolError, kind: str) -> None:
         metrics.COMMIT_FAILURES.labels(kind=kind).inc()
