@@ -117,7 +117,7 @@ class _Job:
     priority: int
     created_at: datetime
     started: bool = False  # taken from its ready queue
-    signed_ahead: bool = False
+    signed_ahead: bool = False  # counted in its group's signed_ahead until it starts
 
 
 @dataclass(slots=True)
