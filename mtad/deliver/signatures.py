@@ -38,6 +38,9 @@ class Signed:
 
 
 class Signatures:
+    """A node's signing: its signer (the active keys, the RSA workers) and the writes
+    of the signatures kept for retries, batched."""
+
     def __init__(self, signer: dkim.Signer, database: db.Database) -> None:
         self.signer = signer
         self._db = database
