@@ -59,10 +59,11 @@ class Stored:
     def data(self) -> dict[str, Any]:
         """The event's data, decoded when first asked for: most consumers look at the
         kind and the tenant of most events only."""
-        if self._data is None:
-            object.__setattr__(self, "_data", _decode(self.raw) if self.raw is not None else {})
-            assert self._data is not None
-        return self._data
+        data = self._data
+        if data is None:
+            data = _decode(self.raw) if self.raw is not None else {}
+            object.__setattr__(self, "_data", data)
+        return data
 
 
 class Handler(Protocol):
