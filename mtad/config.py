@@ -58,6 +58,7 @@ class DatabaseSettings:
 class SpoolSettings:
     commit_window: float
     commit_max_batch: int
+    commit_max_batch_bytes: int
     commit_timeout: float
     idempotency_window: float  # how long a resubmission is recognised by its key
 
@@ -420,6 +421,7 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
     "spool": {
         "commit_window": (duration, "0s"),
         "commit_max_batch": (_integer(1, 10_000), 200),
+        "commit_max_batch_bytes": (size, "1MiB"),
         "commit_timeout": (_positive_duration, "15s"),
         "idempotency_window": (_positive_duration, "24h"),
     },

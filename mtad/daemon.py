@@ -165,6 +165,7 @@ class Daemon:
         if settings.admin.token is not None:
             injecting = commit.GroupCommitter(database, window=settings.spool.commit_window,
                                               max_batch=settings.spool.commit_max_batch,
+                                              max_batch_bytes=settings.spool.commit_max_batch_bytes,
                                               timeout=settings.spool.commit_timeout,
                                               idempotency_window=settings.spool.idempotency_window,
                                               fast_path=engine)  # fmt: skip
@@ -468,6 +469,7 @@ def port_settings(settings: config.Settings, dsn: str) -> port.PortSettings:
         submission=settings.submission,
         commit_window=settings.spool.commit_window,
         commit_max_batch=settings.spool.commit_max_batch,
+        commit_max_batch_bytes=settings.spool.commit_max_batch_bytes,
         commit_timeout=settings.spool.commit_timeout,
         idempotency_window=settings.spool.idempotency_window,
         log_format=settings.log.format,

@@ -27,6 +27,7 @@ class PortSettings:
     submission: submission.Settings
     commit_window: float
     commit_max_batch: int
+    commit_max_batch_bytes: int
     commit_timeout: float
     idempotency_window: float
     log_format: str
@@ -73,6 +74,7 @@ class InProcess:
             database,
             window=settings.commit_window,
             max_batch=settings.commit_max_batch,
+            max_batch_bytes=settings.commit_max_batch_bytes,
             timeout=settings.commit_timeout,
             idempotency_window=settings.idempotency_window,
             fast_path=fast_path,

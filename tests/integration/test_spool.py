@@ -175,6 +175,44 @@ async def test_run_until_idle_writes_what_is_queued(database: db.Database) -> No
     assert committer.statistics().batches == 3  # 3 + 3 + 1
 
 
+async def test_batches_closed_by_their_bytes_are_written_two_at_a_time(dsn: str, database: db.Database) -> None:
+    """A batch that reaches max_batch_bytes is written beside the next one, never
+    more than two at once. Here another transaction holds a lock the accept statement
+    waits for, so the batches in flight can be counted in PostgreSQL. The second
+    batch resubmits the first one's keys in the other order: whichever claims them
+    first, the other waits for its commit and answers with its queue ids."""
+    body = b"Subject: x\r\n\r\n" + b"y" * 4000 + b"\r\n"
+    committer = commit.GroupCommitter(database, max_batch_bytes=2 * len(body))
+    keys = ["key:a", "key:b", "key:b", "key:a", "key:c", "key:d"]  # three batches of two
+    locker = await db.connect_once(dsn)
+    try:
+        await locker.execute_text("BEGIN")
+        await locker.execute_text("LOCK TABLE messages IN SHARE MODE")
+        async with running(committer):
+            commits = [asyncio.create_task(committer.commit(message(key=key, body=body))) for key in keys]
+            for _ in range(500):  # each a round trip to PostgreSQL
+                [waiting] = await query(
+                    database,
+                    "SELECT count(*) AS n FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND datname = current_database()",
+                )
+                if waiting["n"] >= 2:
+                    break
+            assert waiting["n"] == 2  # the first two batches; the third waits for one of them
+            await locker.execute_text("ROLLBACK")
+            accepted = await asyncio.gather(*commits)
+    finally:
+        await db.close(locker)
+
+    # Either batch may claim the keys first: the other one's messages are its duplicates.
+    assert (accepted[0].queue_id, accepted[1].queue_id) == (accepted[3].queue_id, accepted[2].queue_id)
+    assert [a.duplicate for a in accepted].count(True) == 2
+    assert [a.duplicate for a in accepted[4:]] == [False, False]
+    assert committer.statistics().batches == 3
+    [count] = await query(database, "SELECT count(*) AS n FROM messages")
+    assert count["n"] == 4
+
+
 async def timed(
     committer: commit.GroupCommitter, msg: commit.NewMessage
 ) -> tuple[float, commit.Accepted | errors.SpoolError]:

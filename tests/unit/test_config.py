@@ -28,6 +28,7 @@ def test_the_reference_file_loads_with_its_documented_values() -> None:
     assert ipaddress.ip_network("127.0.0.0/8") in settings.submission.trusted_networks
     assert settings.submission.require_auth is False
     assert settings.spool.commit_window == 0
+    assert settings.spool.commit_max_batch_bytes == 1024 * 1024
     assert settings.http.listen == HostPort("127.0.0.1", 9108)
     assert (settings.log.format, settings.log.level) == ("json", "info")
     assert settings.node.id
@@ -119,8 +120,16 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
 def test_a_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
     path = write(tmp_path, "")
     with pytest.raises(errors.ConfigError) as info:
-        config.load(path, environ={"MTAD_SUBMISSION_MAX_RECIPIENTS": "lots", "MTAD_LOG_COLOUR": "red"})
+        config.load(
+            path,
+            environ={
+                "MTAD_SUBMISSION_MAX_RECIPIENTS": "lots",
+                "MTAD_LOG_COLOUR": "red",
+                "MTAD_SPOOL_COMMIT_MAX_BATCH_BYTES": "0",
+            },
+        )
     problems = "\n".join(info.value.problems)
+    assert "MTAD_SPOOL_COMMIT_MAX_BATCH_BYTES: a size must be larger than zero" in problems
     assert "MTAD_SUBMISSION_MAX_RECIPIENTS: expected a whole number" in problems
     assert "MTAD_LOG_COLOUR: unknown key 'colour' in [log]" in problems
 
