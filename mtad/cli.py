@@ -245,6 +245,43 @@ def _tenant_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+async def tls_show(args: argparse.Namespace, settings: config.Basics) -> int:
+    """A recipient domain's MTA-STS policy as kept in the spool, with its last failure."""
+    from mtad.outbound import policies
+
+    async with _spool(settings) as opened:
+        kept = await policies.cached(opened.database, args.domain)
+    now = datetime.now(UTC)
+    shown = (kept or policies.Cached(args.domain, None, None, None, None)).describe(now)
+    if args.json:
+        print(_json(shown))
+        return EXIT_OK
+    print(f"domain        {args.domain}")
+    if shown["mode"] is None:
+        print("policy        none cached (mtad fetches one when it delivers to the domain and it publishes one)")
+    else:
+        state = "expired" if shown["expired"] else "in force"
+        print(f"policy        MTA-STS, id {shown['policy_id']}, {state}")
+        print(f"mode          {shown['mode']}")
+        print(f"mx            {', '.join(shown['mx']) or '-'}")
+        print(f"max_age       {shown['max_age']} s")
+        print(f"fetched       {shown['fetched_at']}")
+        print(f"expires       {shown['expires_at']}")
+    failure = f"{shown['failed_at']}: {shown['last_failure']}" if shown["last_failure"] else "none"
+    print(f"last failure  {failure}")
+    return EXIT_OK
+
+
+def _domain_name(text: str) -> str:
+    from mtad.base import envelope
+
+    domain = text.strip().rstrip(".").lower()
+    try:
+        return envelope.parse_mailbox(f"postmaster@{domain}").domain
+    except errors.MtadError as exc:
+        raise argparse.ArgumentTypeError(f"not a domain name: {text!r} ({exc})") from None
+
+
 async def tenants_pause(args: argparse.Namespace, settings: config.Basics) -> int:
     from mtad.spool import tenants
 
@@ -1140,6 +1177,15 @@ def _parser() -> argparse.ArgumentParser:
     tprob.add_argument("name", type=_tenant_name)
     tprob.add_argument("state", choices=["on", "off"])
     tprob.set_defaults(command=tenants_probation)
+
+    tls_parser = commands.add_parser("tls", parents=[common], help="See the recipient domains' TLS policies.")
+    tls_commands = tls_parser.add_subparsers(dest="tls_command", required=True)
+    tlshow = tls_commands.add_parser(
+        "show", parents=[common], help="A domain's MTA-STS policy as cached: mode, mx, fetched, expires, last failure."
+    )
+    tlshow.add_argument("domain", type=_domain_name)
+    tlshow.add_argument("--json", action="store_true", help="one JSON object")
+    tlshow.set_defaults(command=tls_show)
 
     rep_parser = commands.add_parser(
         "reputation", parents=[common], help="The sliding windows of outcomes by tenant, provider group and source."

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of
     from mtad.deliver import delivery, egress
     from mtad.feedback import inbound, inbox, reputation, suppression, webhook_delivery
     from mtad.mailboxes import relay
-    from mtad.outbound import routing, sessions
+    from mtad.outbound import policies, routing, sessions
     from mtad.signing import rotation
     from mtad.spool import quotas, retention
 
@@ -156,6 +156,7 @@ class DeliverySettings:
     routes: Mapping[str, HostPort]  # domain -> relay
     pools: Mapping[str, egress.PoolSettings]  # [pools.NAME]
     relay: relay.Settings  # [account_pools.NAME] and the [accounts] responses
+    tls: policies.Settings  # the recipient domains' TLS policies: MTA-STS, DANE
     dkim_processes: int  # RSA signatures made off the event loop, in this many processes (0: on it)
 
 
@@ -428,8 +429,11 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
     "tls": {
         "cert": (_optional_path, ""),
         "key": (_optional_path, ""),
-        "outbound": (_choice("opportunistic", "required"), "opportunistic"),
+        "outbound": (_choice("opportunistic", "required", "dane"), "opportunistic"),
         "ca_file": (_ca_file, ""),
+        "mta_sts": (_boolean, True),
+        "mta_sts_port": (_integer(1, 65535), 443),
+        "mta_sts_timeout": (_positive_duration, "10s"),
     },
     "http": {
         "listen": (_optional_host_port, "127.0.0.1:9108"),
@@ -1049,7 +1053,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
     from mtad.deliver import delivery
     from mtad.feedback import inbound, inbox, reputation, suppression, webhook_delivery
     from mtad.mailboxes import accounts, relay
-    from mtad.outbound import sessions
+    from mtad.outbound import policies, sessions
     from mtad.signing import rotation
     from mtad.spool import retention
 
@@ -1148,6 +1152,13 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
                     trips_per_day=a["trips_to_disconnect"],
                 ),
                 poll=d["poll_interval"],
+                ca_file=values["tls"]["ca_file"],
+            ),
+            tls=policies.Settings(
+                mta_sts=values["tls"]["mta_sts"],
+                dane=values["tls"]["outbound"] == "dane",
+                https_port=values["tls"]["mta_sts_port"],
+                fetch_timeout=values["tls"]["mta_sts_timeout"],
                 ca_file=values["tls"]["ca_file"],
             ),
             dkim_processes=values["dkim"]["processes"],

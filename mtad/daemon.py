@@ -57,7 +57,7 @@ from mtad.feedback import (
     webhook_delivery,
 )
 from mtad.mailboxes import relay
-from mtad.outbound import routing, sessions
+from mtad.outbound import policies, routing, sessions
 from mtad.signing import dkim, rotation
 from mtad.spool import commit, leases, nodes, quotas, retention, suspensions, tenants
 from mtad.submission import port, processes
@@ -126,6 +126,7 @@ class Daemon:
         resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)
         router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
         engine = None
+        tls_policies = policies.Policies(database, resolver, out.tls)  # MTA-STS and DANE
         signer = dkim.Signer(processes=out.dkim_processes)
         sealer = _vault(settings)
         tokens = _unsubscribing(settings.unsubscribe)
@@ -145,7 +146,8 @@ class Daemon:
             url = settings.unsubscribe.url
             links = unsubscribe.Unsubscribing(tokens, url) if tokens is not None and url is not None else None
             engine = delivery.Delivery(
-                out.engine, queue, router, sessions.Pool(out.sessions), out.rules, pools=egress.Egress(out.pools),
+                out.engine, queue, router, sessions.Pool(out.sessions, verified_tls=policies.trust(out.tls.ca_file)),
+                out.rules, pools=egress.Egress(out.pools), tls=tls_policies,
                 mailboxes=mailboxes, signer=signer, verp=_verp(settings.bounces), unsubscribing=links,
                 on_probation=states.on_probation, controls=controls,
             )  # fmt: skip
@@ -289,6 +291,7 @@ class Daemon:
             with contextlib.suppress(errors.SpoolError):
                 await nodes.deregister(database, node_id)
             await signer.close()
+            await tls_policies.close()
         logger.info("stopped")
 
     async def _reloading(self, database: db.Database, live: _Live) -> None:

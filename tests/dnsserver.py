@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+import dns.flags
 import dns.message
 import dns.query
 import dns.rcode
@@ -119,11 +120,21 @@ class ServfailServer:
 class PickyServer(ServfailServer):
     """A UDP DNS server on loopback answering from `records` ({(name, type): [rdata]},
     TTL 300; an unknown name is NXDOMAIN) except for the queries in `failing`
-    ({(name, type): "REFUSED" | "SERVFAIL" | "silent"}, silent: no answer at all)."""
+    ({(name, type): "REFUSED" | "SERVFAIL" | "silent"}, silent: no answer at all).
+    With `validating`, it answers as a validating resolver does for a signed zone: the
+    AD bit set when the query asks for it (RFC 6840 5.7)."""
 
-    def __init__(self, records: dict[tuple[str, str], list[str]], failing: dict[tuple[str, str], str]) -> None:
+    def __init__(
+        self,
+        records: dict[tuple[str, str], list[str]],
+        failing: dict[tuple[str, str], str] | None = None,
+        *,
+        validating: bool = False,
+    ) -> None:
         self.records = records
-        self.failing = failing
+        self.failing = failing or {}
+        self.validating = validating
+        self.asked_ad: list[bool] = []  # per query: whether it set the AD bit
         super().__init__()
 
     def _answer(self, query: dns.message.Message) -> dns.message.Message | None:
@@ -131,6 +142,10 @@ class PickyServer(ServfailServer):
         name = question.name.to_text().rstrip(".").lower()
         rdtype = dns.rdatatype.to_text(question.rdtype)
         response = dns.message.make_response(query)
+        asked = bool(query.flags & dns.flags.AD)
+        self.asked_ad.append(asked)
+        if self.validating and asked:
+            response.flags |= dns.flags.AD
         failure = self.failing.get((name, rdtype))
         if failure == "silent":
             return None

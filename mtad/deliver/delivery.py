@@ -50,7 +50,7 @@ from mtad.deliver.signatures import Signatures, Signed
 from mtad.feedback.unsubscribe import Unsubscribing
 from mtad.feedback.verp import Verp
 from mtad.mailboxes import accounts, relay
-from mtad.outbound import outcomes, routing, sessions
+from mtad.outbound import outcomes, policies, routing, sessions
 from mtad.outbound.outcomes import Failure, Verdict
 from mtad.signing import dkim
 from mtad.spool import commit, leases, nodes, suspensions
@@ -166,6 +166,7 @@ class Delivery:
         unsubscribing: Unsubscribing | None = None,
         on_probation: Callable[[str], bool] = lambda tenant: False,
         controls: suspensions.Controls | None = None,
+        tls: policies.Policies | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: random.Random | None = None,
     ) -> None:
@@ -183,6 +184,7 @@ class Delivery:
         self._unsubscribing = unsubscribing  # links for the tenants of settings.list_unsubscribe
         self._on_probation = on_probation  # tenants.States.on_probation
         self._controls = controls  # the operator's suspensions and reroutes
+        self._tls = tls  # the recipient domains' TLS policies (MTA-STS, DANE)
         self._default_source = pool.settings.source_address or ""  # the source of mail without a pool
         self._now = now
         self._rng = rng or random.Random()
@@ -623,7 +625,8 @@ class Delivery:
                 self._taken(out, group.name)
                 self._holdings.working(job.deliveries)
                 verp = self._verp.sender(job.deliveries[0].id) if self._verp and len(job.deliveries) == 1 else None
-                way = strategies.ToMx(route, out, self._shaper, self._rng, on_answer=self._on_answer(group), verp=verp)
+                way = strategies.ToMx(route, out, self._shaper, self._rng, on_answer=self._on_answer(group), verp=verp,
+                                      tls=self._tls)  # fmt: skip
                 self._spawn(self._attempt(job, group, way))
         finally:
             group.dispatching = False
@@ -811,6 +814,11 @@ class Delivery:
             data.update(address=result.address, source=result.source, tls=result.tls, reused=result.reused)
             if result.failure is not None:
                 data["failure"] = result.failure.value
+            if result.tls_policy is not None:
+                data["tls_policy"] = result.tls_policy.value
+                if result.tls_error is not None:
+                    data["tls_error"] = result.tls_error
+                    self._spawn(self._tls_failed(job.domain, result.tls_error))
             if result.maybe_sent:
                 data["maybe_delivered"] = True
             metrics.SESSIONS_REUSED.labels(group=group.name).inc(result.reused)
@@ -828,6 +836,13 @@ class Delivery:
                 self._holdings.job_done(job.message)
                 return
         await self._finish(job, group.name, verdicts, data, started_at=started_at)
+
+    async def _tls_failed(self, domain: str, why: str) -> None:
+        """Keep a delivery's failure of its domain's TLS policy for `mtad tls show`."""
+        try:
+            await policies.failed(self._db, domain, why, self._now())
+        except errors.SpoolError as exc:
+            log.warning("tls_failure_not_kept", domain=domain, error=str(exc))
 
     def _with_unsubscribe(self, job: _Job, message: Message, body: bytes) -> bytes:
         """The body with the recipient's List-Unsubscribe fields (one-click, RFC 8058) when

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mtad import db
-from mtad.base import headers
+from mtad.base import errors, headers
+from mtad.base.lifecycle import Reason
 from mtad.deliver import egress, shaping
 from mtad.deliver.holdings import Message
 from mtad.mailboxes import accounts, relay
-from mtad.outbound import routing, sessions
+from mtad.outbound import policies, routing, sessions
 from mtad.outbound.outcomes import Class, Failure, Verdict
 from mtad.spool.leases import Leased
 
@@ -122,7 +123,8 @@ class Strategy(Protocol):
 
 class ToMx:
     """Straight to the domain's MX hosts, from a pool's source address, on a permission
-    of its (provider group, source address) bucket."""
+    of its (provider group, source address) bucket, held to the domain's TLS policy
+    (outbound.policies): the hosts it allows, each with what its session must show."""
 
     def __init__(
         self,
@@ -133,8 +135,10 @@ class ToMx:
         *,
         on_answer: Callable[[Source, Feedback | None], None],
         verp: str | None = None,
+        tls: policies.Policies | None = None,
     ) -> None:
         self.route = route
+        self._tls = tls
         self.verp = verp  # the envelope sender that names the delivery (None: the message's own)
         self.source = source
         self._shaper = shaper
@@ -147,9 +151,22 @@ class ToMx:
 
     async def plan(self, message: Message, data: dict[str, Any]) -> Plan | Verdict:
         assert message.body is not None  # read for sending
+        applied = policies.NONE
+        if self._tls is not None:
+            try:
+                applied = await self._tls.of(self.route)
+            except errors.RouteTempFail as exc:
+                data["tls_error"] = f"the TLS policy of {self.route.domain} could not be looked up: {exc}"
+                return Verdict(Class.TRANSIENT, Reason.DNS_TEMPFAIL, False)
+        if applied.kind is not None:
+            data["tls_policy"] = applied.kind.value
+        if applied.refused is not None:
+            data["tls_error"] = applied.refused
+            return Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False)
         targets = [
-            sessions.Target(hop.name, address, hop.port)
+            sessions.Target(hop.name, address, hop.port, applied.verify.get(hop.name))
             for hop in self.route.attempt_order(self._rng)
+            if applied.allows(hop.name)
             for address in hop.addresses
         ]
         sender = message.sender

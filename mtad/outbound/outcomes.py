@@ -45,6 +45,7 @@ class Failure(enum.StrEnum):
     CONNECT_FAILED = "connect_failed"  # every MX host refused or did not answer
     TLS_FAILED = "tls_failed"  # the STARTTLS handshake failed
     TLS_REQUIRED = "tls_required"  # TLS is required and the receiver offers none
+    TLS_POLICY = "tls_policy"  # the receiver fails the domain's MTA-STS or DANE policy
     TIMEOUT = "timeout"  # the receiver stopped answering mid-session
     DISCONNECTED = "disconnected"  # the connection dropped before DATA
     DISCONNECTED_IN_DATA = "disconnected_in_data"  # dropped after the data was sent: maybe delivered
@@ -83,6 +84,7 @@ _FAILURES: Mapping[Failure, Verdict] = {
     Failure.CONNECT_FAILED: Verdict(Class.TRANSIENT, Reason.CONNECT_FAILED, False),
     Failure.TLS_FAILED: Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False),
     Failure.TLS_REQUIRED: Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False),
+    Failure.TLS_POLICY: Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False),
     Failure.TIMEOUT: Verdict(Class.TRANSIENT, Reason.TIMEOUT, False),
     Failure.DISCONNECTED: Verdict(Class.TRANSIENT, Reason.DISCONNECTED, False),
     Failure.DISCONNECTED_IN_DATA: Verdict(Class.TRANSIENT, Reason.DISCONNECTED, False),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import random
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,6 +29,7 @@ from typing import Any, Protocol
 
 import dns.asyncresolver
 import dns.exception
+import dns.flags
 import dns.nameserver
 import dns.rdatatype
 import dns.resolver
@@ -46,17 +48,33 @@ class Records:
     """The answer to one question: rdata as text, and how long it may be cached.
 
     An empty answer (no such records) carries the negative-caching TTL;
-    `nxdomain` says the name itself does not exist.
+    `nxdomain` says the name itself does not exist. `secure`: the resolver set
+    the AD bit (it validated the answer with DNSSEC); only a validating resolver
+    the operator trusts, on a path no one else can write to, makes that mean anything.
     """
 
     values: tuple[str, ...]
     ttl: float
     nxdomain: bool = False
+    secure: bool = False
+
+
+_TXT_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_TXT_ESCAPE = re.compile(r"\\(\d{3}|.)")
+
+
+def txt_text(value: str) -> str:
+    """A TXT record's text from its rdata as written (quoted strings, escaped, as
+    dnspython and zone files write it): the strings joined; text not quoted as is."""
+    if not value.startswith('"'):
+        return value
+    joined = "".join(_TXT_STRING.findall(value))
+    return _TXT_ESCAPE.sub(lambda m: chr(int(m.group(1))) if m.group(1).isdigit() else m.group(1), joined)
 
 
 class Resolver(Protocol):
     async def lookup(self, name: str, rdtype: str) -> Records:
-        """Records of rdtype ("MX", "A", "AAAA") at name; raises RouteTempFail."""
+        """Records of rdtype ("MX", "A", "AAAA", "TXT", "TLSA") at name; raises RouteTempFail."""
         ...
 
 
@@ -71,20 +89,27 @@ class DnsResolver:
             self._resolver = dns.asyncresolver.Resolver()  # the system's /etc/resolv.conf
         self._resolver.lifetime = timeout
         self._resolver.cache = None  # the Router caches routes
+        self._resolver.flags = dns.flags.RD | dns.flags.AD  # RFC 6840 5.7: ask for the AD bit
 
     async def lookup(self, name: str, rdtype: str) -> Records:
         try:
             answer = await self._resolver.resolve(name, rdtype, raise_on_no_answer=False, search=False)
         except dns.resolver.NXDOMAIN as exc:
-            return Records((), _negative_ttl(exc), nxdomain=True)
+            return Records((), _negative_ttl(exc), nxdomain=True, secure=_secure(exc))
         except (dns.resolver.NoNameservers, dns.exception.Timeout) as exc:
             raise errors.RouteTempFail(f"{rdtype} {name}: {exc}") from exc
         except dns.exception.DNSException as exc:
             raise errors.RouteTempFail(f"{rdtype} {name}: {type(exc).__name__}: {exc}") from exc
         ttl = max(0.0, answer.expiration - time.time())
+        secure = bool(answer.response.flags & dns.flags.AD)
         if answer.rrset is None:
-            return Records((), ttl)
-        return Records(tuple(rdata.to_text() for rdata in answer.rrset), ttl)
+            return Records((), ttl, secure=secure)
+        return Records(tuple(rdata.to_text() for rdata in answer.rrset), ttl, secure=secure)
+
+
+def _secure(exc: dns.resolver.NXDOMAIN) -> bool:
+    responses = exc.responses().values()  # type: ignore[no-untyped-call]
+    return bool(responses) and all(r.flags & dns.flags.AD for r in responses)
 
 
 def _negative_ttl(exc: dns.resolver.NXDOMAIN) -> float:
@@ -181,6 +206,7 @@ class Route:
     limits: limits.Limits  # the provider's shaping limits
     hops: tuple[Hop, ...]  # in preference order; equal preferences in random order per call
     relay: bool = False  # a static route, not DNS
+    secure: bool = False  # the MX answer was DNSSEC-validated (the AD bit): DANE may apply
 
     def attempt_order(self, rng: random.Random | None = None) -> list[Hop]:
         """The hops in preference order, shuffled among equal preferences (RFC 5321 5.1)."""
@@ -303,7 +329,7 @@ class Router:
                 return Undeliverable(domain, f"the domain {domain} has no MX and no address record"), ttl
             raise errors.RouteTempFail(f"no MX host of {domain} has an address")
         group, group_limits = self._providers.group_of(h.name for h in hops)
-        return Route(domain, group, group_limits, tuple(hops)), ttl
+        return Route(domain, group, group_limits, tuple(hops), secure=mx.secure), ttl
 
     async def _addresses(self, host: str) -> tuple[tuple[str, ...], float]:
         """IPv4 then IPv6 addresses of host (an IP literal is its own address). A lookup

@@ -11,7 +11,12 @@ A session carries up to `max_messages` transactions, is closed after
 `idle_timeout` unused, and at most `max_per_host` are open to one address.
 STARTTLS is used whenever offered (with one shared client context: building
 one per connection cost 10x); with `tls_required`, a receiver that does not
-offer it is not sent to.
+offer it is not sent to. A target under a domain's TLS policy (`policies.Verify`)
+must offer STARTTLS and show a certificate valid for its name (MTA-STS, against
+the trust store) or matching its TLSA records (DANE); otherwise it is refused
+with a failure that says why (`Result.tls_error`), except under an MTA-STS policy
+in testing mode, where the failure is only noted and the session goes on as it
+would without the policy. Sessions are pooled per policy too.
 
 Relay through a sending mailbox: with a `Login`, the session goes to the
 account's smarthost over TLS whose certificate is verified (STARTTLS, required,
@@ -24,6 +29,7 @@ two accounts. A refused login is the transaction's reply for every recipient
 
 from __future__ import annotations
 
+import _ssl
 import asyncio
 import contextlib
 import re
@@ -31,7 +37,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aiosmtplib
 import aiosmtplib.protocol
@@ -39,8 +45,12 @@ import aiosmtplib.smtp
 
 from mtad.base import metrics
 from mtad.base.replies import Reply
+from mtad.outbound import dane
 from mtad.outbound.outcomes import Failure
+from mtad.outbound.policies import Kind, Verify
 
+_DER = _ssl.ENCODING_DER
+_NAMES = {Kind.DANE: "DANE", Kind.MTA_STS: "MTA-STS"}
 _ENHANCED = re.compile(r"^([245]\.\d{1,3}\.\d{1,3})\s*")
 
 
@@ -97,6 +107,8 @@ class Result:
     address: str = ""  # the address connected to
     source: str | None = None
     tls: str | None = None  # "TLSv1.3", or None in clear
+    tls_policy: Kind | None = None  # the policy the session was held to
+    tls_error: str | None = None  # why it failed that policy (refused, or noted under MTA-STS testing)
     data_sent: bool = False  # the message went out: an unknown outcome may be a delivery
     reused: bool = False  # over a session opened for an earlier transaction
 
@@ -128,6 +140,7 @@ class Target:
     host: str  # MX host name (for logs and events)
     address: str
     port: int
+    verify: Verify | None = None  # the domain's TLS policy for this host; None: opportunistic
 
 
 def reply_of(code: int, message: str) -> Reply:
@@ -141,16 +154,19 @@ def reply_of(code: int, message: str) -> Reply:
 
 
 class _Session:
-    def __init__(self, client: aiosmtplib.SMTP, target: Target, tls: str | None, now: float, label: str) -> None:
+    def __init__(
+        self, client: aiosmtplib.SMTP, target: Target, tls: str | None, now: float, label: str, noted: str | None
+    ) -> None:
         self.client = client
         self.label = label  # the provider group it was opened for (for metrics)
         self.target = target
         self.tls = tls
+        self.noted = noted  # a policy failure let through (MTA-STS testing)
         self.messages = 0
         self.last_used = now
         self.smtputf8 = client.supports_extension("smtputf8")
         self.pipelining = client.supports_extension("pipelining")
-        self.key: tuple[str, int, str | None, str | None] = (target.address, target.port, None, None)  # its pool
+        self.key: _Key = (target.address, target.port, None, None, None)  # its pool
 
     @property
     def alive(self) -> bool:
@@ -163,8 +179,12 @@ class _Session:
         self.client.close()
 
 
+_Key = tuple[str, int, str | None, str | None, Verify | None]  # address, port, source, account, policy
+
+
 class _HostPool:
-    """Sessions to one (address, port, source): idle ones, and a cap on open ones."""
+    """Sessions to one (address, port, source, account, policy): idle ones, and a cap
+    on open ones."""
 
     def __init__(self, cap: int) -> None:
         self.idle: list[_Session] = []
@@ -189,18 +209,20 @@ class Pool:
         *,
         now: Callable[[], float] = time.monotonic,
         relay_tls: ssl.SSLContext | None = None,
+        verified_tls: ssl.SSLContext | None = None,
     ) -> None:
         self.settings = settings
         self._now = now
-        self._hosts: dict[tuple[str, int, str | None, str | None], _HostPool] = {}
+        self._hosts: dict[_Key, _HostPool] = {}
         # Smarthosts are verified (a login must not go to whoever answers); tests give
         # a context that trusts their own CA.
         self._relay_tls = relay_tls or ssl.create_default_context()
         self._tls = ssl.create_default_context()
         # Opportunistic TLS between MTAs does not verify the receiver's certificate
-        # (RFC 7435); a verified policy (MTA-STS, DANE) is a later stage.
+        # (RFC 7435), nor does DANE through the trust store (its records decide).
         self._tls.check_hostname = False
         self._tls.verify_mode = ssl.CERT_NONE
+        self._verified = verified_tls or ssl.create_default_context()  # MTA-STS: the MX host's name
         self._stats = PoolStats()
 
     def statistics(self) -> PoolStats:
@@ -235,10 +257,14 @@ class Pool:
                     host=target.host,
                     address=target.address,
                     source=source,
+                    tls_policy=target.verify.kind if target.verify is not None else None,
+                    tls_error=refused.why,
                 )
                 continue  # RFC 5321 5.1: try the next mail exchanger
             result = await self._transact(session, tx)
             result.host, result.address, result.source, result.reused = target.host, target.address, source, reused
+            if target.verify is not None:
+                result.tls_policy, result.tls_error = target.verify.kind, session.noted
             await self._release(session, keep=result.failure is None)
             return result
         return last
@@ -292,7 +318,7 @@ class Pool:
     async def _acquire(
         self, target: Target, source: str | None, label: str, ehlo: str | None, login: Login | None
     ) -> tuple[_Session, bool]:
-        key = (target.address, target.port, source, login.account if login else None)
+        key = (target.address, target.port, source, login.account if login else None, target.verify)
         pool = self._hosts.get(key)
         if pool is None:
             pool = self._hosts[key] = _HostPool(self.settings.max_per_host)
@@ -365,16 +391,35 @@ class Pool:
             except ssl.SSLError as exc:
                 raise _Refused(None, Failure.TLS_FAILED) from exc
             await client.ehlo()
-            tls = None
+            tls, verify, noted = None, target.verify, None
             if implicit:
                 tls = _tls_version(client)
             elif client.supports_extension("starttls"):
+                if verify is not None and verify.kind is Kind.MTA_STS:
+                    context = self._verified
                 try:
                     await client.starttls(tls_context=context, server_hostname=target.host)
+                except ssl.SSLCertVerificationError as exc:
+                    if verify is None:  # a smarthost's (a login's context verifies too)
+                        raise _Refused(None, Failure.TLS_FAILED) from exc
+                    why = f"MTA-STS: the certificate of {target.host} is not valid for it: {exc.verify_message}"
+                    if verify.enforce:
+                        raise _Refused(None, Failure.TLS_POLICY, why) from exc
+                    return await self._unverified(target, source, label, ehlo, why)
                 except (ssl.SSLError, aiosmtplib.SMTPException, OSError) as exc:
-                    raise _Refused(None, Failure.TLS_FAILED) from exc
+                    failed = f"{_NAMES[verify.kind]}: STARTTLS with {target.host} failed: {exc}" if verify else None
+                    raise _Refused(None, Failure.TLS_FAILED, failed) from exc
                 tls = _tls_version(client)
+                if verify is not None and verify.kind is Kind.DANE and verify.tlsa:
+                    mismatch = dane.check(verify.tlsa, _chain(client), verify.names)
+                    if mismatch is not None:
+                        raise _Refused(None, Failure.TLS_POLICY, f"DANE: {target.host}: {mismatch}")
                 await client.ehlo()
+            elif verify is not None:
+                why = f"{_NAMES[verify.kind]}: {target.host} offers no STARTTLS, which {verify.domain}'s policy needs"
+                if verify.enforce:
+                    raise _Refused(None, Failure.TLS_POLICY, why)
+                noted = why
             elif settings.tls_required or login is not None:  # a login never goes in clear
                 raise _Refused(None, Failure.TLS_REQUIRED)
             if login is not None:
@@ -390,7 +435,14 @@ class Pool:
             if isinstance(exc, (aiosmtplib.SMTPException, OSError, TimeoutError)):
                 raise _Refused(None, Failure.CONNECT_FAILED) from exc
             raise  # _Refused already, or a cancellation
-        return _Session(client, target, tls, self._now(), label)
+        return _Session(client, target, tls, self._now(), label, noted)
+
+    async def _unverified(self, target: Target, source: str | None, label: str, ehlo: str | None, why: str) -> _Session:
+        """A session as if the host had no policy, noting why the policy failed (MTA-STS
+        testing: the handshake that failed verification cannot go on)."""
+        session = await self._open(replace(target, verify=None), source, label, ehlo, None)
+        session.noted = why
+        return session
 
     async def check_login(self, target: Target, login: Login) -> Result:
         """Connect to the smarthost, secure the connection, log in, send nothing and
@@ -451,6 +503,16 @@ async def _connected(target: Target, source: str | None) -> socket.socket:
     return sock
 
 
+def _chain(client: aiosmtplib.SMTP) -> list[bytes]:
+    """The certificates the receiver sent, leaf first (DER). Python 3.11 has the
+    call under a private name (public from 3.13 as get_unverified_chain)."""
+    ssl_object = client.get_transport_info("ssl_object")
+    if ssl_object is None:
+        return []
+    chain = ssl_object._sslobj.get_unverified_chain() or []
+    return [certificate.public_bytes(_DER) for certificate in chain]
+
+
 def _tls_version(client: aiosmtplib.SMTP) -> str | None:
     ssl_object = client.get_transport_info("ssl_object")
     return ssl_object.version() if ssl_object is not None else None
@@ -466,12 +528,14 @@ async def _authenticate(client: aiosmtplib.SMTP, login: Login) -> None:
 
 
 class _Refused(Exception):
-    """A target that took no transaction: the greeting's or EHLO's reply, or a failure."""
+    """A target that took no transaction: the greeting's or EHLO's reply, or a failure
+    (and why, when a TLS policy refused it)."""
 
-    def __init__(self, reply: Reply | None, failure: Failure) -> None:
-        super().__init__(reply.line() if reply else failure.value)
+    def __init__(self, reply: Reply | None, failure: Failure, why: str | None = None) -> None:
+        super().__init__(reply.line() if reply else why or failure.value)
         self.reply = reply
         self.failure = failure
+        self.why = why
 
 
 async def _one_by_one(

@@ -44,6 +44,7 @@ from dkim.canonicalization import CanonicalizationPolicy
 
 from mtad import db
 from mtad.base import errors, vault
+from mtad.outbound import routing
 from mtad.signing import rsa_worker
 
 DOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$")
@@ -550,8 +551,7 @@ def matches(published: Sequence[str], expected: str) -> bool:
     the expected record: the same key type and public key (tags compared, not text)."""
     want = _tags(expected)
     for value in published:
-        text = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', value)) or value
-        got = _tags(text)
+        got = _tags(routing.txt_text(value))
         if got.get("p") == want.get("p") and got.get("k", "rsa") == want.get("k", "rsa") and got.get("p"):
             return True
     return False

@@ -49,3 +49,23 @@ async def test_an_mx_host_whose_lookups_all_fail_leaves_the_others() -> None:
             await routing.Router(resolver, PROVIDERS, port=25).route("two.test")
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("validating", [True, False])
+async def test_an_answer_is_secure_only_when_the_resolver_sets_the_ad_bit(validating: bool) -> None:
+    records = {
+        ("signed.test", "MX"): ["10 mx.signed.test."],
+        ("mx.signed.test", "A"): ["127.0.0.2"],
+        ("_25._tcp.mx.signed.test", "TLSA"): ["3 1 1 " + "ab" * 32],
+    }
+    server = PickyServer(records, validating=validating)
+    try:
+        resolver = routing.DnsResolver([HostPort("127.0.0.1", server.port)], timeout=0.5)
+        route = await routing.Router(resolver, PROVIDERS, port=25).route("signed.test")
+        tlsa = await resolver.lookup("_25._tcp.mx.signed.test", "TLSA")
+    finally:
+        server.close()
+    assert isinstance(route, routing.Route)
+    assert route.secure is validating
+    assert (tlsa.values, tlsa.secure) == (("3 1 1 " + "ab" * 32,), validating)
+    assert all(server.asked_ad)  # mtad asks for the AD bit (RFC 6840 5.7)

@@ -1,0 +1,340 @@
+"""The TLS policy an attempt to a domain's MX hosts must meet.
+
+`Policies.of(route)` answers with an `Applied`: which MX hosts may be used and
+what a session to each must show once TLS is up (`Verify`):
+- DANE (RFC 7672), with `dane` on: for an MX host whose TLSA records
+  (`_25._tcp.<host>`) come, like the MX records themselves, from an answer the
+  validating resolver marked secure (the AD bit). STARTTLS is then required and
+  the certificate must match them. DANE takes precedence over MTA-STS, host by
+  host (RFC 8461 section 2).
+- MTA-STS (RFC 8461), with `mta_sts` on: when the domain publishes a policy. In
+  `enforce` mode only the MX hosts its patterns match are used, over TLS with a
+  certificate valid for the host's name (the trust store, or [tls] ca_file);
+  with none matching, the attempt is refused and defers. In `testing` mode the
+  hosts are used as without a policy and a failure is only recorded.
+- Otherwise nothing: opportunistic TLS.
+
+Policies are fetched over HTTPS (aiohttp: certificate verified, no redirects,
+at most 64 KiB and `fetch_timeout`) and kept in PostgreSQL (`mta_sts_policies`)
+until their max_age, so every node shares them and a restart fetches nothing.
+A domain's `_mta-sts` TXT id is looked up for each use (cached for its TTL): a
+new id fetches the policy again; when a fetch fails, or the TXT record is gone,
+the cached policy holds until it expires (section 5.1). Static routes (relays)
+get no policy: the operator chose them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from mtad import db
+from mtad.base import errors
+from mtad.outbound import dane, mtasts, routing
+
+MIN_TXT_TTL, MAX_TXT_TTL = 5.0, 3600.0  # bounds on how long a TXT answer is remembered
+REMEMBERED = 10_000  # domains whose TXT id and policy are kept in memory (the oldest go first)
+
+
+class Kind(StrEnum):
+    DANE = "dane"
+    MTA_STS = "mta-sts"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    mta_sts: bool = True  # honour the MTA-STS policies of recipient domains
+    dane: bool = False  # verify against TLSA records in DNSSEC-validated answers ([tls] outbound = "dane")
+    https_port: int = 443  # where policies are fetched (a test serves them elsewhere)
+    fetch_timeout: float = 10.0
+    ca_file: Path | None = None  # only its CAs are trusted ([tls] ca_file); None: the system's
+
+
+@dataclass(frozen=True, slots=True)
+class Verify:
+    """What a session to one MX host must show once TLS is up."""
+
+    kind: Kind
+    domain: str  # the policy domain (the recipient domain)
+    names: tuple[str, ...]  # the names the certificate may be valid for
+    enforce: bool = True  # False: MTA-STS testing, a failure is recorded and the mail goes on
+    tlsa: tuple[dane.Tlsa, ...] = ()  # DANE: the usable records (none: TLS required, not authenticated)
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """A domain's policy for one attempt."""
+
+    kind: Kind | None = None  # None: no policy, opportunistic TLS
+    verify: Mapping[str, Verify] = field(default_factory=dict)  # by MX host name; absent: opportunistic
+    excluded: frozenset[str] = frozenset()  # MX hosts the policy rules out
+    refused: str | None = None  # why no MX host may be used now: the attempt defers with it
+
+    def allows(self, host: str) -> bool:
+        return host not in self.excluded
+
+
+NONE = Applied()
+
+
+@dataclass(frozen=True, slots=True)
+class Cached:
+    """A domain's MTA-STS policy as kept in PostgreSQL, with its last failure."""
+
+    domain: str
+    policy_id: str | None
+    policy: mtasts.Policy | None
+    fetched_at: datetime | None
+    expires_at: datetime | None
+    failure: str | None = None
+    failed_at: datetime | None = None
+
+    def live(self, now: datetime) -> mtasts.Policy | None:
+        """The policy, while it has not expired."""
+        return self.policy if self.expires_at is not None and self.expires_at > now else None
+
+    def describe(self, now: datetime) -> dict[str, Any]:
+        policy = self.policy
+        return {
+            "domain": self.domain,
+            "policy_id": self.policy_id,
+            "mode": policy.mode.value if policy else None,
+            "mx": list(policy.mx) if policy else [],
+            "max_age": policy.max_age if policy else None,
+            "fetched_at": self.fetched_at.isoformat() if self.fetched_at else None,
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+            "expired": self.live(now) is None if policy else None,
+            "last_failure": self.failure,
+            "failed_at": self.failed_at.isoformat() if self.failed_at else None,
+        }
+
+
+def _cached(row: db.Row) -> Cached:
+    policy = None
+    if row["mode"] is not None:
+        policy = mtasts.Policy(mtasts.Mode(row["mode"]), row["max_age"], tuple(row["mx"]))
+    return Cached(row["domain"], row["policy_id"], policy, row["fetched_at"], row["expires_at"],
+                  row["failure"], row["failed_at"])  # fmt: skip
+
+
+async def cached(database: db.Database, domain: str) -> Cached | None:
+    """The policy kept for `domain` (`mtad tls show`)."""
+    row = await database.fetchrow("tls/get", domain)
+    return _cached(row) if row is not None else None
+
+
+async def failed(database: db.Database, domain: str, why: str, now: datetime | None = None) -> None:
+    """Keep the last failure of a domain's policy (a fetch, or a delivery held to it)."""
+    await database.execute("tls/failed", domain, why[:500], now or datetime.now(UTC))
+
+
+class FetchError(Exception):
+    """A policy that could not be fetched or read; the text says why."""
+
+
+class _Resolving(AbstractResolver):
+    """aiohttp's lookups through mtad's resolver ([dns] nameservers), as delivery's."""
+
+    def __init__(self, resolver: routing.Resolver) -> None:
+        self._resolver = resolver
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        found: list[ResolveResult] = []
+        for rdtype, af in (("A", socket.AF_INET), ("AAAA", socket.AF_INET6)):
+            if family not in (socket.AF_UNSPEC, af):
+                continue
+            try:
+                answer = await self._resolver.lookup(host, rdtype)
+            except errors.RouteTempFail as exc:
+                raise OSError(str(exc)) from exc
+            found += [ResolveResult(hostname=host, host=v, port=port, family=af, proto=0, flags=0)
+                      for v in answer.values]  # fmt: skip
+        if not found:
+            raise OSError(f"{host} has no address")
+        return found
+
+    async def close(self) -> None:
+        pass
+
+
+def trust(ca_file: Path | None) -> ssl.SSLContext:
+    """A verifying client context: the system's trust store, or only the CAs of ca_file."""
+    if ca_file is None:
+        return ssl.create_default_context()
+    return ssl.create_default_context(cafile=str(ca_file))
+
+
+class Fetcher:
+    """Fetches policy files over HTTPS (one aiohttp session, closed by close())."""
+
+    def __init__(self, resolver: routing.Resolver, settings: Settings) -> None:
+        self._settings = settings
+        self._resolver = resolver
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(resolver=_Resolving(self._resolver), ssl=trust(self._settings.ca_file))
+            self._session = aiohttp.ClientSession(connector=connector)
+        return self._session
+
+    async def fetch(self, domain: str) -> mtasts.Policy:
+        """The policy file of `domain`, parsed; raises FetchError."""
+        host = f"mta-sts.{domain}"
+        port = "" if self._settings.https_port == 443 else f":{self._settings.https_port}"
+        url = f"https://{host}{port}/.well-known/mta-sts.txt"
+        timeout = aiohttp.ClientTimeout(total=self._settings.fetch_timeout)
+        try:
+            async with self._client().get(url, allow_redirects=False, timeout=timeout) as response:
+                if response.status != 200:
+                    raise FetchError(f"{url} answered HTTP {response.status}")
+                if response.content_type != "text/plain":
+                    raise FetchError(f"{url} is {response.content_type}, not text/plain")
+                text = await response.content.read(mtasts.MAX_POLICY_OCTETS + 1)
+        except aiohttp.ClientSSLError as exc:
+            raise FetchError(f"{url}: the certificate is not valid for {host}: {exc}") from exc
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise FetchError(f"{url}: {type(exc).__name__}: {exc}") from exc
+        try:
+            return mtasts.parse(text)
+        except mtasts.PolicyError as exc:
+            raise FetchError(f"{url}: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class Policies:
+    """The policy of each route, from DNS, the cache in PostgreSQL and HTTPS."""
+
+    def __init__(
+        self,
+        database: db.Database,
+        resolver: routing.Resolver,
+        settings: Settings,
+        *,
+        fetcher: Fetcher | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self._db = database
+        self._resolver = resolver
+        self._fetcher = fetcher or Fetcher(resolver, settings)
+        self._now = now
+        self._clock = clock
+        self._ids: dict[str, tuple[str | None, float]] = {}  # domain -> (TXT id, until when)
+        self._policies: dict[str, Cached | None] = {}  # what PostgreSQL holds, as last read or written
+        self._fetching: dict[str, asyncio.Future[Cached | None]] = {}
+
+    async def close(self) -> None:
+        await self._fetcher.close()
+
+    async def of(self, route: routing.Route) -> Applied:
+        """The policy of an attempt along `route`; raises RouteTempFail when DANE's
+        records cannot be looked up (the attempt must not go unverified meanwhile)."""
+        if route.relay or not (self.settings.mta_sts or self.settings.dane):
+            return NONE
+        verify: dict[str, Verify] = {}
+        if self.settings.dane and route.secure:
+            for hop in route.hops:
+                found = await self._tlsa(hop)
+                if found is not None:
+                    verify[hop.name] = Verify(Kind.DANE, route.domain, (hop.name, route.domain), tlsa=found)
+        sts = await self.mta_sts(route.domain) if self.settings.mta_sts else None
+        policy = sts.live(self._now()) if sts is not None else None
+        if policy is None or policy.mode is mtasts.Mode.NONE:
+            return Applied(Kind.DANE, verify) if verify else NONE
+        enforce = policy.mode is mtasts.Mode.ENFORCE
+        excluded = set()
+        for hop in route.hops:
+            if hop.name in verify:
+                continue
+            if enforce and not policy.allows(hop.name):
+                excluded.add(hop.name)
+                continue
+            verify[hop.name] = Verify(Kind.MTA_STS, route.domain, (hop.name,), enforce=enforce)
+        refused = None
+        if len(excluded) == len(route.hops):
+            refused = (f"MTA-STS: no MX host of {route.domain} ({', '.join(h.name for h in route.hops)}) matches "
+                       f"its policy (mx: {', '.join(policy.mx)})")  # fmt: skip
+            await failed(self._db, route.domain, refused, self._now())
+        kind = Kind.DANE if any(v.kind is Kind.DANE for v in verify.values()) else Kind.MTA_STS
+        return Applied(kind, verify, frozenset(excluded), refused)
+
+    async def _tlsa(self, hop: routing.Hop) -> tuple[dane.Tlsa, ...] | None:
+        """The usable TLSA records of an MX host from a secure answer (an empty tuple:
+        records, none usable: TLS is still required), or None: DANE does not apply."""
+        answer = await self._resolver.lookup(f"_{hop.port}._tcp.{hop.name}", "TLSA")
+        if not answer.secure or not answer.values:
+            return None
+        records = []
+        for value in answer.values:
+            try:
+                records.append(dane.parse(value))
+            except dane.TlsaError:
+                continue
+        return tuple(dane.usable(records))
+
+    async def mta_sts(self, domain: str) -> Cached | None:
+        """The domain's MTA-STS policy as it stands now, fetched when its TXT id says
+        it changed; None: it has none."""
+        policy_id = await self._txt_id(domain)
+        if domain not in self._policies:
+            _remember(self._policies, domain, await cached(self._db, domain))
+        kept = self._policies[domain]
+        now = self._now()
+        if policy_id is None or (kept is not None and kept.policy_id == policy_id and kept.live(now)):
+            return kept
+        waiting = self._fetching.get(domain)
+        if waiting is None:
+            waiting = self._fetching[domain] = asyncio.ensure_future(self._refresh(domain, policy_id, kept))
+            waiting.add_done_callback(lambda _: self._fetching.pop(domain, None))
+        return await asyncio.shield(waiting)
+
+    async def _refresh(self, domain: str, policy_id: str, kept: Cached | None) -> Cached | None:
+        now = self._now()
+        try:
+            policy = await self._fetcher.fetch(domain)
+        except FetchError as exc:
+            await failed(self._db, domain, str(exc), now)
+            self._policies[domain] = await cached(self._db, domain)
+            return self._policies[domain]
+        await self._db.execute("tls/save", domain, policy_id, policy.mode.value, list(policy.mx), policy.max_age, now)
+        self._policies[domain] = await cached(self._db, domain)
+        return self._policies[domain]
+
+    async def _txt_id(self, domain: str) -> str | None:
+        known = self._ids.get(domain)
+        if known is not None and known[1] > self._clock():
+            return known[0]
+        try:
+            answer = await self._resolver.lookup(f"_mta-sts.{domain}", "TXT")
+        except errors.RouteTempFail:
+            return known[0] if known is not None else None  # the cached policy decides meanwhile
+        policy_id = mtasts.txt_id(answer.values)
+        _remember(self._ids, domain, (policy_id, self._clock() + min(max(answer.ttl, MIN_TXT_TTL), MAX_TXT_TTL)))
+        return policy_id
+
+
+def _remember(memory: dict[str, Any], domain: str, value: Any) -> None:
+    """Keep a domain's entry, forgetting the oldest beyond REMEMBERED."""
+    memory.pop(domain, None)
+    memory[domain] = value
+    if len(memory) > REMEMBERED:
+        del memory[next(iter(memory))]

@@ -1,0 +1,361 @@
+"""MTA-STS and DANE on outbound delivery: policies served over real HTTPS by a
+test CA's certificate (trusted through ca_file), MX sinks with a certificate
+valid for their name, one valid for another name, and none (no STARTTLS)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import socket
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from mtad import cli, config, db
+from mtad.deliver import delivery
+from mtad.outbound import mtasts, outcomes, policies, routing, sessions
+from tests.certs import Authority
+from tests.conftest import query
+from tests.integration.test_delivery import PROVIDERS, RULES, accept, deliveries, new_message
+from tests.sink import Sink
+from tests.zones import ZoneResolver
+
+GOOD, WRONG, PLAIN = "127.0.0.2", "127.0.0.3", "127.0.0.4"  # the three kinds of receiver
+ENFORCE = "version: STSv1\nmode: enforce\nmx: {mx}\nmax_age: 86400\n"
+ZONE = f"""
+enforce.test.             MX 10 mx.enforce.test.
+mx.enforce.test.          A  {GOOD}
+_mta-sts.enforce.test.    TXT "v=STSv1; id=e1"
+mta-sts.enforce.test.     A  127.0.0.1
+unlisted.test.            MX 5 plain.unlisted.test.
+unlisted.test.            MX 10 mx.unlisted.test.
+plain.unlisted.test.      A  {PLAIN}
+mx.unlisted.test.         A  {GOOD}
+_mta-sts.unlisted.test.   TXT "v=STSv1; id=u1"
+mta-sts.unlisted.test.    A  127.0.0.1
+wrongname.test.           MX 10 mx.wrongname.test.
+mx.wrongname.test.        A  {WRONG}
+_mta-sts.wrongname.test.  TXT "v=STSv1; id=w1"
+mta-sts.wrongname.test.   A  127.0.0.1
+nostarttls.test.          MX 10 mx.nostarttls.test.
+mx.nostarttls.test.       A  {PLAIN}
+_mta-sts.nostarttls.test. TXT "v=STSv1; id=n1"
+mta-sts.nostarttls.test.  A  127.0.0.1
+testing.test.             MX 10 mx.testing.test.
+mx.testing.test.          A  {WRONG}
+_mta-sts.testing.test.    TXT "v=STSv1; id=t1"
+mta-sts.testing.test.     A  127.0.0.1
+nopolicy.test.            MX 10 mx.nopolicy.test.
+mx.nopolicy.test.         A  {WRONG}
+"""
+POLICIES = {
+    "enforce.test": ENFORCE.format(mx="mx.enforce.test"),
+    "unlisted.test": ENFORCE.format(mx="mx.unlisted.test"),
+    "wrongname.test": ENFORCE.format(mx="*.wrongname.test"),
+    "nostarttls.test": ENFORCE.format(mx="mx.nostarttls.test"),
+    "testing.test": "version: STSv1\nmode: testing\nmx: mx.testing.test\nmax_age: 86400\n",
+}
+
+
+@pytest.fixture(scope="module")
+def authority() -> Authority:
+    return Authority()
+
+
+@pytest.fixture
+def ca_file(authority: Authority, tmp_path: Path) -> Path:
+    return authority.write(tmp_path / "ca.pem")
+
+
+@pytest.fixture(autouse=True)
+def no_ssl_cert_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the test CA gets, it gets through ca_file."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+
+
+def _context(authority: Authority, directory: Path, *names: str) -> ssl.SSLContext:
+    chain, key = authority.issue(directory, *names)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(chain, key)
+    return context
+
+
+@dataclass
+class PolicyServer:
+    """HTTPS at mta-sts.<domain>: each domain's policy file from `policies`."""
+
+    port: int
+    policies: dict[str, str] = field(default_factory=lambda: dict(POLICIES))
+    fetched: list[str] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        domain = request.host.split(":")[0].removeprefix("mta-sts.")
+        self.fetched.append(domain)
+        if domain not in self.policies:
+            return web.Response(status=404)
+        return web.Response(text=self.policies[domain], content_type="text/plain")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+async def policy_server(authority: Authority, tmp_path: Path) -> AsyncIterator[PolicyServer]:
+    server = PolicyServer(_free_port())
+    app = web.Application()
+    app.router.add_get("/.well-known/mta-sts.txt", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    names = [f"mta-sts.{d}" for d in (*POLICIES, "changing.test")]
+    site = web.TCPSite(runner, "127.0.0.1", server.port, ssl_context=_context(authority, tmp_path / "https", *names))
+    await site.start()
+    yield server
+    await runner.cleanup()
+
+
+@dataclass
+class Receivers:
+    good: Sink
+    wrong: Sink
+    plain: Sink
+
+    @property
+    def port(self) -> int:
+        return self.good.port
+
+
+@pytest.fixture
+async def receivers(authority: Authority, tmp_path: Path) -> AsyncIterator[Receivers]:
+    good_names = ("mx.enforce.test", "mx.unlisted.test", "mx.dane.test")
+    good = await Sink((GOOD,), tls=_context(authority, tmp_path / "good", *good_names)).start()
+    wrong = await Sink((WRONG,), port=good.port, tls=_context(authority, tmp_path / "wrong", "other.example")).start()
+    plain = await Sink((PLAIN,), port=good.port).start()
+    yield Receivers(good, wrong, plain)
+    for sink in (good, wrong, plain):
+        await sink.stop()
+
+
+def engine(
+    database: db.Database, port: int, https_port: int, ca_file: Path, *, zone: str = ZONE, dane: bool = False,
+    secure: set[str] | bool = False,
+) -> tuple[delivery.Delivery, policies.Policies]:  # fmt: skip
+    resolver = ZoneResolver(zone, secure=secure)
+    router = routing.Router(resolver, PROVIDERS, port=port)
+    pool = sessions.Pool(sessions.Settings(port=port, ehlo_hostname="mtad.test"),
+                         verified_tls=policies.trust(ca_file))  # fmt: skip
+    tls = policies.Policies(database, resolver, policies.Settings(dane=dane, https_port=https_port, ca_file=ca_file))
+    settings = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0))
+    return delivery.Delivery(settings, database, router, pool, RULES, tls=tls), tls
+
+
+async def events(database: db.Database, recipient: str) -> list[dict[str, object]]:
+    rows = await query(database, "SELECT e.kind, e.data FROM events e JOIN deliveries d ON d.id = e.delivery"
+                                 " WHERE d.recipient = $1 AND e.kind IN ('delivered', 'deferred') ORDER BY e.id",
+                       recipient)  # fmt: skip
+    return [{"kind": r["kind"], **json.loads(r["data"])} for r in rows]
+
+
+async def test_enforce_sends_only_to_a_listed_mx_with_a_certificate_valid_for_it(
+    database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path
+) -> None:
+    await accept(database, new_message("a@enforce.test"), new_message("b@unlisted.test"))
+    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file)
+    await mtad.run_until_idle()
+    await tls.close()
+    rows = await deliveries(database)
+    assert {r["state"] for r in rows.values()} == {"delivered"}
+    assert sorted(m.recipients[0] for m in receivers.good.received) == ["a@enforce.test", "b@unlisted.test"]
+    assert all(m.tls for m in receivers.good.received)
+    assert receivers.plain.received == []  # unlisted.test's preferred MX is not in its policy
+    [event] = await events(database, "b@unlisted.test")
+    assert (event["tls_policy"], event["mx"]) == ("mta-sts", "mx.unlisted.test")
+    kept = await policies.cached(database, "unlisted.test")
+    assert kept is not None
+    assert kept.policy == mtasts.Policy(mtasts.Mode.ENFORCE, 86400, ("mx.unlisted.test",))
+    assert kept.policy_id == "u1"
+
+
+async def test_enforce_defers_a_wrong_certificate_or_no_starttls_and_says_why(
+    database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path
+) -> None:
+    await accept(database, new_message("c@wrongname.test"), new_message("d@nostarttls.test"))
+    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file)
+    await mtad.run_until_idle()
+    await tls.close()
+    rows = await deliveries(database)
+    assert {(r["state"], r["reason"]) for r in rows.values()} == {("deferred", "tls_failed")}
+    assert receivers.wrong.received == receivers.plain.received == []  # never in clear, never unverified
+    [wrong] = await events(database, "c@wrongname.test")
+    assert wrong["failure"] == "tls_policy"
+    assert "MTA-STS: the certificate of mx.wrongname.test is not valid for it" in str(wrong["tls_error"])
+    [plain] = await events(database, "d@nostarttls.test")
+    assert "mx.nostarttls.test offers no STARTTLS, which nostarttls.test's policy needs" in str(plain["tls_error"])
+    kept = await policies.cached(database, "nostarttls.test")
+    assert kept is not None
+    assert kept.failure is not None
+    assert "offers no STARTTLS" in kept.failure
+
+
+async def test_testing_mode_delivers_as_without_a_policy_and_records_the_failure(
+    database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path
+) -> None:
+    await accept(database, new_message("e@testing.test"))
+    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file)
+    await mtad.run_until_idle()
+    await tls.close()
+    assert (await deliveries(database))["e@testing.test"]["state"] == "delivered"
+    [message] = receivers.wrong.received
+    assert message.tls  # opportunistic TLS, as without a policy
+    [event] = await events(database, "e@testing.test")
+    assert event["tls_policy"] == "mta-sts"
+    assert "is not valid for it" in str(event["tls_error"])
+    kept = await policies.cached(database, "testing.test")
+    assert kept is not None
+    assert kept.failure is not None
+    assert "is not valid for it" in kept.failure
+
+
+async def test_a_domain_without_a_policy_gets_opportunistic_tls(
+    database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path
+) -> None:
+    await accept(database, new_message("f@nopolicy.test"))
+    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file)
+    await mtad.run_until_idle()
+    await tls.close()
+    assert (await deliveries(database))["f@nopolicy.test"]["state"] == "delivered"
+    [event] = await events(database, "f@nopolicy.test")
+    assert "tls_policy" not in event
+    assert policy_server.fetched == []  # no TXT record: nothing to fetch
+
+
+async def test_a_policy_is_cached_across_a_restart_and_fetched_again_when_its_id_changes(
+    database: db.Database, policy_server: PolicyServer, ca_file: Path
+) -> None:
+    zone = ZONE + "\nchanging.test. MX 10 mx.changing.test.\nmx.changing.test. A 127.0.0.2\n"
+    policy_server.policies["changing.test"] = ENFORCE.format(mx="mx.changing.test")
+    route = routing.Route("changing.test", "g", PROVIDERS.default,
+                          (routing.Hop("mx.changing.test", 10, (GOOD,), 25),))  # fmt: skip
+    settings = policies.Settings(https_port=policy_server.port, ca_file=ca_file)
+    for txt in ("v=STSv1; id=c1", "v=STSv1; id=c1", "v=STSv1; id=c2"):  # three lives of the daemon
+        resolver = ZoneResolver(zone + f'_mta-sts.changing.test. TXT "{txt}"\nmta-sts.changing.test. A 127.0.0.1\n')
+        tls = policies.Policies(database, resolver, settings)
+        applied = await tls.of(route)
+        await tls.close()
+        assert applied.kind is policies.Kind.MTA_STS
+        assert applied.verify["mx.changing.test"].enforce
+    assert policy_server.fetched == ["changing.test", "changing.test"]  # the restart with id c1 fetched nothing
+    kept = await policies.cached(database, "changing.test")
+    assert kept is not None
+    assert kept.policy_id == "c2"
+
+    policy_server.policies["changing.test"] = "this is not a policy"
+    resolver = ZoneResolver(zone + '_mta-sts.changing.test. TXT "v=STSv1; id=c3"\nmta-sts.changing.test. A 127.0.0.1\n')
+    tls = policies.Policies(database, resolver, settings)
+    applied = await tls.of(route)  # the new one does not parse: the cached one holds until it expires
+    await tls.close()
+    assert applied.verify["mx.changing.test"].enforce
+    kept = await policies.cached(database, "changing.test")
+    assert kept is not None
+    assert (kept.policy_id, kept.failure is not None) == ("c2", True)
+    assert "not a 'key: value' line" in str(kept.failure)
+
+
+async def test_tls_show_prints_a_domains_policy(
+    dsn: str, database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    await accept(database, new_message("a@enforce.test"))
+    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file)
+    await mtad.run_until_idle()
+    await tls.close()
+    path = tmp_path / "mtad.toml"
+    path.write_text(f'[database]\ndsn = "{dsn}"\n')
+    basics = config.load_basics(path, environ={})
+    capsys.readouterr()  # the delivery's log lines
+    assert await cli.tls_show(argparse.Namespace(domain="enforce.test", json=True), basics) == cli.EXIT_OK
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["mode"], shown["mx"], shown["policy_id"], shown["expired"]) == (
+        "enforce", ["mx.enforce.test"], "e1", False,
+    )  # fmt: skip
+    assert datetime.fromisoformat(shown["expires_at"]) > datetime.now(UTC)
+    assert await cli.tls_show(argparse.Namespace(domain="enforce.test", json=False), basics) == cli.EXIT_OK
+    text = capsys.readouterr().out
+    assert "mode          enforce" in text
+    assert "last failure  none" in text
+    assert await cli.tls_show(argparse.Namespace(domain="unknown.test", json=False), basics) == cli.EXIT_OK
+    assert "none cached" in capsys.readouterr().out
+
+
+# --- DANE --------------------------------------------------------------------------------
+
+
+def _tlsa(authority: Authority, directory: Path, *, match: bool) -> str:
+    """A DANE-EE record (3 1 1) of the good receiver's key, or of another key."""
+    pem = (directory / "good" / "chain.pem").read_bytes()
+    leaf = x509.load_pem_x509_certificate(pem)
+    spki = leaf.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    digest = hashlib.sha256(spki if match else b"another key").hexdigest()
+    return f"3 1 1 {digest}"
+
+
+def _dane_zone(record: str, host: str = "mx.dane.test", address: str = GOOD) -> str:
+    return f"dane.test. MX 10 {host}.\n{host}. A {address}\n_{{port}}._tcp.{host}. TLSA {record}\n"
+
+
+@pytest.mark.parametrize(("match", "secure", "state"), [
+    (True, True, "delivered"),
+    (False, True, "deferred"),
+    (False, False, "delivered"),  # not from a validated answer: DANE does not apply
+])  # fmt: skip
+async def test_dane_ee_records_hold_the_delivery_to_the_receivers_key(
+    database: db.Database, receivers: Receivers, ca_file: Path, authority: Authority, tmp_path: Path,
+    match: bool, secure: bool, state: str,
+) -> None:  # fmt: skip
+    zone = _dane_zone(_tlsa(authority, tmp_path, match=match)).replace("{port}", str(receivers.port))
+    await accept(database, new_message("g@dane.test"))
+    mtad, tls = engine(database, receivers.port, 1, ca_file, zone=zone, dane=True, secure=secure)
+    await mtad.run_until_idle()
+    await tls.close()
+    row = (await deliveries(database))["g@dane.test"]
+    assert row["state"] == state
+    [event] = await events(database, "g@dane.test")
+    if secure:
+        assert event["tls_policy"] == "dane"
+    if state == "deferred":
+        assert "DANE: mx.dane.test: no certificate of the receiver's matches its TLSA records" in str(
+            event["tls_error"]
+        )
+        assert receivers.good.received == []
+
+
+async def test_dane_needs_starttls_and_takes_precedence_over_mta_sts(
+    database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path, authority: Authority,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    record = _tlsa(authority, tmp_path, match=True)
+    plain = _dane_zone(record, "mx.plain.test", PLAIN).replace("dane.test. MX", "plain.test. MX")
+    zone = (plain + _dane_zone(record)).replace("{port}", str(receivers.port))
+    # dane.test also publishes an MTA-STS policy its MX does not match: DANE decides for the host
+    zone += '_mta-sts.dane.test. TXT "v=STSv1; id=d1"\nmta-sts.dane.test. A 127.0.0.1\n'
+    policy_server.policies["dane.test"] = ENFORCE.format(mx="elsewhere.example")
+    await accept(database, new_message("h@plain.test"), new_message("i@dane.test"))
+    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file, zone=zone, dane=True, secure=True)
+    await mtad.run_until_idle()
+    await tls.close()
+    rows = await deliveries(database)
+    assert (rows["h@plain.test"]["state"], rows["i@dane.test"]["state"]) == ("deferred", "delivered")
+    [event] = await events(database, "h@plain.test")
+    assert "DANE: mx.plain.test offers no STARTTLS" in str(event["tls_error"])
+    assert receivers.plain.received == []
