@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of
     from mtad.deliver import delivery, egress
     from mtad.feedback import inbound, inbox, reputation, suppression, webhook_delivery
     from mtad.mailboxes import relay
-    from mtad.outbound import policies, routing, sessions
+    from mtad.outbound import policies, routing, sessions, tlsrpt
     from mtad.signing import rotation
     from mtad.spool import quotas, retention
 
@@ -157,6 +157,7 @@ class DeliverySettings:
     pools: Mapping[str, egress.PoolSettings]  # [pools.NAME]
     relay: relay.Settings  # [account_pools.NAME] and the [accounts] responses
     tls: policies.Settings  # the recipient domains' TLS policies: MTA-STS, DANE
+    tls_reports: tlsrpt.Settings  # TLS reporting (RFC 8460) to those domains
     dkim_processes: int  # RSA signatures made off the event loop, in this many processes (0: on it)
 
 
@@ -434,6 +435,10 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "mta_sts": (_boolean, True),
         "mta_sts_port": (_integer(1, 65535), 443),
         "mta_sts_timeout": (_positive_duration, "10s"),
+        "reports": (_boolean, True),
+        "report_organization": (_string, ""),
+        "report_from": (_string, ""),
+        "report_contact": (_string, ""),
     },
     "http": {
         "listen": (_optional_host_port, "127.0.0.1:9108"),
@@ -1053,7 +1058,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
     from mtad.deliver import delivery
     from mtad.feedback import inbound, inbox, reputation, suppression, webhook_delivery
     from mtad.mailboxes import accounts, relay
-    from mtad.outbound import policies, sessions
+    from mtad.outbound import policies, sessions, tlsrpt
     from mtad.signing import rotation
     from mtad.spool import retention
 
@@ -1160,6 +1165,13 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
                 https_port=values["tls"]["mta_sts_port"],
                 fetch_timeout=values["tls"]["mta_sts_timeout"],
                 ca_file=values["tls"]["ca_file"],
+            ),
+            tls_reports=tlsrpt.Settings(
+                enabled=values["tls"]["reports"],
+                organization=values["tls"]["report_organization"] or sub["hostname"],
+                contact=values["tls"]["report_contact"],
+                sender=values["tls"]["report_from"] or f"postmaster@{sub['hostname']}",
+                tenant=sub["default_tenant"],
             ),
             dkim_processes=values["dkim"]["processes"],
         ),

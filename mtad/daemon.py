@@ -57,7 +57,7 @@ from mtad.feedback import (
     webhook_delivery,
 )
 from mtad.mailboxes import relay
-from mtad.outbound import policies, routing, sessions
+from mtad.outbound import policies, routing, sessions, tlsrpt
 from mtad.signing import dkim, rotation
 from mtad.spool import commit, leases, nodes, quotas, retention, suspensions, tenants
 from mtad.submission import port, processes
@@ -127,6 +127,7 @@ class Daemon:
         router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
         engine = None
         tls_policies = policies.Policies(database, resolver, out.tls)  # MTA-STS and DANE
+        tls_counts = tlsrpt.Counts()  # the sessions under them, reported daily (RFC 8460)
         signer = dkim.Signer(processes=out.dkim_processes)
         sealer = _vault(settings)
         tokens = _unsubscribing(settings.unsubscribe)
@@ -147,7 +148,7 @@ class Daemon:
             links = unsubscribe.Unsubscribing(tokens, url) if tokens is not None and url is not None else None
             engine = delivery.Delivery(
                 out.engine, queue, router, sessions.Pool(out.sessions, verified_tls=policies.trust(out.tls.ca_file)),
-                out.rules, pools=egress.Egress(out.pools), tls=tls_policies,
+                out.rules, pools=egress.Egress(out.pools), tls=tls_policies, tls_counts=tls_counts,
                 mailboxes=mailboxes, signer=signer, verp=_verp(settings.bounces), unsubscribing=links,
                 on_probation=states.on_probation, controls=controls,
             )  # fmt: skip
@@ -217,6 +218,11 @@ class Daemon:
                 )
                 live = _Live(engine, accepting, router, gate, acceptor if injecting else None, reputing)
                 background.append(tasks.create_task(self._reloading(database, live), name="reload"))
+                if engine is not None:  # TLS reports of the sessions this node made under a policy
+                    reporting = tlsrpt.Reporter(database, resolver, tls_counts, out.tls_reports,
+                                                settings.submission.hostname,
+                                                https_tls=policies.trust(out.tls.ca_file))  # fmt: skip
+                    background.append(tasks.create_task(reporting.run(), name="tls-reports"))
                 if sending is not None:
                     background.append(tasks.create_task(sending.run(), name="webhooks"))
                 injected = tasks.create_task(injecting.run(), name="injection") if injecting else None

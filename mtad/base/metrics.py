@@ -104,6 +104,12 @@ ATTEMPT_LATENCY = Histogram(
     ["group"],
     buckets=_LATENCY_BUCKETS,
 )
+TLS_POLICY_SESSIONS = Counter(
+    "mtad_tls_policy_sessions",
+    "SMTP sessions opened under a recipient domain's TLS policy, by policy (sts, tlsa) and result "
+    "(success, or a result type of RFC 8460: starttls-not-supported, certificate-host-mismatch, ...).",
+    ["policy", "result"],
+)
 SESSIONS_REUSED = Counter(
     "mtad_delivery_sessions_reused",
     "Transactions sent over an SMTP session opened for an earlier one, by provider group.",

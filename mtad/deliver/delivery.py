@@ -50,7 +50,7 @@ from mtad.deliver.signatures import Signatures, Signed
 from mtad.feedback.unsubscribe import Unsubscribing
 from mtad.feedback.verp import Verp
 from mtad.mailboxes import accounts, relay
-from mtad.outbound import outcomes, policies, routing, sessions
+from mtad.outbound import outcomes, policies, routing, sessions, tlsrpt
 from mtad.outbound.outcomes import Failure, Verdict
 from mtad.signing import dkim
 from mtad.spool import commit, leases, nodes, suspensions
@@ -167,6 +167,7 @@ class Delivery:
         on_probation: Callable[[str], bool] = lambda tenant: False,
         controls: suspensions.Controls | None = None,
         tls: policies.Policies | None = None,
+        tls_counts: tlsrpt.Counts | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: random.Random | None = None,
     ) -> None:
@@ -185,6 +186,7 @@ class Delivery:
         self._on_probation = on_probation  # tenants.States.on_probation
         self._controls = controls  # the operator's suspensions and reroutes
         self._tls = tls  # the recipient domains' TLS policies (MTA-STS, DANE)
+        self._tls_counts = tls_counts  # the sessions made under them, for TLS reporting
         self._default_source = pool.settings.source_address or ""  # the source of mail without a pool
         self._now = now
         self._rng = rng or random.Random()
@@ -816,9 +818,13 @@ class Delivery:
                 data["failure"] = result.failure.value
             if result.tls_policy is not None:
                 data["tls_policy"] = result.tls_policy.value
+                negotiated = result.tls is not None or result.tls_error is not None  # else no session got that far
+                if self._tls_counts is not None and negotiated and not result.reused:
+                    self._tls_counts.session(job.domain, result.tls_policy, result.host, result.address,
+                                             result.source, result.tls_error)  # fmt: skip
                 if result.tls_error is not None:
-                    data["tls_error"] = result.tls_error
-                    self._spawn(self._tls_failed(job.domain, result.tls_error))
+                    data["tls_error"] = result.tls_error.text
+                    self._spawn(self._tls_failed(job.domain, result.tls_error.text))
             if result.maybe_sent:
                 data["maybe_delivered"] = True
             metrics.SESSIONS_REUSED.labels(group=group.name).inc(result.reused)

@@ -53,6 +53,16 @@ class Kind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Failed:
+    """Why a receiver failed its domain's policy: the result type of TLS reporting
+    (RFC 8460 4.3: "starttls-not-supported", "certificate-host-mismatch", ...) and
+    the words for events and logs."""
+
+    result: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     mta_sts: bool = True  # honour the MTA-STS policies of recipient domains
     dane: bool = False  # verify against TLSA records in DNSSEC-validated answers ([tls] outbound = "dane")
@@ -143,7 +153,7 @@ class FetchError(Exception):
     """A policy that could not be fetched or read; the text says why."""
 
 
-class _Resolving(AbstractResolver):
+class Resolving(AbstractResolver):
     """aiohttp's lookups through mtad's resolver ([dns] nameservers), as delivery's."""
 
     def __init__(self, resolver: routing.Resolver) -> None:
@@ -187,7 +197,7 @@ class Fetcher:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
-            connector = aiohttp.TCPConnector(resolver=_Resolving(self._resolver), ssl=trust(self._settings.ca_file))
+            connector = aiohttp.TCPConnector(resolver=Resolving(self._resolver), ssl=trust(self._settings.ca_file))
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 

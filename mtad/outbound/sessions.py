@@ -47,10 +47,12 @@ from mtad.base import metrics
 from mtad.base.replies import Reply
 from mtad.outbound import dane
 from mtad.outbound.outcomes import Failure
-from mtad.outbound.policies import Kind, Verify
+from mtad.outbound.policies import Failed, Kind, Verify
 
 _DER = _ssl.ENCODING_DER
 _NAMES = {Kind.DANE: "DANE", Kind.MTA_STS: "MTA-STS"}
+# What OpenSSL's verify code says, as TLS reporting's result types (RFC 8460 4.3.2)
+_CERTIFICATE_RESULTS = {62: "certificate-host-mismatch", 10: "certificate-expired"}
 _ENHANCED = re.compile(r"^([245]\.\d{1,3}\.\d{1,3})\s*")
 
 
@@ -108,7 +110,7 @@ class Result:
     source: str | None = None
     tls: str | None = None  # "TLSv1.3", or None in clear
     tls_policy: Kind | None = None  # the policy the session was held to
-    tls_error: str | None = None  # why it failed that policy (refused, or noted under MTA-STS testing)
+    tls_error: Failed | None = None  # why it failed that policy (refused, or noted under MTA-STS testing)
     data_sent: bool = False  # the message went out: an unknown outcome may be a delivery
     reused: bool = False  # over a session opened for an earlier transaction
 
@@ -155,7 +157,7 @@ def reply_of(code: int, message: str) -> Reply:
 
 class _Session:
     def __init__(
-        self, client: aiosmtplib.SMTP, target: Target, tls: str | None, now: float, label: str, noted: str | None
+        self, client: aiosmtplib.SMTP, target: Target, tls: str | None, now: float, label: str, noted: Failed | None
     ) -> None:
         self.client = client
         self.label = label  # the provider group it was opened for (for metrics)
@@ -402,21 +404,30 @@ class Pool:
                 except ssl.SSLCertVerificationError as exc:
                     if verify is None:  # a smarthost's (a login's context verifies too)
                         raise _Refused(None, Failure.TLS_FAILED) from exc
-                    why = f"MTA-STS: the certificate of {target.host} is not valid for it: {exc.verify_message}"
+                    why = Failed(
+                        _CERTIFICATE_RESULTS.get(exc.verify_code, "certificate-not-trusted"),
+                        f"MTA-STS: the certificate of {target.host} is not valid for it: {exc.verify_message}",
+                    )
                     if verify.enforce:
                         raise _Refused(None, Failure.TLS_POLICY, why) from exc
                     return await self._unverified(target, source, label, ehlo, why)
                 except (ssl.SSLError, aiosmtplib.SMTPException, OSError) as exc:
-                    failed = f"{_NAMES[verify.kind]}: STARTTLS with {target.host} failed: {exc}" if verify else None
+                    failed = None
+                    if verify is not None:
+                        failed = Failed("validation-failure", f"{_NAMES[verify.kind]}: STARTTLS with {target.host} "
+                                                              f"failed: {exc}")  # fmt: skip
                     raise _Refused(None, Failure.TLS_FAILED, failed) from exc
                 tls = _tls_version(client)
                 if verify is not None and verify.kind is Kind.DANE and verify.tlsa:
                     mismatch = dane.check(verify.tlsa, _chain(client), verify.names)
                     if mismatch is not None:
-                        raise _Refused(None, Failure.TLS_POLICY, f"DANE: {target.host}: {mismatch}")
+                        raise _Refused(
+                            None, Failure.TLS_POLICY, Failed("validation-failure", f"DANE: {target.host}: {mismatch}")
+                        )
                 await client.ehlo()
             elif verify is not None:
-                why = f"{_NAMES[verify.kind]}: {target.host} offers no STARTTLS, which {verify.domain}'s policy needs"
+                why = Failed("starttls-not-supported", f"{_NAMES[verify.kind]}: {target.host} offers no STARTTLS, "
+                                                       f"which {verify.domain}'s policy needs")  # fmt: skip
                 if verify.enforce:
                     raise _Refused(None, Failure.TLS_POLICY, why)
                 noted = why
@@ -437,7 +448,9 @@ class Pool:
             raise  # _Refused already, or a cancellation
         return _Session(client, target, tls, self._now(), label, noted)
 
-    async def _unverified(self, target: Target, source: str | None, label: str, ehlo: str | None, why: str) -> _Session:
+    async def _unverified(
+        self, target: Target, source: str | None, label: str, ehlo: str | None, why: Failed
+    ) -> _Session:
         """A session as if the host had no policy, noting why the policy failed (MTA-STS
         testing: the handshake that failed verification cannot go on)."""
         session = await self._open(replace(target, verify=None), source, label, ehlo, None)
@@ -531,8 +544,8 @@ class _Refused(Exception):
     """A target that took no transaction: the greeting's or EHLO's reply, or a failure
     (and why, when a TLS policy refused it)."""
 
-    def __init__(self, reply: Reply | None, failure: Failure, why: str | None = None) -> None:
-        super().__init__(reply.line() if reply else why or failure.value)
+    def __init__(self, reply: Reply | None, failure: Failure, why: Failed | None = None) -> None:
+        super().__init__(reply.line() if reply else why.text if why else failure.value)
         self.reply = reply
         self.failure = failure
         self.why = why

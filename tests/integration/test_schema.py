@@ -86,6 +86,13 @@ EXPECTED_COLUMNS = {
         "id", "domain", "selector", "algorithm", "private_key", "record", "state", "created_at", "changed_at",
         "published_at", "published_ttl",
     },
+    "mta_sts_policies": {
+        "domain", "policy_id", "mode", "mx", "max_age", "fetched_at", "expires_at", "failure", "failed_at",
+    },
+    "tls_report_counts": {
+        "day", "domain", "policy_type", "result", "mx_host", "receiving_ip", "sending_ip", "detail", "sessions",
+    },
+    "tls_reports": {"day", "domain", "report_id", "made_at", "sent_to", "failures"},
 }  # fmt: skip
 
 

@@ -5,13 +5,16 @@ valid for their name, one valid for another name, and none (no STARTTLS)."""
 from __future__ import annotations
 
 import argparse
+import email
+import email.policy
+import gzip
 import hashlib
 import json
 import socket
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 
 from mtad import cli, config, db
 from mtad.deliver import delivery
-from mtad.outbound import mtasts, outcomes, policies, routing, sessions
+from mtad.outbound import mtasts, outcomes, policies, routing, sessions, tlsrpt
 from tests.certs import Authority
 from tests.conftest import query
 from tests.integration.test_delivery import PROVIDERS, RULES, accept, deliveries, new_message
@@ -96,6 +99,11 @@ class PolicyServer:
     port: int
     policies: dict[str, str] = field(default_factory=lambda: dict(POLICIES))
     fetched: list[str] = field(default_factory=list)
+    posted: list[tuple[str, bytes]] = field(default_factory=list)  # TLS reports: (Content-Type, body)
+
+    async def report(self, request: web.Request) -> web.Response:
+        self.posted.append((request.content_type, await request.read()))
+        return web.Response(status=201)
 
     async def handle(self, request: web.Request) -> web.Response:
         domain = request.host.split(":")[0].removeprefix("mta-sts.")
@@ -116,9 +124,10 @@ async def policy_server(authority: Authority, tmp_path: Path) -> AsyncIterator[P
     server = PolicyServer(_free_port())
     app = web.Application()
     app.router.add_get("/.well-known/mta-sts.txt", server.handle)
+    app.router.add_post("/tlsrpt", server.report)
     runner = web.AppRunner(app)
     await runner.setup()
-    names = [f"mta-sts.{d}" for d in (*POLICIES, "changing.test")]
+    names = [f"mta-sts.{d}" for d in (*POLICIES, "changing.test")] + ["reports.test"]
     site = web.TCPSite(runner, "127.0.0.1", server.port, ssl_context=_context(authority, tmp_path / "https", *names))
     await site.start()
     yield server
@@ -149,7 +158,7 @@ async def receivers(authority: Authority, tmp_path: Path) -> AsyncIterator[Recei
 
 def engine(
     database: db.Database, port: int, https_port: int, ca_file: Path, *, zone: str = ZONE, dane: bool = False,
-    secure: set[str] | bool = False,
+    secure: set[str] | bool = False, counts: tlsrpt.Counts | None = None,
 ) -> tuple[delivery.Delivery, policies.Policies]:  # fmt: skip
     resolver = ZoneResolver(zone, secure=secure)
     router = routing.Router(resolver, PROVIDERS, port=port)
@@ -157,7 +166,7 @@ def engine(
                          verified_tls=policies.trust(ca_file))  # fmt: skip
     tls = policies.Policies(database, resolver, policies.Settings(dane=dane, https_port=https_port, ca_file=ca_file))
     settings = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0))
-    return delivery.Delivery(settings, database, router, pool, RULES, tls=tls), tls
+    return delivery.Delivery(settings, database, router, pool, RULES, tls=tls, tls_counts=counts), tls
 
 
 async def events(database: db.Database, recipient: str) -> list[dict[str, object]]:
@@ -359,3 +368,68 @@ async def test_dane_needs_starttls_and_takes_precedence_over_mta_sts(
     [event] = await events(database, "h@plain.test")
     assert "DANE: mx.plain.test offers no STARTTLS" in str(event["tls_error"])
     assert receivers.plain.received == []
+
+
+# --- TLS reporting -------------------------------------------------------------------------
+
+
+async def test_a_day_of_sessions_is_reported_by_mail_and_https_once(
+    database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path
+) -> None:
+    rua = f"mailto:tls@reports.test,https://reports.test:{policy_server.port}/tlsrpt"
+    zone = ZONE + f'_smtp._tls.enforce.test. TXT "v=TLSRPTv1; rua={rua}"\nreports.test. A 127.0.0.1\n'
+    zone += '_smtp._tls.wrongname.test. TXT "v=TLSRPTv1; rua=mailto:tls@reports.test"\n'
+    counts = tlsrpt.Counts()
+    await accept(database, new_message("a@enforce.test"), new_message("b@enforce.test"),
+                 new_message("c@wrongname.test"))  # fmt: skip
+    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file, zone=zone, counts=counts)
+    await mtad.run_until_idle()
+    await tls.close()
+    tomorrow = datetime.now(UTC) + timedelta(days=1)
+    settings = tlsrpt.Settings(organization="mtad.test", sender="postmaster@mtad.test", tenant="t1")
+    reporter = tlsrpt.Reporter(database, ZoneResolver(zone), counts, settings, "mtad.test",
+                               https_tls=policies.trust(ca_file), now=lambda: tomorrow)  # fmt: skip
+    made = await reporter.report_due()
+    today = datetime.now(UTC).date()
+    assert sorted(made) == [(today, "enforce.test"), (today, "wrongname.test")]
+    assert await reporter.report_due() == []  # once per domain and day
+
+    [(content_type, body)] = policy_server.posted
+    assert content_type == tlsrpt.MEDIA_TYPE
+    report = json.loads(gzip.decompress(body))
+    [policy] = report["policies"]
+    assert policy["policy"]["policy-type"] == "sts"
+    assert policy["policy"]["policy-domain"] == "enforce.test"
+    assert "mode: enforce" in policy["policy"]["policy-string"]
+    sessions_ok = policy["summary"]["total-successful-session-count"]
+    assert sessions_ok >= 1  # one per session opened: the two messages may share one
+    assert policy["summary"]["total-failure-session-count"] == 0
+    assert report["date-range"]["start-datetime"] == f"{today.isoformat()}T00:00:00Z"
+
+    rows = await query(database, "SELECT m.body, d.recipient FROM messages m JOIN deliveries d ON d.message = m.id"
+                                 " WHERE m.sender = '' ORDER BY m.received_at")  # fmt: skip
+    assert [r["recipient"] for r in rows] == ["tls@reports.test", "tls@reports.test"]
+    mails = [email.message_from_bytes(r["body"], policy=email.policy.default) for r in rows]
+    by_domain = {m["TLS-Report-Domain"]: m for m in mails}
+    wrong = by_domain["wrongname.test"]
+    assert wrong.get_content_type() == "multipart/report"
+    assert wrong.get_param("report-type") == "tlsrpt"
+    assert wrong["Subject"].startswith("Report Domain: wrongname.test Submitter: mtad.test Report-ID: <")
+    [attachment] = [p for p in wrong.iter_attachments() if p.get_content_type() == "application/tlsrpt+gzip"]
+    assert attachment.get_filename().startswith("mtad.test!wrongname.test!")
+    failed = json.loads(gzip.decompress(attachment.get_content()))["policies"][0]
+    assert failed["summary"] == {"total-successful-session-count": 0, "total-failure-session-count": 1}
+    [detail] = failed["failure-details"]
+    assert (detail["result-type"], detail["receiving-mx-hostname"], detail["receiving-ip"]) == (
+        "certificate-host-mismatch", "mx.wrongname.test", WRONG,
+    )  # fmt: skip
+    assert "not valid for it" in detail["additional-information"]
+
+
+def test_rua_takes_mailto_and_https_from_one_tlsrpt_record() -> None:
+    assert tlsrpt.rua(['"v=TLSRPTv1; rua=mailto:a@x.test, https://x.test/r"']) == [
+        "mailto:a@x.test", "https://x.test/r",
+    ]  # fmt: skip
+    assert tlsrpt.rua(['"v=TLSRPTv1; rua=http://x.test/r"']) == []  # not https
+    assert tlsrpt.rua(['"v=TLSRPTv1; rua=mailto:a@x.test"', '"v=TLSRPTv1; rua=mailto:b@x.test"']) == []
+    assert tlsrpt.rua(['"v=spf1 -all"']) == []
