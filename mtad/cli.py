@@ -16,7 +16,7 @@ import math
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -270,6 +270,38 @@ async def tls_show(args: argparse.Namespace, settings: config.Basics) -> int:
     failure = f"{shown['failed_at']}: {shown['last_failure']}" if shown["last_failure"] else "none"
     print(f"last failure  {failure}")
     return EXIT_OK
+
+
+async def tls_report(args: argparse.Namespace, settings: config.Settings) -> int:
+    """Send the TLS reports due now (the days before today), or those of one day."""
+    from mtad.outbound import policies, routing, tlsrpt
+
+    out = settings.delivery
+    resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)
+    day = datetime.now(UTC).date() if args.day == "today" else args.day
+    async with _spool(settings) as opened:
+        reporter = tlsrpt.Reporter(opened.database, resolver, out.tls_reports, settings.submission.hostname,
+                                   https_tls=policies.trust(out.tls.ca_file))  # fmt: skip
+        made = await reporter.report_due(day)
+        for day_of, domain in made:
+            report = await opened.database.fetchrow("tls/report_of", day_of, domain)
+            assert report is not None
+            sent = ", ".join(report["sent_to"]) or "nowhere"
+            failures = "; ".join(report["failures"])
+            line = f"{day_of} {domain}: report {report['report_id']} sent to {sent}"
+            print(line + (f" ({failures})" if failures else ""))
+    if not made:
+        print("no TLS report due")
+    return EXIT_OK
+
+
+def _day(text: str) -> date | str:
+    if text == "today":
+        return text
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a day (YYYY-MM-DD or today): {text!r}") from None
 
 
 def _domain_name(text: str) -> str:
@@ -1186,6 +1218,12 @@ def _parser() -> argparse.ArgumentParser:
     tlshow.add_argument("domain", type=_domain_name)
     tlshow.add_argument("--json", action="store_true", help="one JSON object")
     tlshow.set_defaults(command=tls_show)
+    tlreport = tls_commands.add_parser(
+        "report", parents=[common],
+        help="Send the TLS reports (RFC 8460) due now: of the days before today, or of --day (today: so far).",
+    )  # fmt: skip
+    tlreport.add_argument("--day", type=_day, default=None, help="YYYY-MM-DD or today")
+    tlreport.set_defaults(command=tls_report)
 
     rep_parser = commands.add_parser(
         "reputation", parents=[common], help="The sliding windows of outcomes by tenant, provider group and source."
@@ -1473,7 +1511,7 @@ def _port(text: str) -> int:
     return port
 
 
-_WHOLE_CONFIG = (run, check_config, reload_cmd, accounts_add, accounts_test, queue_purge, webhooks_test)
+_WHOLE_CONFIG = (run, check_config, reload_cmd, accounts_add, accounts_test, queue_purge, webhooks_test, tls_report)
 
 
 def entry_point() -> None:

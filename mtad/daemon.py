@@ -127,7 +127,6 @@ class Daemon:
         router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
         engine = None
         tls_policies = policies.Policies(database, resolver, out.tls)  # MTA-STS and DANE
-        tls_counts = tlsrpt.Counts()  # the sessions under them, reported daily (RFC 8460)
         signer = dkim.Signer(processes=out.dkim_processes)
         sealer = _vault(settings)
         tokens = _unsubscribing(settings.unsubscribe)
@@ -148,7 +147,7 @@ class Daemon:
             links = unsubscribe.Unsubscribing(tokens, url) if tokens is not None and url is not None else None
             engine = delivery.Delivery(
                 out.engine, queue, router, sessions.Pool(out.sessions, verified_tls=policies.trust(out.tls.ca_file)),
-                out.rules, pools=egress.Egress(out.pools), tls=tls_policies, tls_counts=tls_counts,
+                out.rules, pools=egress.Egress(out.pools), tls=tls_policies,
                 mailboxes=mailboxes, signer=signer, verp=_verp(settings.bounces), unsubscribing=links,
                 on_probation=states.on_probation, controls=controls,
             )  # fmt: skip
@@ -219,7 +218,7 @@ class Daemon:
                 live = _Live(engine, accepting, router, gate, acceptor if injecting else None, reputing)
                 background.append(tasks.create_task(self._reloading(database, live), name="reload"))
                 if engine is not None:  # TLS reports of the sessions this node made under a policy
-                    reporting = tlsrpt.Reporter(database, resolver, tls_counts, out.tls_reports,
+                    reporting = tlsrpt.Reporter(database, resolver, out.tls_reports,
                                                 settings.submission.hostname,
                                                 https_tls=policies.trust(out.tls.ca_file))  # fmt: skip
                     background.append(tasks.create_task(reporting.run(), name="tls-reports"))

@@ -167,7 +167,6 @@ class Delivery:
         on_probation: Callable[[str], bool] = lambda tenant: False,
         controls: suspensions.Controls | None = None,
         tls: policies.Policies | None = None,
-        tls_counts: tlsrpt.Counts | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: random.Random | None = None,
     ) -> None:
@@ -185,8 +184,7 @@ class Delivery:
         self._unsubscribing = unsubscribing  # links for the tenants of settings.list_unsubscribe
         self._on_probation = on_probation  # tenants.States.on_probation
         self._controls = controls  # the operator's suspensions and reroutes
-        self._tls = tls  # the recipient domains' TLS policies (MTA-STS, DANE)
-        self._tls_counts = tls_counts  # the sessions made under them, for TLS reporting
+        self._tls = tls  # the recipient domains' TLS policies (MTA-STS, DANE); sessions under them counted
         self._default_source = pool.settings.source_address or ""  # the source of mail without a pool
         self._now = now
         self._rng = rng or random.Random()
@@ -819,9 +817,8 @@ class Delivery:
             if result.tls_policy is not None:
                 data["tls_policy"] = result.tls_policy.value
                 negotiated = result.tls is not None or result.tls_error is not None  # else no session got that far
-                if self._tls_counts is not None and negotiated and not result.reused:
-                    self._tls_counts.session(job.domain, result.tls_policy, result.host, result.address,
-                                             result.source, result.tls_error)  # fmt: skip
+                if negotiated and not result.reused:  # for TLS reporting: sessions, not messages
+                    self._spawn(self._tls_count(job.domain, result))
                 if result.tls_error is not None:
                     data["tls_error"] = result.tls_error.text
                     self._spawn(self._tls_failed(job.domain, result.tls_error.text))
@@ -842,6 +839,14 @@ class Delivery:
                 self._holdings.job_done(job.message)
                 return
         await self._finish(job, group.name, verdicts, data, started_at=started_at)
+
+    async def _tls_count(self, domain: str, result: sessions.Result) -> None:
+        assert result.tls_policy is not None
+        try:
+            await tlsrpt.count(self._db, self._now(), domain, result.tls_policy, result.host, result.address,
+                               result.source, result.tls_error)  # fmt: skip
+        except errors.SpoolError as exc:
+            log.warning("tls_session_not_counted", domain=domain, error=str(exc))
 
     async def _tls_failed(self, domain: str, why: str) -> None:
         """Keep a delivery's failure of its domain's TLS policy for `mtad tls show`."""

@@ -1,11 +1,10 @@
 """SMTP TLS reporting (RFC 8460): what became of the sessions made under recipient
 domains' TLS policies, reported to them once a day.
 
-`Counts` takes each new session under a policy (delivery calls `session()`): it
-counts in memory and `flush()` adds to the day's rows in PostgreSQL
-(`tls_report_counts`), so the send path writes nothing. `Reporter.run()`
-flushes every `flush_every` and, for each UTC day before today with sessions
-counted and no report yet, claims the report (`tls_reports`: one per domain and
+Delivery counts each new session under a policy (`count()`, one row written per
+session, beside the send) into the day's rows (`tls_report_counts`).
+`Reporter.run()` looks every `every` seconds: for each UTC day before today with
+sessions counted and no report yet, it claims the report (`tls_reports`: one per domain and
 day for the whole cluster), looks up the domain's `_smtp._tls` TXT record
 (`v=TLSRPTv1; rua=...`) and sends the JSON report, gzipped: by mail through
 mtad's own spool for `mailto:` (RFC 8460 5.3, with an idempotency key, so a
@@ -16,13 +15,11 @@ no such record gets no report; its counts are kept `keep_days` all the same.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gzip
 import json
 import re
 import ssl
 import uuid
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -52,7 +49,7 @@ class Settings:
     contact: str = ""  # contact-info (an address); "": postmaster@ the sender's domain
     sender: str = "postmaster@localhost"  # From of the reports sent by mail
     tenant: str = "default"  # the tenant whose mail the reports are
-    flush_every: float = 30.0  # seconds between flushes of the counts
+    every: float = 3600.0  # seconds between looks for the reports due
     keep_days: int = 30  # days of counts and reports kept
     post_timeout: float = 30.0
 
@@ -71,48 +68,23 @@ def rua(values: Sequence[str]) -> list[str]:
     return []
 
 
-class Counts:
-    """The sessions under a policy, counted in memory until flushed (sync to add)."""
-
-    def __init__(self, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self._now = now
-        self._counts: Counter[tuple[date, str, str, str, str, str, str]] = Counter()
-        self._details: dict[tuple[date, str, str, str, str, str, str], str] = {}
-
-    def session(
-        self,
-        domain: str,
-        kind: policies.Kind,
-        mx_host: str,
-        receiving: str,
-        sending: str | None,
-        failed: policies.Failed | None,
-    ) -> None:
-        policy_type = _POLICY_TYPES[kind]
-        result = failed.result if failed is not None else "success"
-        key = (self._now().date(), domain, policy_type, result, mx_host, receiving, sending or "")
-        self._counts[key] += 1
-        if failed is not None:
-            self._details[key] = failed.text[:500]
-        metrics.TLS_POLICY_SESSIONS.labels(policy=policy_type, result=result).inc()
-
-    async def flush(self, database: db.Database) -> int:
-        """Add what was counted to PostgreSQL; returns how many rows. What could not
-        be written is kept for the next flush."""
-        if not self._counts:
-            return 0
-        counts, details = self._counts, self._details
-        self._counts, self._details = Counter(), {}
-        keys = list(counts)
-        columns = [[k[i] for k in keys] for i in range(7)]
-        try:
-            await database.execute("tls/count", *columns, [details.get(k, "") for k in keys],
-                                   [counts[k] for k in keys])  # fmt: skip
-        except errors.SpoolError:
-            self._counts.update(counts)
-            self._details = {**details, **self._details}
-            raise
-        return len(keys)
+async def count(
+    database: db.Database,
+    at: datetime,
+    domain: str,
+    kind: policies.Kind,
+    mx_host: str,
+    receiving: str,
+    sending: str | None,
+    failed: policies.Failed | None,
+) -> None:
+    """Count one session opened under `domain`'s policy: a success, or a failure of its
+    result type. One row written per new session (sessions carry many messages)."""
+    policy_type = _POLICY_TYPES[kind]
+    result = failed.result if failed is not None else "success"
+    metrics.TLS_POLICY_SESSIONS.labels(policy=policy_type, result=result).inc()
+    await database.execute("tls/count", [at.date()], [domain], [policy_type], [result], [mx_host], [receiving],
+                           [sending or ""], [failed.text[:500] if failed else ""], [1])  # fmt: skip
 
 
 def report(
@@ -212,7 +184,6 @@ class Reporter:
         self,
         database: db.Database,
         resolver: routing.Resolver,
-        counts: Counts,
         settings: Settings,
         hostname: str,
         *,
@@ -221,31 +192,26 @@ class Reporter:
     ) -> None:
         self._db = database
         self._resolver = resolver
-        self.counts = counts
         self.settings = settings
         self._hostname = hostname
         self._https_tls = https_tls
         self._now = now
 
     async def run(self) -> None:
-        try:
-            while True:
-                await asyncio.sleep(self.settings.flush_every)
-                try:
-                    await self.counts.flush(self._db)
-                    if self.settings.enabled:
-                        await self.report_due()
-                except errors.SpoolError as exc:
-                    log.warning("tls_reports_waiting", error=str(exc))
-        finally:  # what was counted since the last flush
-            with contextlib.suppress(errors.SpoolError):
-                await self.counts.flush(self._db)
+        while self.settings.enabled:
+            try:
+                await self.report_due()
+            except errors.SpoolError as exc:
+                log.warning("tls_reports_waiting", error=str(exc))
+            await asyncio.sleep(self.settings.every)
 
-    async def report_due(self) -> list[tuple[date, str]]:
-        """Send every report due now; returns the (day, domain) of those this node made."""
-        await self.counts.flush(self._db)
+    async def report_due(self, day: date | None = None) -> list[tuple[date, str]]:
+        """Send every report due now: of the days before today, or of `day` alone (today
+        included: what was counted so far; a day's report is sent once). Returns the
+        (day, domain) of those this node made."""
+        first, last = (date.min, self._now().date()) if day is None else (day, day + timedelta(days=1))
         made = []
-        for row in await self._db.fetch("tls/due", self._now().date()):
+        for row in await self._db.fetch("tls/due", first, last):
             day, domain = row["day"], row["domain"]
             report_id = f"{day.isoformat()}.{domain}.{uuid.uuid4().hex[:12]}@{self._hostname}"
             if await self._db.fetchval("tls/claim", day, domain, report_id, self._now()) is None:

@@ -158,7 +158,7 @@ async def receivers(authority: Authority, tmp_path: Path) -> AsyncIterator[Recei
 
 def engine(
     database: db.Database, port: int, https_port: int, ca_file: Path, *, zone: str = ZONE, dane: bool = False,
-    secure: set[str] | bool = False, counts: tlsrpt.Counts | None = None,
+    secure: set[str] | bool = False,
 ) -> tuple[delivery.Delivery, policies.Policies]:  # fmt: skip
     resolver = ZoneResolver(zone, secure=secure)
     router = routing.Router(resolver, PROVIDERS, port=port)
@@ -166,7 +166,7 @@ def engine(
                          verified_tls=policies.trust(ca_file))  # fmt: skip
     tls = policies.Policies(database, resolver, policies.Settings(dane=dane, https_port=https_port, ca_file=ca_file))
     settings = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0))
-    return delivery.Delivery(settings, database, router, pool, RULES, tls=tls, tls_counts=counts), tls
+    return delivery.Delivery(settings, database, router, pool, RULES, tls=tls), tls
 
 
 async def events(database: db.Database, recipient: str) -> list[dict[str, object]]:
@@ -349,6 +349,24 @@ async def test_dane_ee_records_hold_the_delivery_to_the_receivers_key(
         assert receivers.good.received == []
 
 
+@pytest.mark.parametrize(("host", "state"), [("mx.dane.test", "delivered"), ("mx.unnamed.test", "deferred")])
+async def test_a_dane_ta_record_needs_the_chain_to_its_anchor_and_the_mx_name(
+    database: db.Database, receivers: Receivers, ca_file: Path, authority: Authority, host: str, state: str
+) -> None:
+    ca_key = authority.cert.public_key()
+    spki = ca_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    zone = _dane_zone(f"2 1 1 {hashlib.sha256(spki).hexdigest()}", host).replace("{port}", str(receivers.port))
+    await accept(database, new_message("j@dane.test"))
+    mtad, tls = engine(database, receivers.port, 1, ca_file, zone=zone, dane=True, secure=True)
+    await mtad.run_until_idle()
+    await tls.close()
+    assert (await deliveries(database))["j@dane.test"]["state"] == state
+    [event] = await events(database, "j@dane.test")
+    assert event["tls_policy"] == "dane"
+    if state == "deferred":  # the certificate chains to the anchor, but names mx.dane.test, not the MX
+        assert "mx.unnamed.test" in str(event["tls_error"])
+
+
 async def test_dane_needs_starttls_and_takes_precedence_over_mta_sts(
     database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path, authority: Authority,
     tmp_path: Path,
@@ -379,15 +397,14 @@ async def test_a_day_of_sessions_is_reported_by_mail_and_https_once(
     rua = f"mailto:tls@reports.test,https://reports.test:{policy_server.port}/tlsrpt"
     zone = ZONE + f'_smtp._tls.enforce.test. TXT "v=TLSRPTv1; rua={rua}"\nreports.test. A 127.0.0.1\n'
     zone += '_smtp._tls.wrongname.test. TXT "v=TLSRPTv1; rua=mailto:tls@reports.test"\n'
-    counts = tlsrpt.Counts()
     await accept(database, new_message("a@enforce.test"), new_message("b@enforce.test"),
                  new_message("c@wrongname.test"))  # fmt: skip
-    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file, zone=zone, counts=counts)
+    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file, zone=zone)
     await mtad.run_until_idle()
     await tls.close()
     tomorrow = datetime.now(UTC) + timedelta(days=1)
     settings = tlsrpt.Settings(organization="mtad.test", sender="postmaster@mtad.test", tenant="t1")
-    reporter = tlsrpt.Reporter(database, ZoneResolver(zone), counts, settings, "mtad.test",
+    reporter = tlsrpt.Reporter(database, ZoneResolver(zone), settings, "mtad.test",
                                https_tls=policies.trust(ca_file), now=lambda: tomorrow)  # fmt: skip
     made = await reporter.report_due()
     today = datetime.now(UTC).date()
