@@ -126,7 +126,7 @@ class Daemon:
         resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)
         router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
         engine = None
-        tls_policies = policies.Policies(database, resolver, out.tls)  # MTA-STS and DANE
+        tls_policies = policies.Policies(database, resolver, out.tls, count_failure=tlsrpt.failures(database))
         signer = dkim.Signer(processes=out.dkim_processes)
         sealer = _vault(settings)
         tokens = _unsubscribing(settings.unsubscribe)
@@ -443,6 +443,7 @@ _RESTART_ONLY: tuple[tuple[str, Callable[[config.Settings], Any]], ...] = (
     ("[submission] processes", lambda s: s.submission.processes),
     ("[submission] max_connections", lambda s: (s.submission.max_connections, s.submission.max_connections_per_client)),
     ("[tls] cert and key", lambda s: (s.submission.tls_cert, s.submission.tls_key)),
+    ("[tls] outbound, ca_file, mta_sts and reports", lambda s: (s.delivery.tls, s.delivery.tls_reports)),
     ("[http] listen", lambda s: s.http.listen),
     ("[admin]", lambda s: s.admin),
     ("[node]", lambda s: s.node),

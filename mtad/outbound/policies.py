@@ -29,7 +29,7 @@ import asyncio
 import socket
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -150,7 +150,12 @@ async def failed(database: db.Database, domain: str, why: str, now: datetime | N
 
 
 class FetchError(Exception):
-    """A policy that could not be fetched or read; the text says why."""
+    """A policy that could not be fetched or read; the text says why, `result` in the
+    words of TLS reporting."""
+
+    def __init__(self, text: str, result: str = "sts-policy-fetch-error") -> None:
+        super().__init__(text)
+        self.result = result  # or "sts-webpki-invalid", "sts-policy-invalid"
 
 
 class Resolving(AbstractResolver):
@@ -215,13 +220,13 @@ class Fetcher:
                     raise FetchError(f"{url} is {response.content_type}, not text/plain")
                 text = await response.content.read(mtasts.MAX_POLICY_OCTETS + 1)
         except aiohttp.ClientSSLError as exc:
-            raise FetchError(f"{url}: the certificate is not valid for {host}: {exc}") from exc
+            raise FetchError(f"{url}: the certificate is not valid for {host}: {exc}", "sts-webpki-invalid") from exc
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise FetchError(f"{url}: {type(exc).__name__}: {exc}") from exc
         try:
             return mtasts.parse(text)
         except mtasts.PolicyError as exc:
-            raise FetchError(f"{url}: {exc}") from exc
+            raise FetchError(f"{url}: {exc}", "sts-policy-invalid") from exc
 
     async def close(self) -> None:
         if self._session is not None:
@@ -239,6 +244,7 @@ class Policies:
         settings: Settings,
         *,
         fetcher: Fetcher | None = None,
+        count_failure: Callable[[str, str, Failed], Awaitable[None]] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -246,6 +252,7 @@ class Policies:
         self._db = database
         self._resolver = resolver
         self._fetcher = fetcher or Fetcher(resolver, settings)
+        self._count_failure = count_failure  # (domain, MX host, why) for TLS reporting
         self._now = now
         self._clock = clock
         self._ids: dict[str, tuple[str | None, float]] = {}  # domain -> (TXT id, until when)
@@ -284,6 +291,8 @@ class Policies:
             refused = (f"MTA-STS: no MX host of {route.domain} ({', '.join(h.name for h in route.hops)}) matches "
                        f"its policy (mx: {', '.join(policy.mx)})")  # fmt: skip
             await failed(self._db, route.domain, refused, self._now())
+            if self._count_failure is not None:
+                await self._count_failure(route.domain, route.hops[0].name, Failed("validation-failure", refused))
         kind = Kind.DANE if any(v.kind is Kind.DANE for v in verify.values()) else Kind.MTA_STS
         return Applied(kind, verify, frozenset(excluded), refused)
 
@@ -323,6 +332,8 @@ class Policies:
             policy = await self._fetcher.fetch(domain)
         except FetchError as exc:
             await failed(self._db, domain, str(exc), now)
+            if self._count_failure is not None:
+                await self._count_failure(domain, "", Failed(exc.result, str(exc)))
             self._policies[domain] = await cached(self._db, domain)
             return self._policies[domain]
         await self._db.execute("tls/save", domain, policy_id, policy.mode.value, list(policy.mx), policy.max_age, now)

@@ -20,7 +20,7 @@ import json
 import re
 import ssl
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from email.message import EmailMessage
@@ -87,6 +87,16 @@ async def count(
                            [sending or ""], [failed.text[:500] if failed else ""], [1])  # fmt: skip
 
 
+def failures(database: db.Database) -> Callable[[str, str, policies.Failed], Awaitable[None]]:
+    """What counts an MTA-STS failure that opened no session (policies.Policies'
+    count_failure): a policy that could not be fetched, or no MX host it allows."""
+
+    async def failed(domain: str, mx_host: str, why: policies.Failed) -> None:
+        await count(database, datetime.now(UTC), domain, policies.Kind.MTA_STS, mx_host, "", None, why)
+
+    return failed
+
+
 def report(
     domain: str,
     day: date,
@@ -138,8 +148,9 @@ def _policy_lines(policy: mtasts.Policy) -> list[str]:
 
 
 def _detail(row: db.Row) -> dict[str, Any]:
-    detail: dict[str, Any] = {"result-type": row["result"], "receiving-mx-hostname": row["mx_host"],
-                              "failed-session-count": row["sessions"]}  # fmt: skip
+    detail: dict[str, Any] = {"result-type": row["result"], "failed-session-count": row["sessions"]}
+    if row["mx_host"]:  # none for a policy that could not be fetched
+        detail["receiving-mx-hostname"] = row["mx_host"]
     if row["sending_ip"]:
         detail["sending-mta-ip"] = row["sending_ip"]
     if row["receiving_ip"]:

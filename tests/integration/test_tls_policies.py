@@ -56,6 +56,10 @@ testing.test.             MX 10 mx.testing.test.
 mx.testing.test.          A  {WRONG}
 _mta-sts.testing.test.    TXT "v=STSv1; id=t1"
 mta-sts.testing.test.     A  127.0.0.1
+nomatch.test.             MX 10 mx.nomatch.test.
+mx.nomatch.test.          A  {GOOD}
+_mta-sts.nomatch.test.    TXT "v=STSv1; id=m1"
+mta-sts.nomatch.test.     A  127.0.0.1
 nopolicy.test.            MX 10 mx.nopolicy.test.
 mx.nopolicy.test.         A  {WRONG}
 """
@@ -64,6 +68,7 @@ POLICIES = {
     "unlisted.test": ENFORCE.format(mx="mx.unlisted.test"),
     "wrongname.test": ENFORCE.format(mx="*.wrongname.test"),
     "nostarttls.test": ENFORCE.format(mx="mx.nostarttls.test"),
+    "nomatch.test": ENFORCE.format(mx="mx.elsewhere.example"),
     "testing.test": "version: STSv1\nmode: testing\nmx: mx.testing.test\nmax_age: 86400\n",
 }
 
@@ -164,7 +169,8 @@ def engine(
     router = routing.Router(resolver, PROVIDERS, port=port)
     pool = sessions.Pool(sessions.Settings(port=port, ehlo_hostname="mtad.test"),
                          verified_tls=policies.trust(ca_file))  # fmt: skip
-    tls = policies.Policies(database, resolver, policies.Settings(dane=dane, https_port=https_port, ca_file=ca_file))
+    settings = policies.Settings(dane=dane, https_port=https_port, ca_file=ca_file)
+    tls = policies.Policies(database, resolver, settings, count_failure=tlsrpt.failures(database))
     settings = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0))
     return delivery.Delivery(settings, database, router, pool, RULES, tls=tls), tls
 
@@ -215,6 +221,23 @@ async def test_enforce_defers_a_wrong_certificate_or_no_starttls_and_says_why(
     assert kept is not None
     assert kept.failure is not None
     assert "offers no STARTTLS" in kept.failure
+
+
+async def test_enforce_with_no_mx_host_allowed_defers_without_connecting(
+    database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path
+) -> None:
+    await accept(database, new_message("k@nomatch.test"))
+    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file)
+    await mtad.run_until_idle()
+    await tls.close()
+    row = (await deliveries(database))["k@nomatch.test"]
+    assert (row["state"], row["reason"]) == ("deferred", "tls_failed")
+    assert receivers.good.received == []
+    assert receivers.good.connections == 0
+    [event] = await events(database, "k@nomatch.test")
+    assert "no MX host of nomatch.test (mx.nomatch.test) matches its policy" in str(event["tls_error"])
+    [counted] = await query(database, "SELECT result, mx_host FROM tls_report_counts WHERE domain = 'nomatch.test'")
+    assert dict(counted) == {"result": "validation-failure", "mx_host": "mx.nomatch.test"}
 
 
 async def test_testing_mode_delivers_as_without_a_policy_and_records_the_failure(
@@ -271,7 +294,7 @@ async def test_a_policy_is_cached_across_a_restart_and_fetched_again_when_its_id
 
     policy_server.policies["changing.test"] = "this is not a policy"
     resolver = ZoneResolver(zone + '_mta-sts.changing.test. TXT "v=STSv1; id=c3"\nmta-sts.changing.test. A 127.0.0.1\n')
-    tls = policies.Policies(database, resolver, settings)
+    tls = policies.Policies(database, resolver, settings, count_failure=tlsrpt.failures(database))
     applied = await tls.of(route)  # the new one does not parse: the cached one holds until it expires
     await tls.close()
     assert applied.verify["mx.changing.test"].enforce
@@ -279,6 +302,9 @@ async def test_a_policy_is_cached_across_a_restart_and_fetched_again_when_its_id
     assert kept is not None
     assert (kept.policy_id, kept.failure is not None) == ("c2", True)
     assert "not a 'key: value' line" in str(kept.failure)
+    [counted] = await query(database, "SELECT result, mx_host, sessions FROM tls_report_counts WHERE domain = $1",
+                            "changing.test")  # fmt: skip
+    assert dict(counted) == {"result": "sts-policy-invalid", "mx_host": "", "sessions": 1}  # for TLS reporting
 
 
 async def test_tls_show_prints_a_domains_policy(
