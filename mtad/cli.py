@@ -274,14 +274,14 @@ async def tls_show(args: argparse.Namespace, settings: config.Basics) -> int:
 
 async def tls_report(args: argparse.Namespace, settings: config.Settings) -> int:
     """Send the TLS reports due now (the days before today), or those of one day."""
-    from mtad.outbound import policies, routing, tlsrpt
+    from mtad.outbound import fetching, routing, tlsrpt
 
     out = settings.delivery
     resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)
     day = datetime.now(UTC).date() if args.day == "today" else args.day
     async with _spool(settings) as opened:
         reporter = tlsrpt.Reporter(opened.database, resolver, out.tls_reports, settings.submission.hostname,
-                                   https_tls=policies.trust(out.tls.ca_file))  # fmt: skip
+                                   https_tls=fetching.trust(out.tls.ca_file))  # fmt: skip
         made = await reporter.report_due(day)
         for day_of, domain in made:
             report = await opened.database.fetchrow("tls/report_of", day_of, domain)

@@ -57,7 +57,7 @@ from mtad.feedback import (
     webhook_delivery,
 )
 from mtad.mailboxes import relay
-from mtad.outbound import policies, routing, sessions, tlsrpt
+from mtad.outbound import fetching, policies, routing, sessions, tlsrpt
 from mtad.signing import dkim, rotation
 from mtad.spool import commit, leases, nodes, quotas, retention, suspensions, tenants
 from mtad.submission import port, processes
@@ -146,7 +146,7 @@ class Daemon:
             url = settings.unsubscribe.url
             links = unsubscribe.Unsubscribing(tokens, url) if tokens is not None and url is not None else None
             engine = delivery.Delivery(
-                out.engine, queue, router, sessions.Pool(out.sessions, verified_tls=policies.trust(out.tls.ca_file)),
+                out.engine, queue, router, sessions.Pool(out.sessions, verified_tls=fetching.trust(out.tls.ca_file)),
                 out.rules, pools=egress.Egress(out.pools), tls=tls_policies,
                 mailboxes=mailboxes, signer=signer, verp=_verp(settings.bounces), unsubscribing=links,
                 on_probation=states.on_probation, controls=controls,
@@ -220,7 +220,7 @@ class Daemon:
                 if engine is not None:  # TLS reports of the sessions this node made under a policy
                     reporting = tlsrpt.Reporter(database, resolver, out.tls_reports,
                                                 settings.submission.hostname,
-                                                https_tls=policies.trust(out.tls.ca_file))  # fmt: skip
+                                                https_tls=fetching.trust(out.tls.ca_file))  # fmt: skip
                     background.append(tasks.create_task(reporting.run(), name="tls-reports"))
                 if sending is not None:
                     background.append(tasks.create_task(sending.run(), name="webhooks"))

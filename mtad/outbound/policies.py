@@ -14,8 +14,7 @@ what a session to each must show once TLS is up (`Verify`):
   hosts are used as without a policy and a failure is only recorded.
 - Otherwise nothing: opportunistic TLS.
 
-Policies are fetched over HTTPS (aiohttp: certificate verified, no redirects,
-at most 64 KiB and `fetch_timeout`) and kept in PostgreSQL (`mta_sts_policies`)
+Policies are fetched over HTTPS (outbound.fetching) and kept in PostgreSQL (`mta_sts_policies`)
 until their max_age, so every node shares them and a restart fetches nothing.
 A domain's `_mta-sts` TXT id is looked up for each use (cached for its TTL): a
 new id fetches the policy again; when a fetch fails, or the TXT record is gone,
@@ -26,8 +25,6 @@ get no policy: the operator chose them.
 from __future__ import annotations
 
 import asyncio
-import socket
-import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,12 +33,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
-
 from mtad import db
 from mtad.base import errors
-from mtad.outbound import dane, mtasts, routing
+from mtad.outbound import dane, fetching, mtasts, routing
 
 MIN_TXT_TTL, MAX_TXT_TTL = 5.0, 3600.0  # bounds on how long a TXT answer is remembered
 REMEMBERED = 10_000  # domains whose TXT id and policy are kept in memory (the oldest go first)
@@ -149,91 +143,6 @@ async def failed(database: db.Database, domain: str, why: str, now: datetime | N
     await database.execute("tls/failed", domain, why[:500], now or datetime.now(UTC))
 
 
-class FetchError(Exception):
-    """A policy that could not be fetched or read; the text says why, `result` in the
-    words of TLS reporting."""
-
-    def __init__(self, text: str, result: str = "sts-policy-fetch-error") -> None:
-        super().__init__(text)
-        self.result = result  # or "sts-webpki-invalid", "sts-policy-invalid"
-
-
-class Resolving(AbstractResolver):
-    """aiohttp's lookups through mtad's resolver ([dns] nameservers), as delivery's."""
-
-    def __init__(self, resolver: routing.Resolver) -> None:
-        self._resolver = resolver
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        found: list[ResolveResult] = []
-        for rdtype, af in (("A", socket.AF_INET), ("AAAA", socket.AF_INET6)):
-            if family not in (socket.AF_UNSPEC, af):
-                continue
-            try:
-                answer = await self._resolver.lookup(host, rdtype)
-            except errors.RouteTempFail as exc:
-                raise OSError(str(exc)) from exc
-            found += [ResolveResult(hostname=host, host=v, port=port, family=af, proto=0, flags=0)
-                      for v in answer.values]  # fmt: skip
-        if not found:
-            raise OSError(f"{host} has no address")
-        return found
-
-    async def close(self) -> None:
-        pass
-
-
-def trust(ca_file: Path | None) -> ssl.SSLContext:
-    """A verifying client context: the system's trust store, or only the CAs of ca_file."""
-    if ca_file is None:
-        return ssl.create_default_context()
-    return ssl.create_default_context(cafile=str(ca_file))
-
-
-class Fetcher:
-    """Fetches policy files over HTTPS (one aiohttp session, closed by close())."""
-
-    def __init__(self, resolver: routing.Resolver, settings: Settings) -> None:
-        self._settings = settings
-        self._resolver = resolver
-        self._session: aiohttp.ClientSession | None = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(resolver=Resolving(self._resolver), ssl=trust(self._settings.ca_file))
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
-
-    async def fetch(self, domain: str) -> mtasts.Policy:
-        """The policy file of `domain`, parsed; raises FetchError."""
-        host = f"mta-sts.{domain}"
-        port = "" if self._settings.https_port == 443 else f":{self._settings.https_port}"
-        url = f"https://{host}{port}/.well-known/mta-sts.txt"
-        timeout = aiohttp.ClientTimeout(total=self._settings.fetch_timeout)
-        try:
-            async with self._client().get(url, allow_redirects=False, timeout=timeout) as response:
-                if response.status != 200:
-                    raise FetchError(f"{url} answered HTTP {response.status}")
-                if response.content_type != "text/plain":
-                    raise FetchError(f"{url} is {response.content_type}, not text/plain")
-                text = await response.content.read(mtasts.MAX_POLICY_OCTETS + 1)
-        except aiohttp.ClientSSLError as exc:
-            raise FetchError(f"{url}: the certificate is not valid for {host}: {exc}", "sts-webpki-invalid") from exc
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise FetchError(f"{url}: {type(exc).__name__}: {exc}") from exc
-        try:
-            return mtasts.parse(text)
-        except mtasts.PolicyError as exc:
-            raise FetchError(f"{url}: {exc}", "sts-policy-invalid") from exc
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-
 class Policies:
     """The policy of each route, from DNS, the cache in PostgreSQL and HTTPS."""
 
@@ -243,7 +152,7 @@ class Policies:
         resolver: routing.Resolver,
         settings: Settings,
         *,
-        fetcher: Fetcher | None = None,
+        fetcher: fetching.Fetcher | None = None,
         count_failure: Callable[[str, str, Failed], Awaitable[None]] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         clock: Callable[[], float] = time.monotonic,
@@ -251,7 +160,9 @@ class Policies:
         self.settings = settings
         self._db = database
         self._resolver = resolver
-        self._fetcher = fetcher or Fetcher(resolver, settings)
+        self._fetcher = fetcher or fetching.Fetcher(
+            resolver, port=settings.https_port, timeout=settings.fetch_timeout, ca_file=settings.ca_file
+        )
         self._count_failure = count_failure  # (domain, MX host, why) for TLS reporting
         self._now = now
         self._clock = clock
@@ -330,7 +241,7 @@ class Policies:
         now = self._now()
         try:
             policy = await self._fetcher.fetch(domain)
-        except FetchError as exc:
+        except fetching.FetchError as exc:
             await failed(self._db, domain, str(exc), now)
             if self._count_failure is not None:
                 await self._count_failure(domain, "", Failed(exc.result, str(exc)))

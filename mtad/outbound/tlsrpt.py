@@ -32,7 +32,7 @@ import structlog
 
 from mtad import db
 from mtad.base import envelope, errors, metrics
-from mtad.outbound import mtasts, policies, routing
+from mtad.outbound import fetching, mtasts, policies, routing
 from mtad.spool import commit
 
 log = structlog.get_logger("mtad.tlsrpt")
@@ -273,7 +273,7 @@ class Reporter:
     async def _post(self, report_json: dict[str, Any], uri: str) -> None:
         timeout = aiohttp.ClientTimeout(total=self.settings.post_timeout)
         body = gzip.compress(json.dumps(report_json).encode())
-        connector = aiohttp.TCPConnector(resolver=policies.Resolving(self._resolver), ssl=self._https_tls or True)
+        connector = aiohttp.TCPConnector(resolver=fetching.Resolving(self._resolver), ssl=self._https_tls or True)
         headers = {"Content-Type": MEDIA_TYPE}
         async with (
             aiohttp.ClientSession(connector=connector, timeout=timeout) as session,

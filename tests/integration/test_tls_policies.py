@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 
 from mtad import cli, config, db
 from mtad.deliver import delivery
-from mtad.outbound import mtasts, outcomes, policies, routing, sessions, tlsrpt
+from mtad.outbound import fetching, mtasts, outcomes, policies, routing, sessions, tlsrpt
 from tests.certs import Authority
 from tests.conftest import query
 from tests.integration.test_delivery import PROVIDERS, RULES, accept, deliveries, new_message
@@ -168,7 +168,7 @@ def engine(
     resolver = ZoneResolver(zone, secure=secure)
     router = routing.Router(resolver, PROVIDERS, port=port)
     pool = sessions.Pool(sessions.Settings(port=port, ehlo_hostname="mtad.test"),
-                         verified_tls=policies.trust(ca_file))  # fmt: skip
+                         verified_tls=fetching.trust(ca_file))  # fmt: skip
     settings = policies.Settings(dane=dane, https_port=https_port, ca_file=ca_file)
     tls = policies.Policies(database, resolver, settings, count_failure=tlsrpt.failures(database))
     settings = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0))
@@ -431,7 +431,7 @@ async def test_a_day_of_sessions_is_reported_by_mail_and_https_once(
     tomorrow = datetime.now(UTC) + timedelta(days=1)
     settings = tlsrpt.Settings(organization="mtad.test", sender="postmaster@mtad.test", tenant="t1")
     reporter = tlsrpt.Reporter(database, ZoneResolver(zone), settings, "mtad.test",
-                               https_tls=policies.trust(ca_file), now=lambda: tomorrow)  # fmt: skip
+                               https_tls=fetching.trust(ca_file), now=lambda: tomorrow)  # fmt: skip
     made = await reporter.report_due()
     today = datetime.now(UTC).date()
     assert sorted(made) == [(today, "enforce.test"), (today, "wrongname.test")]
