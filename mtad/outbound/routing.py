@@ -89,7 +89,10 @@ class DnsResolver:
             self._resolver = dns.asyncresolver.Resolver()  # the system's /etc/resolv.conf
         self._resolver.lifetime = timeout
         self._resolver.cache = None  # the Router caches routes
-        self._resolver.flags = dns.flags.RD | dns.flags.AD  # RFC 6840 5.7: ask for the AD bit
+        # Ask for the AD bit (RFC 6840 5.7), and say we understand DNSSEC (the DO bit):
+        # some validating resolvers set AD only then.
+        self._resolver.flags = dns.flags.RD | dns.flags.AD
+        self._resolver.use_edns(0, dns.flags.DO, 1232)
 
     async def lookup(self, name: str, rdtype: str) -> Records:
         try:
