@@ -3,10 +3,14 @@
 `Policies.of(route)` answers with an `Applied`: which MX hosts may be used and
 what a session to each must show once TLS is up (`Verify`):
 - DANE (RFC 7672), with `dane` on: for an MX host whose TLSA records
-  (`_25._tcp.<host>`) come, like the MX records themselves, from an answer the
-  validating resolver marked secure (the AD bit). STARTTLS is then required and
-  the certificate must match them. DANE takes precedence over MTA-STS, host by
-  host (RFC 8461 section 2).
+  (`_25._tcp.<host>`) come from an answer the validating resolver marked secure
+  (the AD bit); they are looked up only for a host in a signed zone (its address
+  records secure), as Postfix does, so broken DNS servers of unsigned zones cost
+  nothing. STARTTLS is then required and the certificate must match them
+  (a DANE-TA chain must name the host, or the domain when its MX records were
+  secure too: an unsigned domain hosted on a signed provider's MX still gets
+  DANE, section 2.2.1). DANE takes precedence over MTA-STS, host by host
+  (RFC 8461 section 2).
 - MTA-STS (RFC 8461), with `mta_sts` on: when the domain publishes a policy. In
   `enforce` mode only the MX hosts its patterns match are used, over TLS with a
   certificate valid for the host's name (the trust store, or [tls] ca_file);
@@ -37,8 +41,8 @@ from mtad import db
 from mtad.base import errors
 from mtad.outbound import dane, fetching, mtasts, routing
 
-MIN_TXT_TTL, MAX_TXT_TTL = 5.0, 3600.0  # bounds on how long a TXT answer is remembered
-REMEMBERED = 10_000  # domains whose TXT id and policy are kept in memory (the oldest go first)
+MIN_TTL, MAX_TTL = 5.0, 3600.0  # bounds on how long a TXT or TLSA answer is remembered
+REMEMBERED = 10_000  # domains (and MX hosts) whose TXT id, policy and TLSA records are kept in memory
 
 
 class Kind(StrEnum):
@@ -74,6 +78,12 @@ class Verify:
     names: tuple[str, ...]  # the names the certificate may be valid for
     enforce: bool = True  # False: MTA-STS testing, a failure is recorded and the mail goes on
     tlsa: tuple[dane.Tlsa, ...] = ()  # DANE: the usable records (none: TLS required, not authenticated)
+
+    @property
+    def proves(self) -> tuple[Kind, tuple[str, ...], bool, tuple[dane.Tlsa, ...]]:
+        """What a session held to this shows, whichever domain asked: sessions are
+        reused across the domains an MX host serves when it is the same."""
+        return self.kind, self.names, self.enforce, self.tlsa
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +177,7 @@ class Policies:
         self._now = now
         self._clock = clock
         self._ids: dict[str, tuple[str | None, float]] = {}  # domain -> (TXT id, until when)
+        self._tlsas: dict[str, tuple[tuple[dane.Tlsa, ...] | None, float]] = {}  # TLSA name -> (records, until)
         self._policies: dict[str, Cached | None] = {}  # what PostgreSQL holds, as last read or written
         self._fetching: dict[str, asyncio.Future[Cached | None]] = {}
 
@@ -179,11 +190,12 @@ class Policies:
         if route.relay or not (self.settings.mta_sts or self.settings.dane):
             return NONE
         verify: dict[str, Verify] = {}
-        if self.settings.dane and route.secure:
-            for hop in route.hops:
+        if self.settings.dane:
+            for hop in (h for h in route.hops if h.secure):
                 found = await self._tlsa(hop)
                 if found is not None:
-                    verify[hop.name] = Verify(Kind.DANE, route.domain, (hop.name, route.domain), tlsa=found)
+                    names = (hop.name, route.domain) if route.secure else (hop.name,)
+                    verify[hop.name] = Verify(Kind.DANE, route.domain, names, tlsa=found)
         sts = await self.mta_sts(route.domain) if self.settings.mta_sts else None
         policy = sts.live(self._now()) if sts is not None else None
         if policy is None or policy.mode is mtasts.Mode.NONE:
@@ -209,17 +221,24 @@ class Policies:
 
     async def _tlsa(self, hop: routing.Hop) -> tuple[dane.Tlsa, ...] | None:
         """The usable TLSA records of an MX host from a secure answer (an empty tuple:
-        records, none usable: TLS is still required), or None: DANE does not apply."""
-        answer = await self._resolver.lookup(f"_{hop.port}._tcp.{hop.name}", "TLSA")
-        if not answer.secure or not answer.values:
-            return None
-        records = []
-        for value in answer.values:
-            try:
-                records.append(dane.parse(value))
-            except dane.TlsaError:
-                continue
-        return tuple(dane.usable(records))
+        records, none usable: TLS is still required), or None: DANE does not apply.
+        Remembered for the answer's TTL."""
+        name = f"_{hop.port}._tcp.{hop.name}"
+        known = self._tlsas.get(name)
+        if known is not None and known[1] > self._clock():
+            return known[0]
+        answer = await self._resolver.lookup(name, "TLSA")
+        found = None
+        if answer.secure and answer.values:
+            records = []
+            for value in answer.values:
+                try:
+                    records.append(dane.parse(value))
+                except dane.TlsaError:
+                    continue
+            found = tuple(dane.usable(records))
+        _remember(self._tlsas, name, (found, self._clock() + min(max(answer.ttl, MIN_TTL), MAX_TTL)))
+        return found
 
     async def mta_sts(self, domain: str) -> Cached | None:
         """The domain's MTA-STS policy as it stands now, fetched when its TXT id says
@@ -260,13 +279,13 @@ class Policies:
         except errors.RouteTempFail:
             return known[0] if known is not None else None  # the cached policy decides meanwhile
         policy_id = mtasts.txt_id(answer.values)
-        _remember(self._ids, domain, (policy_id, self._clock() + min(max(answer.ttl, MIN_TXT_TTL), MAX_TXT_TTL)))
+        _remember(self._ids, domain, (policy_id, self._clock() + min(max(answer.ttl, MIN_TTL), MAX_TTL)))
         return policy_id
 
 
-def _remember(memory: dict[str, Any], domain: str, value: Any) -> None:
-    """Keep a domain's entry, forgetting the oldest beyond REMEMBERED."""
-    memory.pop(domain, None)
-    memory[domain] = value
+def _remember(memory: dict[str, Any], key: str, value: Any) -> None:
+    """Keep an entry, forgetting the oldest beyond REMEMBERED."""
+    memory.pop(key, None)
+    memory[key] = value
     if len(memory) > REMEMBERED:
         del memory[next(iter(memory))]

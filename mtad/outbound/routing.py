@@ -200,6 +200,7 @@ class Hop:
     preference: int
     addresses: tuple[str, ...]
     port: int
+    secure: bool = False  # its address records were DNSSEC-validated: a signed zone, where DANE may apply
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +210,7 @@ class Route:
     limits: limits.Limits  # the provider's shaping limits
     hops: tuple[Hop, ...]  # in preference order; equal preferences in random order per call
     relay: bool = False  # a static route, not DNS
-    secure: bool = False  # the MX answer was DNSSEC-validated (the AD bit): DANE may apply
+    secure: bool = False  # the MX answer was DNSSEC-validated (the AD bit): the domain names its MX hosts
 
     def attempt_order(self, rng: random.Random | None = None) -> list[Hop]:
         """The hops in preference order, shuffled among equal preferences (RFC 5321 5.1)."""
@@ -299,7 +300,7 @@ class Router:
     async def _resolve(self, domain: str) -> tuple[Route | Undeliverable, float]:
         relay = self._routes.get(domain)
         if relay is not None:
-            addresses, ttl = await self._addresses(relay.host)
+            addresses, ttl, _ = await self._addresses(relay.host)
             if not addresses:
                 raise errors.RouteTempFail(f"the relay {relay} for {domain} has no address")
             hop = Hop(relay.host, 0, addresses, relay.port)
@@ -318,13 +319,13 @@ class Router:
         failed: errors.RouteTempFail | None = None  # a host none of whose lookups answered
         for preference, host in exchangers:
             try:
-                addresses, host_ttl = await self._addresses(host)
+                addresses, host_ttl, secure = await self._addresses(host)
             except errors.RouteTempFail as exc:
                 failed, ttl = exc, MIN_TTL  # the hosts that answered, and a look again soon
                 continue
             ttl = min(ttl, host_ttl)
             if addresses:
-                hops.append(Hop(host, preference, addresses, self._port))
+                hops.append(Hop(host, preference, addresses, self._port, secure))
         if not hops:
             if failed is not None:
                 raise failed
@@ -334,13 +335,14 @@ class Router:
         group, group_limits = self._providers.group_of(h.name for h in hops)
         return Route(domain, group, group_limits, tuple(hops), secure=mx.secure), ttl
 
-    async def _addresses(self, host: str) -> tuple[tuple[str, ...], float]:
-        """IPv4 then IPv6 addresses of host (an IP literal is its own address). A lookup
-        that fails (SERVFAIL, REFUSED, a timeout: broken servers still do it to AAAA)
-        leaves the other's addresses, kept for a short while; RouteTempFail only when
-        neither answered."""
+    async def _addresses(self, host: str) -> tuple[tuple[str, ...], float, bool]:
+        """IPv4 then IPv6 addresses of host (an IP literal is its own address), their
+        TTL, and whether both answers were DNSSEC-validated. A lookup that fails
+        (SERVFAIL, REFUSED, a timeout: broken servers still do it to AAAA) leaves the
+        other's addresses, kept for a short while; RouteTempFail only when neither
+        answered."""
         try:
-            return (str(ipaddress.ip_address(host)),), MAX_TTL
+            return (str(ipaddress.ip_address(host)),), MAX_TTL, False
         except ValueError:
             pass
         answers = await asyncio.gather(
@@ -354,7 +356,8 @@ class Router:
             assert isinstance(answers[0], errors.RouteTempFail)
             raise answers[0]
         ttl = min(a.ttl for a in found) if len(found) == len(answers) else MIN_TTL
-        return tuple(v for a in found for v in a.values), ttl
+        secure = len(found) == len(answers) and all(a.secure for a in found)
+        return tuple(v for a in found for v in a.values), ttl, secure
 
 
 def _parse_mx(values: Iterable[str]) -> list[tuple[int, str]]:

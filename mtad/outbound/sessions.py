@@ -16,7 +16,9 @@ must offer STARTTLS and show a certificate valid for its name (MTA-STS, against
 the trust store) or matching its TLSA records (DANE); otherwise it is refused
 with a failure that says why (`Result.tls_error`), except under an MTA-STS policy
 in testing mode, where the failure is only noted and the session goes on as it
-would without the policy. Sessions are pooled per policy too.
+would without the policy. A session is reused only for a target held to the same
+policy (`Verify.proves`: the same for every domain an MX host serves), and
+`max_per_host` counts the sessions of every policy.
 
 Relay through a sending mailbox: with a `Login`, the session goes to the
 account's smarthost over TLS whose certificate is verified (STARTTLS, required,
@@ -36,7 +38,7 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 
 import aiosmtplib
@@ -168,7 +170,8 @@ class _Session:
         self.last_used = now
         self.smtputf8 = client.supports_extension("smtputf8")
         self.pipelining = client.supports_extension("pipelining")
-        self.key: _Key = (target.address, target.port, None, None, None)  # its pool
+        self.key: _Key = (target.address, target.port, None, None)  # its pool
+        self.policy: Hashable = None  # what it proved of its TLS (Verify.proves), None: nothing
 
     @property
     def alive(self) -> bool:
@@ -181,18 +184,26 @@ class _Session:
         self.client.close()
 
 
-_Key = tuple[str, int, str | None, str | None, Verify | None]  # address, port, source, account, policy
+_Key = tuple[str, int, str | None, str | None]  # address, port, source, account
 
 
 class _HostPool:
-    """Sessions to one (address, port, source, account, policy): idle ones, and a cap
-    on open ones."""
+    """Sessions to one (address, port, source, account): idle ones, and a cap on open
+    ones. A session is reused only for a target held to the same TLS policy; the cap
+    counts the sessions of every policy."""
 
     def __init__(self, cap: int) -> None:
         self.idle: list[_Session] = []
         self.open = 0
         self.freed = asyncio.Condition()
         self.cap = cap
+
+    def take(self, policy: Hashable) -> _Session | None:
+        """The most recently used idle session that proved `policy`, out of the pool."""
+        for index in range(len(self.idle) - 1, -1, -1):
+            if self.idle[index].policy == policy:
+                return self.idle.pop(index)
+        return None
 
 
 @dataclass(slots=True)
@@ -320,24 +331,24 @@ class Pool:
     async def _acquire(
         self, target: Target, source: str | None, label: str, ehlo: str | None, login: Login | None
     ) -> tuple[_Session, bool]:
-        key = (target.address, target.port, source, login.account if login else None, target.verify)
+        key = (target.address, target.port, source, login.account if login else None)
+        policy = target.verify.proves if target.verify is not None else None
         pool = self._hosts.get(key)
         if pool is None:
             pool = self._hosts[key] = _HostPool(self.settings.max_per_host)
         async with pool.freed:
             while True:
-                while pool.idle:
-                    session = pool.idle.pop()
+                while (session := pool.take(policy)) is not None:
                     if session.alive and self._now() - session.last_used < self.settings.idle_timeout:
                         self._stats.reused += 1
                         return session, True
-                    pool.open -= 1
-                    self._stats.closed += 1
-                    metrics.OUTBOUND_SESSIONS.labels(group=session.label).dec()
-                    await session.close()
+                    await self._drop(pool, session)
                 if pool.open < pool.cap:
                     pool.open += 1
                     break
+                if pool.idle:  # full, with an idle session held to another policy: it makes room
+                    await self._drop(pool, pool.idle.pop(0))
+                    continue
                 await pool.freed.wait()
         try:
             session = await self._open(target, source, label, ehlo, login)
@@ -348,8 +359,15 @@ class Pool:
             raise
         self._stats.opened += 1
         metrics.OUTBOUND_SESSIONS.labels(group=label).inc()
-        session.key = key
+        session.key, session.policy = key, policy
         return session, False
+
+    async def _drop(self, pool: _HostPool, session: _Session) -> None:
+        """Close an idle session taken out of its pool (under the pool's lock)."""
+        pool.open -= 1
+        self._stats.closed += 1
+        metrics.OUTBOUND_SESSIONS.labels(group=session.label).dec()
+        await session.close()
 
     async def _release(self, session: _Session, *, keep: bool) -> None:
         pool = self._hosts[session.key]

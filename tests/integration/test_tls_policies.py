@@ -350,24 +350,27 @@ def _dane_zone(record: str, host: str = "mx.dane.test", address: str = GOOD) -> 
 
 
 @pytest.mark.parametrize(("match", "secure", "state"), [
-    (True, True, "delivered"),
-    (False, True, "deferred"),
-    (False, False, "delivered"),  # not from a validated answer: DANE does not apply
+    (True, "all", "delivered"),
+    (False, "all", "deferred"),
+    (False, "host", "deferred"),  # an unsigned domain on a signed MX host: DANE applies (RFC 7672 2.2.1)
+    (False, "tlsa", "delivered"),  # the host's own zone is not signed: its TLSA records are not asked for
+    (False, "none", "delivered"),  # not from a validated answer: DANE does not apply
 ])  # fmt: skip
 async def test_dane_ee_records_hold_the_delivery_to_the_receivers_key(
     database: db.Database, receivers: Receivers, ca_file: Path, authority: Authority, tmp_path: Path,
-    match: bool, secure: bool, state: str,
+    match: bool, secure: str, state: str,
 ) -> None:  # fmt: skip
     zone = _dane_zone(_tlsa(authority, tmp_path, match=match)).replace("{port}", str(receivers.port))
+    tlsa = f"_{receivers.port}._tcp.mx.dane.test"
+    signed = {"all": True, "none": False, "host": {"mx.dane.test", tlsa}, "tlsa": {tlsa}}[secure]
     await accept(database, new_message("g@dane.test"))
-    mtad, tls = engine(database, receivers.port, 1, ca_file, zone=zone, dane=True, secure=secure)
+    mtad, tls = engine(database, receivers.port, 1, ca_file, zone=zone, dane=True, secure=signed)
     await mtad.run_until_idle()
     await tls.close()
     row = (await deliveries(database))["g@dane.test"]
     assert row["state"] == state
     [event] = await events(database, "g@dane.test")
-    if secure:
-        assert event["tls_policy"] == "dane"
+    assert ("tls_policy" in event) is (secure in ("all", "host"))
     if state == "deferred":
         assert "DANE: mx.dane.test: no certificate of the receiver's matches its TLSA records" in str(
             event["tls_error"]
@@ -476,3 +479,23 @@ def test_rua_takes_mailto_and_https_from_one_tlsrpt_record() -> None:
     assert tlsrpt.rua(['"v=TLSRPTv1; rua=http://x.test/r"']) == []  # not https
     assert tlsrpt.rua(['"v=TLSRPTv1; rua=mailto:a@x.test"', '"v=TLSRPTv1; rua=mailto:b@x.test"']) == []
     assert tlsrpt.rua(['"v=spf1 -all"']) == []
+
+
+async def test_sessions_are_shared_by_domains_held_to_the_same_proof_within_one_cap(
+    receivers: Receivers, ca_file: Path
+) -> None:
+    pool = sessions.Pool(sessions.Settings(port=receivers.port, ehlo_hostname="mtad.test", max_per_host=1),
+                         verified_tls=fetching.trust(ca_file))  # fmt: skip
+    transaction = sessions.Transaction("app@example.org", ("a@x.test",), b"Subject: t\r\n\r\nhi\r\n")
+
+    def to(domain: str | None) -> sessions.Target:
+        verify = policies.Verify(policies.Kind.MTA_STS, domain, ("mx.enforce.test",)) if domain else None
+        return sessions.Target("mx.enforce.test", GOOD, receivers.port, verify)
+
+    first = await pool.deliver([to("enforce.test")], transaction)
+    second = await pool.deliver([to("hosted.example")], transaction)  # another domain on the same MX
+    assert (first.reused, second.reused, receivers.good.connections) == (False, True, 1)
+    assert second.tls_policy is policies.Kind.MTA_STS
+    third = await pool.deliver([to(None)], transaction)  # no policy: not that session, and the cap is 1
+    assert (third.reused, receivers.good.connections, pool.statistics().open) == (False, 2, 1)
+    await pool.close()
