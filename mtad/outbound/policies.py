@@ -252,12 +252,17 @@ class Policies:
             return kept
         waiting = self._fetching.get(domain)
         if waiting is None:
-            waiting = self._fetching[domain] = asyncio.ensure_future(self._refresh(domain, policy_id, kept))
+            waiting = self._fetching[domain] = asyncio.ensure_future(self._refresh(domain, policy_id))
             waiting.add_done_callback(lambda _: self._fetching.pop(domain, None))
         return await asyncio.shield(waiting)
 
-    async def _refresh(self, domain: str, policy_id: str, kept: Cached | None) -> Cached | None:
+    async def _refresh(self, domain: str, policy_id: str) -> Cached | None:
+        """The policy of TXT id `policy_id`: as another node fetched it, or fetched now."""
         now = self._now()
+        shared = await cached(self._db, domain)
+        if shared is not None and shared.policy_id == policy_id and shared.live(now):
+            self._policies[domain] = shared
+            return shared
         try:
             policy = await self._fetcher.fetch(domain)
         except fetching.FetchError as exc:

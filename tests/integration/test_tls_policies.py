@@ -499,3 +499,26 @@ async def test_sessions_are_shared_by_domains_held_to_the_same_proof_within_one_
     third = await pool.deliver([to(None)], transaction)  # no policy: not that session, and the cap is 1
     assert (third.reused, receivers.good.connections, pool.statistics().open) == (False, 2, 1)
     await pool.close()
+
+
+async def test_a_policy_one_node_fetched_serves_the_others_when_its_id_changes(
+    database: db.Database, policy_server: PolicyServer, ca_file: Path
+) -> None:
+    policy_server.policies["changing.test"] = ENFORCE.format(mx="mx.changing.test")
+    resolver = ZoneResolver('_mta-sts.changing.test. TXT "v=STSv1; id=s1"\nmta-sts.changing.test. A 127.0.0.1\n')
+    route = routing.Route("changing.test", "g", PROVIDERS.default,
+                          (routing.Hop("mx.changing.test", 10, (GOOD,), 25),))  # fmt: skip
+    settings = policies.Settings(https_port=policy_server.port, ca_file=ca_file)
+    clock = [0.0]
+    nodes = [policies.Policies(database, resolver, settings, clock=lambda: clock[0]) for _ in range(2)]
+    for node in nodes:
+        assert (await node.of(route)).kind is policies.Kind.MTA_STS
+    resolver.records[("_mta-sts.changing.test", "TXT")] = [('"v=STSv1; id=s2"', 300.0)]
+    clock[0] += 301  # the TXT answers have expired on both nodes
+    for node in nodes:
+        assert (await node.of(route)).kind is policies.Kind.MTA_STS
+        await node.close()
+    assert policy_server.fetched == ["changing.test", "changing.test"]  # once per id, for the whole cluster
+    kept = await policies.cached(database, "changing.test")
+    assert kept is not None
+    assert kept.policy_id == "s2"
