@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import ssl
 from pathlib import Path
 
 from cryptography import x509
@@ -97,3 +98,10 @@ class Authority:
             )
         )
         return chain, key_path
+
+    def server_context(self, directory: Path, *names: str) -> ssl.SSLContext:
+        """A server's TLS context with a certificate for `names` (issued into directory)."""
+        chain, key = self.issue(directory, *names)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(chain, key)
+        return context

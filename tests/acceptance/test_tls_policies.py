@@ -68,13 +68,6 @@ class PolicyServer:
         self._thread.join(10)
 
 
-def _context(authority: Authority, directory: Path, *names: str) -> ssl.SSLContext:
-    chain, key = authority.issue(directory, *names)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(chain, key)
-    return context
-
-
 @pytest.fixture
 def authority() -> Authority:
     return Authority()
@@ -82,21 +75,21 @@ def authority() -> Authority:
 
 @pytest.fixture
 def good(authority: Authority, tmp_path: Path) -> Iterator[ThreadedSink]:
-    context = _context(authority, tmp_path / "good", "mx.enforce.test", "mx.dane.test")
+    context = authority.server_context(tmp_path / "good", "mx.enforce.test", "mx.dane.test")
     with ThreadedSink((GOOD,), tls=context) as started:
         yield started
 
 
 @pytest.fixture
 def wrong(authority: Authority, tmp_path: Path, good: ThreadedSink) -> Iterator[ThreadedSink]:
-    context = _context(authority, tmp_path / "wrong", "other.example")
+    context = authority.server_context(tmp_path / "wrong", "other.example")
     with ThreadedSink((WRONG,), port=good.port, tls=context) as started:
         yield started
 
 
 @pytest.fixture
 def policy_server(authority: Authority, tmp_path: Path) -> Iterator[PolicyServer]:
-    context = _context(authority, tmp_path / "https", "mta-sts.enforce.test", "mta-sts.wrongname.test")
+    context = authority.server_context(tmp_path / "https", "mta-sts.enforce.test", "mta-sts.wrongname.test")
     server = PolicyServer(context, {"enforce.test": ENFORCE.format(mx="mx.enforce.test"),
                                     "wrongname.test": ENFORCE.format(mx="mx.wrongname.test")})  # fmt: skip
     yield server

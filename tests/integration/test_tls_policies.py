@@ -11,11 +11,11 @@ import gzip
 import hashlib
 import json
 import socket
-import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -90,13 +90,6 @@ def no_ssl_cert_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
 
 
-def _context(authority: Authority, directory: Path, *names: str) -> ssl.SSLContext:
-    chain, key = authority.issue(directory, *names)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(chain, key)
-    return context
-
-
 @dataclass
 class PolicyServer:
     """HTTPS at mta-sts.<domain>: each domain's policy file from `policies`."""
@@ -133,7 +126,9 @@ async def policy_server(authority: Authority, tmp_path: Path) -> AsyncIterator[P
     runner = web.AppRunner(app)
     await runner.setup()
     names = [f"mta-sts.{d}" for d in (*POLICIES, "changing.test")] + ["reports.test"]
-    site = web.TCPSite(runner, "127.0.0.1", server.port, ssl_context=_context(authority, tmp_path / "https", *names))
+    site = web.TCPSite(
+        runner, "127.0.0.1", server.port, ssl_context=authority.server_context(tmp_path / "https", *names)
+    )
     await site.start()
     yield server
     await runner.cleanup()
@@ -153,8 +148,10 @@ class Receivers:
 @pytest.fixture
 async def receivers(authority: Authority, tmp_path: Path) -> AsyncIterator[Receivers]:
     good_names = ("mx.enforce.test", "mx.unlisted.test", "mx.dane.test")
-    good = await Sink((GOOD,), tls=_context(authority, tmp_path / "good", *good_names)).start()
-    wrong = await Sink((WRONG,), port=good.port, tls=_context(authority, tmp_path / "wrong", "other.example")).start()
+    good = await Sink((GOOD,), tls=authority.server_context(tmp_path / "good", *good_names)).start()
+    wrong = await Sink(
+        (WRONG,), port=good.port, tls=authority.server_context(tmp_path / "wrong", "other.example")
+    ).start()
     plain = await Sink((PLAIN,), port=good.port).start()
     yield Receivers(good, wrong, plain)
     for sink in (good, wrong, plain):
@@ -175,6 +172,15 @@ def engine(
     return delivery.Delivery(settings, database, router, pool, RULES, tls=tls), tls
 
 
+async def send(database: db.Database, port: int, https_port: int, ca_file: Path, recipients: list[str],
+               **options: Any) -> None:  # fmt: skip
+    """Accept a message to each recipient, then deliver what is due through engine(...)."""
+    await accept(database, *(new_message(r) for r in recipients))
+    mtad, tls = engine(database, port, https_port, ca_file, **options)
+    await mtad.run_until_idle()
+    await tls.close()
+
+
 async def events(database: db.Database, recipient: str) -> list[dict[str, object]]:
     rows = await query(database, "SELECT e.kind, e.data FROM events e JOIN deliveries d ON d.id = e.delivery"
                                  " WHERE d.recipient = $1 AND e.kind IN ('delivered', 'deferred') ORDER BY e.id",
@@ -185,10 +191,7 @@ async def events(database: db.Database, recipient: str) -> list[dict[str, object
 async def test_enforce_sends_only_to_a_listed_mx_with_a_certificate_valid_for_it(
     database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path
 ) -> None:
-    await accept(database, new_message("a@enforce.test"), new_message("b@unlisted.test"))
-    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file)
-    await mtad.run_until_idle()
-    await tls.close()
+    await send(database, receivers.port, policy_server.port, ca_file, ["a@enforce.test", "b@unlisted.test"])
     rows = await deliveries(database)
     assert {r["state"] for r in rows.values()} == {"delivered"}
     assert sorted(m.recipients[0] for m in receivers.good.received) == ["a@enforce.test", "b@unlisted.test"]
@@ -205,10 +208,7 @@ async def test_enforce_sends_only_to_a_listed_mx_with_a_certificate_valid_for_it
 async def test_enforce_defers_a_wrong_certificate_or_no_starttls_and_says_why(
     database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path
 ) -> None:
-    await accept(database, new_message("c@wrongname.test"), new_message("d@nostarttls.test"))
-    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file)
-    await mtad.run_until_idle()
-    await tls.close()
+    await send(database, receivers.port, policy_server.port, ca_file, ["c@wrongname.test", "d@nostarttls.test"])
     rows = await deliveries(database)
     assert {(r["state"], r["reason"]) for r in rows.values()} == {("deferred", "tls_failed")}
     assert receivers.wrong.received == receivers.plain.received == []  # never in clear, never unverified
@@ -226,10 +226,7 @@ async def test_enforce_defers_a_wrong_certificate_or_no_starttls_and_says_why(
 async def test_enforce_with_no_mx_host_allowed_defers_without_connecting(
     database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path
 ) -> None:
-    await accept(database, new_message("k@nomatch.test"))
-    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file)
-    await mtad.run_until_idle()
-    await tls.close()
+    await send(database, receivers.port, policy_server.port, ca_file, ["k@nomatch.test"])
     row = (await deliveries(database))["k@nomatch.test"]
     assert (row["state"], row["reason"]) == ("deferred", "tls_failed")
     assert receivers.good.received == []
@@ -243,10 +240,7 @@ async def test_enforce_with_no_mx_host_allowed_defers_without_connecting(
 async def test_testing_mode_delivers_as_without_a_policy_and_records_the_failure(
     database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path
 ) -> None:
-    await accept(database, new_message("e@testing.test"))
-    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file)
-    await mtad.run_until_idle()
-    await tls.close()
+    await send(database, receivers.port, policy_server.port, ca_file, ["e@testing.test"])
     assert (await deliveries(database))["e@testing.test"]["state"] == "delivered"
     [message] = receivers.wrong.received
     assert message.tls  # opportunistic TLS, as without a policy
@@ -262,10 +256,7 @@ async def test_testing_mode_delivers_as_without_a_policy_and_records_the_failure
 async def test_a_domain_without_a_policy_gets_opportunistic_tls(
     database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path
 ) -> None:
-    await accept(database, new_message("f@nopolicy.test"))
-    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file)
-    await mtad.run_until_idle()
-    await tls.close()
+    await send(database, receivers.port, policy_server.port, ca_file, ["f@nopolicy.test"])
     assert (await deliveries(database))["f@nopolicy.test"]["state"] == "delivered"
     [event] = await events(database, "f@nopolicy.test")
     assert "tls_policy" not in event
@@ -311,10 +302,7 @@ async def test_tls_show_prints_a_domains_policy(
     dsn: str, database: db.Database, receivers: Receivers, policy_server: PolicyServer, ca_file: Path,
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    await accept(database, new_message("a@enforce.test"))
-    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file)
-    await mtad.run_until_idle()
-    await tls.close()
+    await send(database, receivers.port, policy_server.port, ca_file, ["a@enforce.test"])
     path = tmp_path / "mtad.toml"
     path.write_text(f'[database]\ndsn = "{dsn}"\n')
     basics = config.load_basics(path, environ={})
@@ -363,10 +351,7 @@ async def test_dane_ee_records_hold_the_delivery_to_the_receivers_key(
     zone = _dane_zone(_tlsa(authority, tmp_path, match=match)).replace("{port}", str(receivers.port))
     tlsa = f"_{receivers.port}._tcp.mx.dane.test"
     signed = {"all": True, "none": False, "host": {"mx.dane.test", tlsa}, "tlsa": {tlsa}}[secure]
-    await accept(database, new_message("g@dane.test"))
-    mtad, tls = engine(database, receivers.port, 1, ca_file, zone=zone, dane=True, secure=signed)
-    await mtad.run_until_idle()
-    await tls.close()
+    await send(database, receivers.port, 1, ca_file, ["g@dane.test"], zone=zone, dane=True, secure=signed)
     row = (await deliveries(database))["g@dane.test"]
     assert row["state"] == state
     [event] = await events(database, "g@dane.test")
@@ -385,10 +370,7 @@ async def test_a_dane_ta_record_needs_the_chain_to_its_anchor_and_the_mx_name(
     ca_key = authority.cert.public_key()
     spki = ca_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     zone = _dane_zone(f"2 1 1 {hashlib.sha256(spki).hexdigest()}", host).replace("{port}", str(receivers.port))
-    await accept(database, new_message("j@dane.test"))
-    mtad, tls = engine(database, receivers.port, 1, ca_file, zone=zone, dane=True, secure=True)
-    await mtad.run_until_idle()
-    await tls.close()
+    await send(database, receivers.port, 1, ca_file, ["j@dane.test"], zone=zone, dane=True, secure=True)
     assert (await deliveries(database))["j@dane.test"]["state"] == state
     [event] = await events(database, "j@dane.test")
     assert event["tls_policy"] == "dane"
@@ -406,10 +388,16 @@ async def test_dane_needs_starttls_and_takes_precedence_over_mta_sts(
     # dane.test also publishes an MTA-STS policy its MX does not match: DANE decides for the host
     zone += '_mta-sts.dane.test. TXT "v=STSv1; id=d1"\nmta-sts.dane.test. A 127.0.0.1\n'
     policy_server.policies["dane.test"] = ENFORCE.format(mx="elsewhere.example")
-    await accept(database, new_message("h@plain.test"), new_message("i@dane.test"))
-    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file, zone=zone, dane=True, secure=True)
-    await mtad.run_until_idle()
-    await tls.close()
+    await send(
+        database,
+        receivers.port,
+        policy_server.port,
+        ca_file,
+        ["h@plain.test", "i@dane.test"],
+        zone=zone,
+        dane=True,
+        secure=True,
+    )
     rows = await deliveries(database)
     assert (rows["h@plain.test"]["state"], rows["i@dane.test"]["state"]) == ("deferred", "delivered")
     [event] = await events(database, "h@plain.test")
@@ -426,11 +414,14 @@ async def test_a_day_of_sessions_is_reported_by_mail_and_https_once(
     rua = f"mailto:tls@reports.test,https://reports.test:{policy_server.port}/tlsrpt"
     zone = ZONE + f'_smtp._tls.enforce.test. TXT "v=TLSRPTv1; rua={rua}"\nreports.test. A 127.0.0.1\n'
     zone += '_smtp._tls.wrongname.test. TXT "v=TLSRPTv1; rua=mailto:tls@reports.test"\n'
-    await accept(database, new_message("a@enforce.test"), new_message("b@enforce.test"),
-                 new_message("c@wrongname.test"))  # fmt: skip
-    mtad, tls = engine(database, receivers.port, policy_server.port, ca_file, zone=zone)
-    await mtad.run_until_idle()
-    await tls.close()
+    await send(
+        database,
+        receivers.port,
+        policy_server.port,
+        ca_file,
+        ["a@enforce.test", "b@enforce.test", "c@wrongname.test"],
+        zone=zone,
+    )
     tomorrow = datetime.now(UTC) + timedelta(days=1)
     settings = tlsrpt.Settings(organization="mtad.test", sender="postmaster@mtad.test", tenant="t1")
     reporter = tlsrpt.Reporter(database, ZoneResolver(zone), settings, "mtad.test",
