@@ -765,7 +765,7 @@ class Delivery:
             if way is None or self._expired(job):
                 if way is not None:
                     await way.abandon()
-                verdict = Verdict(outcomes.Class.PERMANENT, Reason.EXPIRED, False)
+                verdict = outcomes.EXPIRED
                 await self._finish(job, group.name, {d.id: (verdict, None) for d in job.deliveries}, {"expired": True})
             else:
                 await self._send(job, group, way)
@@ -1080,14 +1080,18 @@ class Delivery:
             verdict, reply = verdicts[d.id]
             state, reason, next_at = self._next_state(d, verdict, now)
             own: dict[str, Any] = {"recipient": d.recipient, "class": verdict.cls.value}
+            if verdict.why is not None:
+                own["reason"] = verdict.why.value
             if reply is not None:
                 own["reply"] = lines.get(reply) or lines.setdefault(reply, reply.line())
+                if reply.enhanced:
+                    own["status"] = reply.enhanced
             if d.maybe_sent:
                 own["maybe_duplicate"] = True
             encoded = events.encode(own)[:-1] + ("," + shared if len(shared) > 1 else "}")
             recorded.append(
                 Outcome(d.id, tenant, state, reason, reply, next_at, group, reason is Reason.INTERNAL,
-                        {**data, **own}, suppress=verdict.cls is outcomes.Class.RECIPIENT and reply is not None,
+                        {**data, **own}, suppress=verdict.gone and reply is not None,
                         data_json=encoded)
             )  # fmt: skip
         try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mtad import db
-from mtad.base import errors, headers
+from mtad.base import errors, headers, reasons
 from mtad.base.lifecycle import Reason
 from mtad.deliver import egress, shaping
 from mtad.deliver.holdings import Message
@@ -157,12 +157,12 @@ class ToMx:
                 applied = await self._tls.of(self.route)
             except errors.RouteTempFail as exc:
                 data["tls_error"] = f"the TLS policy of {self.route.domain} could not be looked up: {exc}"
-                return Verdict(Class.TRANSIENT, Reason.DNS_TEMPFAIL, False)
+                return Verdict(Class.TRANSIENT, Reason.DNS_TEMPFAIL, False, reasons.Reason.NETWORK_ERROR)
         if applied.kind is not None:
             data["tls_policy"] = applied.kind.value
         if applied.refused is not None:
             data["tls_error"] = applied.refused
-            return Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False)
+            return Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False, reasons.Reason.SECURITY_ERROR)
         targets = [
             sessions.Target(hop.name, address, hop.port, applied.verify.get(hop.name))
             for hop in self.route.attempt_order(self._rng)

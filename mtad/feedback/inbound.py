@@ -200,8 +200,14 @@ class Inbound:
         match report:
             case reports.Bounce():
                 kind, outcome = "bounce", await self._bounce(report, recipients)
-            case reports.Complaint():
-                kind, outcome = "complaint", await self._complaint(report)
+            case reports.Complaints():
+                kind, outcome = "complaint", Outcome.UNMATCHED
+                for complaint in report.reports:  # several reports in one message: each its own complaint
+                    if await self._complaint(complaint) is Outcome.RECORDED:
+                        outcome = Outcome.RECORDED
+            case reports.Delivered():
+                log.info("delivery_notice_ignored", original=report.original_message_id)
+                kind, outcome = "delivered", Outcome.IGNORED
             case reports.AutoReply():
                 log.info("auto_reply_ignored", original=report.original_message_id)
                 kind, outcome = "auto_reply", Outcome.IGNORED

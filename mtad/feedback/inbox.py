@@ -244,11 +244,12 @@ class Reader:
                     await accounts.bounce(self._db, self._account, now, {**via, "recipients": len(hard),
                                                                            "status": hard[0].status})  # fmt: skip
                 matched = bool(recorded)
-            case reports.Complaint():
-                kind = "complaint"
-                matched = await self._answer(signals.Kind.COMPLAINED, report.recipient,
-                                             (report.original_message_id,), now,
-                                             {**via, "feedback_type": report.feedback_type})  # fmt: skip
+            case reports.Complaints():
+                kind, matched = "complaint", False
+                for complaint in report.reports:
+                    matched |= await self._answer(signals.Kind.COMPLAINED, complaint.recipient,
+                                                  (complaint.original_message_id,), now,
+                                                  {**via, "feedback_type": complaint.feedback_type})  # fmt: skip
             case reports.AutoReply():
                 kind = "auto_reply"
                 matched = await self._answer(signals.Kind.AUTO_REPLIED, report.sender,
@@ -256,9 +257,11 @@ class Reader:
             case reports.Reply():
                 kind = "reply"
                 matched = await self._answer(signals.Kind.REPLIED, report.sender, report.message_ids, now, via)
+            case reports.Delivered():
+                kind, matched = "delivered", False
             case reports.Unknown():
                 kind, matched = "unknown", False
-        outcome = "recorded" if matched else "unmatched" if kind != "unknown" else "ignored"
+        outcome = "recorded" if matched else "unmatched" if kind not in ("unknown", "delivered") else "ignored"
         INBOX_MESSAGES.labels(kind=kind, outcome=outcome).inc()
         log.info("inbox_message", account=self._account.name, kind=kind, outcome=outcome)
         return kind

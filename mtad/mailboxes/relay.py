@@ -44,7 +44,7 @@ from pathlib import Path
 import structlog
 
 from mtad import db
-from mtad.base import errors, metrics, vault
+from mtad.base import errors, metrics, reasons, vault
 from mtad.base.batching import Batcher
 from mtad.base.lifecycle import Reason
 from mtad.mailboxes import accounts, oauth
@@ -127,11 +127,13 @@ RESPONSES: Mapping[Class, Response] = {
 }
 _STRENGTH = (Effect.DISCONNECT, Effect.PARK, Effect.COOL, Effect.FAILURE, Effect.BOUNCE, Effect.NONE)
 
-# A login that could not be made, as a verdict for every recipient of the send.
-AUTH_REFUSED = Verdict(Class.ACCOUNT_AUTH, Reason.MAILBOX_COOLDOWN, False)  # no usable secret, a refused token
-LOGIN_UNAVAILABLE = Verdict(Class.TRANSIENT, Reason.MX_TEMPFAIL, False)  # the token endpoint failed
-NO_KEY = Verdict(Class.TRANSIENT, Reason.INTERNAL, False)  # this node cannot open secrets: mtad's own failure
-NO_TRUST = Verdict(Class.TRANSIENT, Reason.INTERNAL, False)  # the pool's CA file does not load: mtad's own failure
+# A login that could not be made, as a verdict for every recipient of the send:
+# no usable secret or a refused token; the token endpoint failed; this node cannot
+# open secrets, or the pool's CA file does not load (both mtad's own failure).
+AUTH_REFUSED = Verdict(Class.ACCOUNT_AUTH, Reason.MAILBOX_COOLDOWN, False, reasons.Reason.SECURITY_ERROR)
+LOGIN_UNAVAILABLE = Verdict(Class.TRANSIENT, Reason.MX_TEMPFAIL, False, reasons.Reason.SYSTEM_ERROR)
+NO_KEY = Verdict(Class.TRANSIENT, Reason.INTERNAL, False, reasons.Reason.SYSTEM_ERROR)
+NO_TRUST = Verdict(Class.TRANSIENT, Reason.INTERNAL, False, reasons.Reason.SYSTEM_ERROR)
 _OURS = Response(Slot.RELEASE, Effect.NONE, False)  # mtad's own failure: nothing against the account
 
 

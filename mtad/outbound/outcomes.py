@@ -2,11 +2,13 @@
 
 A delivery attempt ends with either the receiver's `Reply` or a local `Failure`
 (refused connection, timeout, TLS failure, disconnect in DATA, ...). `classify()`
-maps it to a `Verdict`: a class with exactly one response (deliver, defer, bounce)
-and the reason stored with the delivery. The reply rules are data
-(mtad/tables/replies.toml: provider wording first, generic rules after), read once;
-local failures are classified here, since they do not depend on any provider.
-Sync, no I/O (but load_rules reads its file).
+maps it to a `Verdict`: a class with exactly one response (deliver, defer, bounce),
+the reason stored with the delivery, and the reason from the fixed list of
+mtad.base.reasons. What comes back later (a DSN's status and diagnostic) is judged by
+the same table (`judge`). The reply rules are data (mtad/tables/replies.toml:
+provider wording first, generic rules after), read once; local failures are
+classified here, since they do not depend on any provider. Sync, no I/O (but
+load_rules reads its file).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtad.base import datafiles, errors
+from mtad.base import datafiles, errors, reasons
 from mtad.base.lifecycle import Reason, State
 from mtad.base.replies import Reply
 
@@ -30,7 +32,7 @@ class Class(enum.StrEnum):
     DELIVERED = "delivered"  # mark delivered
     THROTTLED = "throttled"  # defer; the receiver asked us to slow down
     TRANSIENT = "transient"  # defer with back-off
-    RECIPIENT = "recipient"  # bounce; suppress the address
+    RECIPIENT = "recipient"  # bounce; suppress the address (the receiver said it is gone)
     CONTENT = "content"  # bounce the message: refused for what it is, not where it goes
     PERMANENT = "permanent"  # bounce: any other permanent refusal
     ACCOUNT_QUOTA = "account_quota"  # (relay accounts) park the mailbox until the day resets
@@ -68,28 +70,36 @@ _STATE = {
 @dataclass(frozen=True, slots=True)
 class Verdict:
     cls: Class
-    reason: Reason | None  # None only for DELIVERED
+    reason: Reason | None  # the delivery's reason (lifecycle); None only for DELIVERED
     counts_as_throttle: bool  # feeds the receiver's rate (never for mtad's own failures)
+    why: reasons.Reason | None = None  # the reason from the fixed list (events' "reason"); None: delivered
 
     @property
     def state(self) -> State:
         return _STATE[self.cls]
 
+    @property
+    def gone(self) -> bool:
+        """Whether the receiver said the address is gone: it is suppressed."""
+        return self.cls is Class.RECIPIENT
+
 
 DELIVERED = Verdict(Class.DELIVERED, None, False)
+EXPIRED = Verdict(Class.PERMANENT, Reason.EXPIRED, False, reasons.Reason.EXPIRED)
 
 _FAILURES: Mapping[Failure, Verdict] = {
-    Failure.NO_ROUTE: Verdict(Class.PERMANENT, Reason.NO_ROUTE, False),
-    Failure.DNS_TEMPFAIL: Verdict(Class.TRANSIENT, Reason.DNS_TEMPFAIL, False),
-    Failure.CONNECT_FAILED: Verdict(Class.TRANSIENT, Reason.CONNECT_FAILED, False),
-    Failure.TLS_FAILED: Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False),
-    Failure.TLS_REQUIRED: Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False),
-    Failure.TLS_POLICY: Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False),
-    Failure.TIMEOUT: Verdict(Class.TRANSIENT, Reason.TIMEOUT, False),
-    Failure.DISCONNECTED: Verdict(Class.TRANSIENT, Reason.DISCONNECTED, False),
-    Failure.DISCONNECTED_IN_DATA: Verdict(Class.TRANSIENT, Reason.DISCONNECTED, False),
-    Failure.MESSAGE_UNREADABLE: Verdict(Class.TRANSIENT, Reason.INTERNAL, False),
-    Failure.INTERNAL: Verdict(Class.TRANSIENT, Reason.INTERNAL, False),
+    # A domain with no route: it looks gone, but no receiver said so; it is not suppressed.
+    Failure.NO_ROUTE: Verdict(Class.PERMANENT, Reason.NO_ROUTE, False, reasons.Reason.HOST_UNKNOWN),
+    Failure.DNS_TEMPFAIL: Verdict(Class.TRANSIENT, Reason.DNS_TEMPFAIL, False, reasons.Reason.NETWORK_ERROR),
+    Failure.CONNECT_FAILED: Verdict(Class.TRANSIENT, Reason.CONNECT_FAILED, False, reasons.Reason.NETWORK_ERROR),
+    Failure.TLS_FAILED: Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False, reasons.Reason.SECURITY_ERROR),
+    Failure.TLS_REQUIRED: Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False, reasons.Reason.SECURITY_ERROR),
+    Failure.TLS_POLICY: Verdict(Class.TRANSIENT, Reason.TLS_FAILED, False, reasons.Reason.SECURITY_ERROR),
+    Failure.TIMEOUT: Verdict(Class.TRANSIENT, Reason.TIMEOUT, False, reasons.Reason.NETWORK_ERROR),
+    Failure.DISCONNECTED: Verdict(Class.TRANSIENT, Reason.DISCONNECTED, False, reasons.Reason.NETWORK_ERROR),
+    Failure.DISCONNECTED_IN_DATA: Verdict(Class.TRANSIENT, Reason.DISCONNECTED, False, reasons.Reason.NETWORK_ERROR),
+    Failure.MESSAGE_UNREADABLE: Verdict(Class.TRANSIENT, Reason.INTERNAL, False, reasons.Reason.SYSTEM_ERROR),
+    Failure.INTERNAL: Verdict(Class.TRANSIENT, Reason.INTERNAL, False, reasons.Reason.SYSTEM_ERROR),
 }
 
 _CLASS_REASON = {
@@ -103,37 +113,85 @@ _CLASS_REASON = {
 }
 
 
+# Reasons for which a temporary reply slows the sender down (the shaper backs off).
+_THROTTLING = frozenset({reasons.Reason.RATE_LIMITED, reasons.Reason.TOO_MANY_CONN, reasons.Reason.BAD_REPUTATION})
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """One row of the reply table: every given condition must hold."""
+    """One row of the reply table: every given condition must hold. It gives a class,
+    a reason, or both."""
 
-    cls: Class
+    cls: Class | None = None
+    reason: reasons.Reason | None = None
     codes: frozenset[int] = frozenset()
-    enhanced: tuple[str, ...] = ()  # prefixes: "5.1." matches 5.1.1
+    enhanced: tuple[str, ...] = ()  # "5.1.1" matches itself; "5.1." and "5.7.5*" every code they begin
     text: re.Pattern[str] | None = None
     note: str = ""
 
-    def matches(self, reply: Reply) -> bool:
-        if self.codes and reply.code not in self.codes:
+    def matches(self, code: int | None, enhanced: str, text: str) -> bool:
+        if self.codes and code not in self.codes:
             return False
-        if self.enhanced and not reply.enhanced.startswith(self.enhanced):
+        if self.enhanced and not any(_code_matches(enhanced, e) for e in self.enhanced):
             return False
-        return self.text is None or self.text.search(reply.text) is not None
+        return self.text is None or self.text.search(text) is not None
 
 
 class Rules:
-    """The reply table: the first matching rule wins; then the basic code decides."""
+    """The reply table: the first matching rule that gives a class decides the class,
+    the first that gives a reason the reason; what none gives follows from the code."""
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         self.rules = tuple(rules)
 
     def classify(self, reply: Reply) -> Verdict:
-        cls = next((rule.cls for rule in self.rules if rule.matches(reply)), None)
-        if cls is None:
-            cls = Class.DELIVERED if reply.code < 400 else Class.TRANSIENT if reply.code < 500 else Class.PERMANENT
-        if cls is Class.DELIVERED:
+        return self.judge(reply.code, reply.enhanced, reply.text)
+
+    def judge(self, code: int | None, enhanced: str, text: str) -> Verdict:
+        """The verdict on a reply given as its parts: a DSN may give only an enhanced
+        status code (`code` None) or neither ("" and None)."""
+        cls: Class | None = None
+        why: reasons.Reason | None = None
+        for rule in self.rules:
+            if (
+                (rule.cls is None or cls is None)
+                and (rule.reason is None or why is None)
+                and (rule.matches(code, enhanced, text))
+            ):
+                cls = cls or rule.cls
+                why = why or rule.reason
+                if cls is not None and why is not None:
+                    break
+        basic = code if code is not None else _basic(enhanced)
+        if cls is Class.DELIVERED or (cls is None and basic < 400):
             return DELIVERED
-        return Verdict(cls, _CLASS_REASON[cls], cls is Class.THROTTLED)
+        why = why or reasons.Reason.ON_HOLD
+        if cls is None:
+            cls = _class_of(why, permanent=basic >= 500)
+        elif cls in (Class.PERMANENT, Class.CONTENT, Class.RECIPIENT):
+            cls = _class_of(why, permanent=True)  # a permanent refusal suppresses only when the address is gone
+        return Verdict(cls, _CLASS_REASON[cls], cls is Class.THROTTLED, why)
+
+
+def _code_matches(enhanced: str, pattern: str) -> bool:
+    if pattern.endswith("*"):
+        return enhanced.startswith(pattern[:-1])
+    return enhanced.startswith(pattern) if pattern.endswith(".") else enhanced == pattern
+
+
+def _basic(enhanced: str) -> int:
+    """The basic code's class from an enhanced code's ("5.1.1" -> 500); 500 without one."""
+    return {"2": 200, "4": 400}.get(enhanced[:1], 500)
+
+
+def _class_of(why: reasons.Reason, *, permanent: bool) -> Class:
+    if not permanent:
+        return Class.THROTTLED if why in _THROTTLING else Class.TRANSIENT
+    if why.gone(permanent):
+        return Class.RECIPIENT
+    if why.side in (reasons.Side.SENDER, reasons.Side.MESSAGE):
+        return Class.CONTENT
+    return Class.PERMANENT
 
 
 def classify_failure(failure: Failure) -> Verdict:
@@ -151,13 +209,21 @@ def parse_rules(document: Mapping[str, Any], where: str = "replies") -> Rules:
     rules = []
     for index, row in enumerate(document.get("rule", []), start=1):
         at = f"{where}: rule {index}"
-        unknown = set(row) - {"class", "code", "enhanced", "text", "note"}
+        unknown = set(row) - {"class", "reason", "code", "enhanced", "text", "note"}
         if unknown:
             problems.append(f"{at}: unknown keys {', '.join(sorted(unknown))}")
+        if "class" not in row and "reason" not in row:
+            problems.append(f"{at}: a rule gives a class, a reason or both")
+            continue
         try:
-            cls = Class(row.get("class"))
+            cls = Class(row["class"]) if "class" in row else None
         except ValueError:
             problems.append(f"{at}: class must be one of {', '.join(c.value for c in Class)}")
+            continue
+        try:
+            why = reasons.Reason(row["reason"]) if "reason" in row else None
+        except ValueError:
+            problems.append(f"{at}: reason must be one of {', '.join(r.value for r in reasons.Reason)}")
             continue
         codes = row.get("code", [])
         codes = [codes] if isinstance(codes, int) else codes
@@ -165,8 +231,8 @@ def parse_rules(document: Mapping[str, Any], where: str = "replies") -> Rules:
             problems.append(f"{at}: code must be an SMTP reply code or a list of them")
         enhanced = row.get("enhanced", [])
         enhanced = [enhanced] if isinstance(enhanced, str) else enhanced
-        if not all(isinstance(e, str) and re.match(r"^[245](\.\d{1,3}){0,2}\.?$", e) for e in enhanced):
-            problems.append(f'{at}: enhanced must be enhanced status codes or prefixes such as "5.1."')
+        if not all(isinstance(e, str) and re.match(r"^[245](\.\d{1,3}){0,2}[.*]?$", e) for e in enhanced):
+            problems.append(f'{at}: enhanced must be enhanced status codes, or prefixes such as "5.1." or "5.7.5*"')
         text = None
         if "text" in row:
             try:
@@ -175,7 +241,7 @@ def parse_rules(document: Mapping[str, Any], where: str = "replies") -> Rules:
                 problems.append(f"{at}: text is not a regular expression: {exc}")
         if not (codes or enhanced or "text" in row):
             problems.append(f"{at}: a rule needs at least one of code, enhanced, text")
-        rules.append(Rule(cls, frozenset(codes), tuple(enhanced), text, str(row.get("note", ""))))
+        rules.append(Rule(cls, why, frozenset(codes), tuple(enhanced), text, str(row.get("note", ""))))
     if problems:
         raise errors.ConfigError(problems)
     return Rules(rules)

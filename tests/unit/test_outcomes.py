@@ -32,7 +32,7 @@ RULES = outcomes.load_rules(config.shipped_table("replies"))
         (552, "5.2.2", "Mailbox full", Class.TRANSIENT),
         (550, "5.1.1", "The email account that you tried to reach does not exist", Class.RECIPIENT),
         (550, "", "No such user here", Class.RECIPIENT),
-        (550, "5.2.1", "Mailbox disabled", Class.RECIPIENT),
+        (550, "5.2.1", "Mailbox disabled", Class.PERMANENT),  # suspended: bounced, not gone
         (550, "5.7.1", "Message rejected as spam", Class.CONTENT),
         (550, "5.7.26", "This message does not pass authentication checks", Class.CONTENT),
         (554, "5.7.9", "Message not accepted for policy reasons", Class.CONTENT),

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtad.feedback import reports
-from mtad.feedback.reports import AutoReply, Bounce, Complaint, Failed, Reply, Unknown
+from mtad.feedback.reports import AutoReply, Bounce, Complaint, Complaints, Failed, Reply, Unknown
 
 
 def dsn(recipient: str, original_message_id: str, *, action: str = "failed", status: str = "5.1.1",
@@ -262,13 +262,13 @@ def test_an_address_next_to_no_status_code_has_none() -> None:
 def test_an_arf_complaint() -> None:
     report = reports.parse(arf("angry@example.net", "<original-5@example.org>",
                                sender="<b-1f-abcdefghijklmnop@bounces.example.org>"))  # fmt: skip
-    assert report == Complaint("angry@example.net", "abuse", "<original-5@example.org>",
-                               "b-1f-abcdefghijklmnop@bounces.example.org")  # fmt: skip
+    assert report == Complaints((Complaint("angry@example.net", "abuse", "<original-5@example.org>",
+                                           "b-1f-abcdefghijklmnop@bounces.example.org"),))  # fmt: skip
 
 
 def test_a_complaint_without_original_rcpt_to_names_the_originals_one_recipient() -> None:
     report = reports.parse(arf(None, "<original-5@example.org>", feedback_type="Fraud"))
-    assert report == Complaint("redacted@example.net", "fraud", "<original-5@example.org>", "app@example.org")
+    assert report == Complaints((Complaint("redacted@example.net", "fraud", "<original-5@example.org>", "app@example.org"),))
 
 
 def test_automatic_replies() -> None:
@@ -312,7 +312,7 @@ def _bounce(raw: bytes) -> tuple[Failed, ...]:
     return report.recipients
 
 
-KINDS = (Bounce, Complaint, AutoReply, Reply, Unknown)
+KINDS = (Bounce, Complaints, reports.Delivered, AutoReply, Reply, Unknown)
 SAMPLES = (dsn("gone@example.com", "<o@x>"), EXCHANGE, QMAIL, arf("a@example.net", "<o@x>"), OUT_OF_OFFICE)
 
 

@@ -26,6 +26,8 @@ from email.message import Message
 
 from flufl.bounce import all_failures
 
+from mtad.base import reasons
+
 READ = 128 * 1024
 SCANNED = 32 * 1024
 RECIPIENTS = 100  # a bounce of an MX delivery names one; of a message sent as one, a few
@@ -53,12 +55,32 @@ _OUT_OF_OFFICE = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """One recipient a bounce reports: hard when the failure is permanent (5.x.x)."""
+    """One recipient a bounce reports, judged by the reply table: `hard` when the
+    receiver says the address is gone (it is suppressed at once)."""
 
     recipient: str
     hard: bool
     status: str | None  # the enhanced status code, "5.1.1"
     diagnostic: str | None  # the receiver's reply, without its type ("smtp;")
+    reason: reasons.Reason = reasons.Reason.UNDEFINED
+    action: str = "failed"  # failed, expired, or delayed (a delay notice: it suppresses nothing)
+    code: int | None = None  # the basic reply code, 550
+
+    @property
+    def permanent(self) -> bool:
+        """A failure that will not be retried (not a delay notice)."""
+        return self.action != "delayed"
+
+    @property
+    def soft(self) -> bool:
+        """Whether it counts towards suppressing the address when it repeats."""
+        return self.permanent and self.reason.counts_as_soft(_is_permanent(self))
+
+
+def _is_permanent(failed: Failed) -> bool:
+    if failed.code is not None:
+        return failed.code >= 500
+    return (failed.status or "5")[0] == "5"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +92,30 @@ class Bounce:
 
 
 @dataclass(frozen=True, slots=True)
+class Delivered:
+    """A notice that the message was delivered (a DSN of successes, a provider's
+    delivery notification): nothing to act on."""
+
+    recipients: tuple[str, ...]
+    original_message_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Complaint:
-    """A feedback report (ARF): a recipient (when the report names one) complained."""
+    """One feedback report (ARF, RFC 5965): a recipient (when it names one) reported
+    the message; `feedback_type` says how (abuse, fraud, virus, auth-failure, not-spam...)."""
 
     recipient: str | None
-    feedback_type: str  # "abuse", "fraud", "not-spam", ... in lower case
+    feedback_type: str  # in lower case
     original_message_id: str | None
     original_sender: str | None  # the original's envelope sender (Original-Mail-From)
+
+
+@dataclass(frozen=True, slots=True)
+class Complaints:
+    """A message of feedback reports: one or several."""
+
+    reports: tuple[Complaint, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +142,7 @@ class Unknown:
     why: str
 
 
-Report = Bounce | Complaint | AutoReply | Reply | Unknown
+Report = Bounce | Delivered | Complaints | AutoReply | Reply | Unknown
 Part = tuple[Message, str]  # a part of a report, and its content type
 
 
@@ -238,13 +277,13 @@ def _is_feedback_report(msg: Message, parts: Sequence[Part]) -> bool:
             and _param(msg, "report-type") == "feedback-report")  # fmt: skip
 
 
-def _complaint(parts: Sequence[Part]) -> Complaint:
+def _complaint(parts: Sequence[Part]) -> Complaints:
     report = next((p for p, kind in parts if kind == "message/feedback-report"), None)
     fields = _fields(report) if report is not None else Message()
     feedback_type = (_header(fields, "Feedback-Type") or "unknown").lower()
     recipient = _address(_header(fields, "Original-Rcpt-To")) or _enclosed_recipient(parts)
     sender = _address(_header(fields, "Original-Mail-From"))
-    return Complaint(recipient, feedback_type, _original_message_id(parts), sender)
+    return Complaints((Complaint(recipient, feedback_type, _original_message_id(parts), sender),))
 
 
 def _fields(part: Message) -> Message:
