@@ -41,7 +41,12 @@ $(TOOLS)/bin/lint-imports:
 
 # $(call debian,COMMAND,PACKAGE): install PACKAGE when COMMAND is missing.
 define debian
-	@command -v $(1) >/dev/null 2>&1 || { \
+	$(call debian_when,command -v $(1),$(2))
+endef
+
+# $(call debian_when,TEST,PACKAGE): install PACKAGE when the shell command TEST fails.
+define debian_when
+	@$(1) >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" != 0 ]; then echo "note: $(2) is not installed (root installs it); what needs it is skipped"; \
 	  else echo "installing $(2) from Debian"; \
 	    export DEBIAN_FRONTEND=noninteractive; \
@@ -69,9 +74,11 @@ lint: $(VENV)/.test-installed $(TOOLS)/bin/lint-imports
 	$(BIN)/mypy
 	PYTHONPATH=. $(TOOLS)/bin/lint-imports --no-cache
 
+# Sisimai (libsisimai-perl) names the recipients the bounces part compares with.
 bench: $(VENV)/.test-installed
 	$(call debian,smtp-source,postfix)
 	$(call debian,opendkim,opendkim)
+	$(call debian_when,perl -MSisimai -e1,libsisimai-perl)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:

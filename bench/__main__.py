@@ -2,7 +2,7 @@
 
 The parts run one after the other, each with its own servers in a temp dir (started
 and stopped by the part): accept, inject, delivery, sessions, memory, shaping, accounts,
-relay, dkim, signed, retention, feedback, webhooks. Each prints its table, and bench/RESULTS.md
+relay, dkim, signed, retention, feedback, webhooks, bounces. Each prints its table, and bench/RESULTS.md
 gets one section per part (a part left out with --only keeps its old section). Exit
 status: 0 when every measurement succeeded, 1 when one failed, 2 when the benchmark
 cannot run.
@@ -25,6 +25,7 @@ from pathlib import Path
 from bench import (
     accept,
     accounts,
+    bounces,
     client,
     delivery,
     dkim,
@@ -68,6 +69,7 @@ PARTS: dict[str, tuple[str, Run, tuple[type[Exception], ...]]] = {
         webhooks.run,
         webhooks.ERRORS,
     ),
+    "bounces": ("Reading real bounces: mtad's verdicts against Sisimai's", bounces.run, bounces.ERRORS),
 }
 
 
@@ -211,7 +213,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     group.add_argument(
         "--batches", type=_ints, default=webhooks.BATCHES, help="the endpoint's batch, a cell each (default 1,100)"
     )
+    bounces.add_arguments(parser)
     args = parser.parse_args(argv)
+    if "bounces" in args.only and (args.bounce_corpus is None or args.bounce_tables is None):
+        if "--only" in " ".join(argv):
+            parser.error("the bounces part needs --bounce-corpus DIR and --bounce-tables DIR (see bench/bounces.py)")
+        args.only = tuple(part for part in args.only if part != "bounces")  # left out unless given its corpus
     names = ("runs", "messages", "delivery_messages", "outbound_sessions", "spool_deliveries", "decisions",
              "retention_messages", "dsns", "suppressed", "webhook_messages", "signed_messages")  # fmt: skip
     for name in (*names, "release_deliveries", "release_seconds"):
@@ -225,7 +232,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def cannot_run(args: argparse.Namespace) -> str | None:
     """Why the chosen parts cannot run here, or None."""
     needs_postfix = not args.skip_postfix and {"accept", "delivery", "signed"} & set(args.only)
-    if client.smtp_source() is None:
+    if client.smtp_source() is None and set(args.only) != {"bounces"}:
         return (
             "smtp-source and smtp-sink are missing. They come with Debian's postfix package; `make bench` installs it\n"
             "when run as root, or: DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postfix"

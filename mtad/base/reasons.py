@@ -62,10 +62,16 @@ class Reason(enum.StrEnum):
 
     def gone(self, permanent: bool) -> bool:
         """Whether the receiver says the address is gone: it is suppressed at once.
-        A domain that accepts no mail says so only permanently (5xx)."""
-        if self is Reason.NOT_ACCEPT:
-            return permanent
-        return self in _GONE
+        Only a permanent failure (5xx) says so."""
+        return permanent and self in _GONE
+
+    def status(self, permanent: bool) -> str | None:
+        """The enhanced status code that says this reason, for a report that gives
+        none (None: no code says it)."""
+        code = _STATUS.get(self)
+        if code is None:
+            return None
+        return code if permanent else f"4{code[1:]}"
 
     def counts_as_soft(self, permanent: bool) -> bool:
         """Whether a bounce for this reason counts towards suppressing the address
@@ -73,7 +79,7 @@ class Reason(enum.StrEnum):
         return not self.gone(permanent) and (self.side is Side.RECIPIENT or self is Reason.EXPIRED)
 
 
-_GONE = frozenset({Reason.USER_UNKNOWN, Reason.HOST_UNKNOWN, Reason.HAS_MOVED})
+_GONE = frozenset({Reason.USER_UNKNOWN, Reason.HOST_UNKNOWN, Reason.HAS_MOVED, Reason.NOT_ACCEPT})
 
 _SIDES = {
     Reason.USER_UNKNOWN: Side.RECIPIENT,
@@ -102,7 +108,23 @@ _SIDES = {
     Reason.SYSTEM_FULL: Side.PASSING,
     Reason.NETWORK_ERROR: Side.PASSING,
     Reason.CONTENT_ERROR: Side.MESSAGE,
-    Reason.SYNTAX_ERROR: Side.MESSAGE,
+    Reason.SYNTAX_ERROR: Side.PASSING,
     Reason.ON_HOLD: Side.UNKNOWN,
     Reason.UNDEFINED: Side.UNKNOWN,
+}
+
+# RFC 3463 and the IANA registry: the code of each reason that has one of its own.
+_STATUS = {
+    Reason.USER_UNKNOWN: "5.1.1",
+    Reason.HOST_UNKNOWN: "5.1.2",
+    Reason.HAS_MOVED: "5.1.6",
+    Reason.NOT_ACCEPT: "5.1.10",
+    Reason.SUSPEND: "5.2.1",
+    Reason.MAILBOX_FULL: "5.2.2",
+    Reason.EXCEED_LIMIT: "5.2.3",
+    Reason.MESG_TOO_BIG: "5.3.4",
+    Reason.SYSTEM_FULL: "5.3.1",
+    Reason.EXPIRED: "5.4.7",
+    Reason.REQUIRE_PTR: "5.7.25",
+    Reason.CONTENT_ERROR: "5.6.0",
 }

@@ -14,10 +14,12 @@ load_rules reads its file).
 from __future__ import annotations
 
 import enum
+import functools
 import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,10 @@ _CLASS_REASON = {
 }
 
 
+COMMANDS = ("CONN", "HELO", "MAIL", "RCPT", "DATA", "")  # "": the command is not known
+NO_CODE = 0  # `code = "none"` in the table
+JUDGED = 1000  # characters of a reply's text the rules read: what a receiver says comes first
+
 # Reasons for which a temporary reply slows the sender down (the shaper backs off).
 _THROTTLING = frozenset({reasons.Reason.RATE_LIMITED, reasons.Reason.TOO_MANY_CONN, reasons.Reason.BAD_REPUTATION})
 
@@ -124,13 +130,16 @@ class Rule:
 
     cls: Class | None = None
     reason: reasons.Reason | None = None
-    codes: frozenset[int] = frozenset()
+    codes: frozenset[int] = frozenset()  # NO_CODE: a report's own words, with no reply code
     enhanced: tuple[str, ...] = ()  # "5.1.1" matches itself; "5.1." and "5.7.5*" every code they begin
     text: re.Pattern[str] | None = None
+    commands: frozenset[str] = frozenset()  # the SMTP command the reply answered ("": not known)
     note: str = ""
 
-    def matches(self, code: int | None, enhanced: str, text: str) -> bool:
-        if self.codes and code not in self.codes:
+    def matches(self, code: int | None, enhanced: str, text: str, command: str = "") -> bool:
+        if self.codes and (code or NO_CODE) not in self.codes:
+            return False
+        if self.commands and command not in self.commands:
             return False
         if self.enhanced and not any(_code_matches(enhanced, e) for e in self.enhanced):
             return False
@@ -144,19 +153,21 @@ class Rules:
     def __init__(self, rules: Sequence[Rule]) -> None:
         self.rules = tuple(rules)
 
-    def classify(self, reply: Reply) -> Verdict:
-        return self.judge(reply.code, reply.enhanced, reply.text)
+    def classify(self, reply: Reply, command: str = "") -> Verdict:
+        return self.judge(reply.code, reply.enhanced, reply.text, command)
 
-    def judge(self, code: int | None, enhanced: str, text: str) -> Verdict:
+    def judge(self, code: int | None, enhanced: str, text: str, command: str = "") -> Verdict:
         """The verdict on a reply given as its parts: a DSN may give only an enhanced
-        status code (`code` None) or neither ("" and None)."""
+        status code (`code` None) or neither ("" and None); `command` is the SMTP
+        command it answered (CONN, HELO, MAIL, RCPT, DATA; "" when not known)."""
         cls: Class | None = None
         why: reasons.Reason | None = None
+        text = text[:JUDGED].lower()
         for rule in self.rules:
             if (
                 (rule.cls is None or cls is None)
                 and (rule.reason is None or why is None)
-                and (rule.matches(code, enhanced, text))
+                and rule.matches(code, enhanced, text, command)
             ):
                 cls = cls or rule.cls
                 why = why or rule.reason
@@ -198,6 +209,12 @@ def classify_failure(failure: Failure) -> Verdict:
     return _FAILURES[failure]
 
 
+@functools.cache
+def shipped() -> Rules:
+    """The reply table shipped with mtad (mtad/tables/replies.toml), read once."""
+    return load_rules(Path(str(resources.files("mtad").joinpath("tables", "replies.toml"))))
+
+
 def load_rules(path: Path) -> Rules:
     """Read mtad/tables/replies.toml; ConfigError lists every problem."""
     document = datafiles.read_toml(path)
@@ -209,7 +226,7 @@ def parse_rules(document: Mapping[str, Any], where: str = "replies") -> Rules:
     rules = []
     for index, row in enumerate(document.get("rule", []), start=1):
         at = f"{where}: rule {index}"
-        unknown = set(row) - {"class", "reason", "code", "enhanced", "text", "note"}
+        unknown = set(row) - {"class", "reason", "code", "enhanced", "text", "command", "note"}
         if unknown:
             problems.append(f"{at}: unknown keys {', '.join(sorted(unknown))}")
         if "class" not in row and "reason" not in row:
@@ -226,22 +243,29 @@ def parse_rules(document: Mapping[str, Any], where: str = "replies") -> Rules:
             problems.append(f"{at}: reason must be one of {', '.join(r.value for r in reasons.Reason)}")
             continue
         codes = row.get("code", [])
-        codes = [codes] if isinstance(codes, int) else codes
-        if not all(isinstance(c, int) and 200 <= c <= 599 for c in codes):
-            problems.append(f"{at}: code must be an SMTP reply code or a list of them")
+        codes = [codes] if isinstance(codes, int | str) else codes
+        codes = [NO_CODE if c == "none" else c for c in codes]
+        if not all(isinstance(c, int) and (200 <= c <= 599 or c == NO_CODE) for c in codes):
+            problems.append(f'{at}: code must be an SMTP reply code, "none", or a list of them')
         enhanced = row.get("enhanced", [])
         enhanced = [enhanced] if isinstance(enhanced, str) else enhanced
         if not all(isinstance(e, str) and re.match(r"^[245](\.\d{1,3}){0,2}[.*]?$", e) for e in enhanced):
             problems.append(f'{at}: enhanced must be enhanced status codes, or prefixes such as "5.1." or "5.7.5*"')
+        commands = row.get("command", [])
+        commands = [commands] if isinstance(commands, str) else commands
+        if not all(c in COMMANDS for c in commands):
+            problems.append(f"{at}: command must be one or a list of {', '.join(repr(c) for c in COMMANDS)}")
         text = None
         if "text" in row:
             try:
-                text = re.compile(str(row["text"]), re.IGNORECASE)
+                pattern = str(row["text"])  # searched in the text in lower case: a pattern in capitals ignores case
+                text = re.compile(pattern, re.IGNORECASE if re.search(r"(?<!\\)[A-Z]", pattern) else 0)
             except re.error as exc:
                 problems.append(f"{at}: text is not a regular expression: {exc}")
         if not (codes or enhanced or "text" in row):
             problems.append(f"{at}: a rule needs at least one of code, enhanced, text")
-        rules.append(Rule(cls, why, frozenset(codes), tuple(enhanced), text, str(row.get("note", ""))))
+        rules.append(Rule(cls, why, frozenset(codes), tuple(enhanced), text, frozenset(commands),
+                          str(row.get("note", ""))))  # fmt: skip
     if problems:
         raise errors.ConfigError(problems)
     return Rules(rules)

@@ -106,6 +106,7 @@ class Result:
     """What happened to one transaction."""
 
     replies: dict[str, Reply] = field(default_factory=dict)  # per recipient, when the receiver answered
+    commands: dict[str, str] = field(default_factory=dict)  # per recipient replied to: MAIL, RCPT or DATA
     failure: Failure | None = None  # for every recipient without a reply
     host: str = ""  # the MX host name
     address: str = ""  # the address connected to
@@ -298,6 +299,7 @@ class Pool:
             data = responses[-1] if len(responses) == len(commands) else None
             if mail.code != 250:
                 result.replies = dict.fromkeys(tx.recipients, reply_of(mail.code, mail.message))
+                result.commands = dict.fromkeys(tx.recipients, "MAIL")
             else:
                 accepted = []
                 for rcpt, response in zip(tx.recipients, rcpts, strict=True):
@@ -305,16 +307,19 @@ class Pool:
                         accepted.append(rcpt)
                     else:
                         result.replies[rcpt] = reply_of(response.code, response.message)
+                        result.commands[rcpt] = "RCPT"
                 if accepted and data is not None and data.code == 354:
                     result.data_sent = True
                     reply = await _send_body(client, tx.body, timeout)
                     for rcpt in accepted:
                         result.replies[rcpt] = reply
+                        result.commands[rcpt] = "DATA"
                     session.messages += 1
                     return result
                 if accepted and data is not None:  # DATA refused although recipients were taken
                     for rcpt in accepted:
                         result.replies[rcpt] = reply_of(data.code, data.message)
+                        result.commands[rcpt] = "DATA"
             if data is not None and data.code == 354:  # a server that took DATA with no recipient
                 await _send_body(client, b"", timeout)
             else:
@@ -326,6 +331,7 @@ class Pool:
         except (aiosmtplib.SMTPException, ValueError, UnicodeError):  # e.g. a control character in an address
             result.failure = Failure.INTERNAL
             result.replies.clear()
+            result.commands.clear()
         return result
 
     async def _acquire(

@@ -17,7 +17,7 @@ RULES = outcomes.load_rules(config.shipped_table("replies"))
 
 
 @pytest.mark.parametrize(
-    ("code", "enhanced", "text", "cls"),
+    ("code", "enhanced", "text", "cls"),  # in reply to RCPT TO
     [
         (250, "2.0.0", "OK queued", Class.DELIVERED),
         (421, "4.7.0", "Try again later, closing connection.", Class.THROTTLED),
@@ -43,7 +43,7 @@ RULES = outcomes.load_rules(config.shipped_table("replies"))
     ],
 )
 def test_reply_table(code: int, enhanced: str, text: str, cls: Class) -> None:
-    assert RULES.classify(Reply(code, enhanced, text)).cls is cls
+    assert RULES.classify(Reply(code, enhanced, text), "RCPT").cls is cls
 
 
 def test_each_class_has_one_response() -> None:

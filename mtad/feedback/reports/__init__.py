@@ -1,56 +1,55 @@
-"""What an inbound message reports: a bounce (RFC 3464 DSN, or one of the formats
-flufl.bounce knows), a complaint (ARF, RFC 5965), an automatic reply (RFC 3834,
-out-of-office), or nothing we know. Each names the original message by the
-Message-ID it quotes, when it quotes one.
+"""What an inbound message reports: a bounce (an RFC 3464 DSN, its fields written
+into the text, an Amazon SES notification, or a plain-text notification of any of
+the common mail systems), a notice of delivery, complaints (ARF, RFC 5965, one or
+several in a message), an automatic reply (RFC 3834, out of office), a person's
+reply, or nothing we know. Each names the original message by the Message-ID it
+quotes, when it quotes one.
 
-`parse` reads the message with the email package (compat32, as flufl.bounce
-expects); it never raises, whatever the octets. It reads the first READ octets
-only (a report's own parts come first, then the original it returns), and
-flufl.bounce's heuristics, which cost about a millisecond a KiB, the first
-SCANNED; a bounce names RECIPIENTS at most. Sync, no I/O: up to about half a
-second of CPU on hostile input.
+A message from a mail system (MAILER-DAEMON, postmaster), a report of delivery
+status, or one that says it is a bounce is read as a bounce before anything else:
+only a message that is not one can be an automatic reply. Each recipient a bounce
+reports is judged by the reply table (mtad.outbound.outcomes), as replies in the
+SMTP session are: one reason, and whether the address is gone.
+
+`parse` never raises, whatever the octets. It reads the first READ octets only (a
+report's own parts come first, then the original it returns). Sync, no I/O: a few
+milliseconds for most reports, more on hostile input (the callers read large
+messages in a thread).
 """
 
 from __future__ import annotations
 
-import email
-import email.header
-import email.parser
-import email.policy
+import dataclasses
 import email.utils
-import itertools
 import re
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from email.message import Message
 
 from flufl.bounce import all_failures
 
 from mtad.base import reasons
+from mtad.feedback.reports import arf, dsn, mail, personal, plain, ses
+from mtad.feedback.reports.said import Said, code_in, command_in, is_address, is_system, preferred, status_in
+from mtad.outbound import outcomes
 
 READ = 128 * 1024
-SCANNED = 32 * 1024
-RECIPIENTS = 100  # a bounce of an MX delivery names one; of a message sent as one, a few
-MULTIPARTS = 64  # a report has a few; thousands nested cost the email package seconds
-_POLICY = email.policy.compat32
-# An enhanced status code (RFC 3463) of a failure, not a piece of an IP address.
-_STATUS = re.compile(r"(?<![\w.])([245]\.\d{1,3}\.\d{1,3})(?!\.?\d)")
-# A failure's reply near an address in a non-standard bounce: "550 5.1.1 <x@y>... User unknown".
-_SCRAPED = re.compile(r"(?:(?<![\w.])[45]\d\d[ -])?(?<![\w.])([45]\.\d{1,3}\.\d{1,3})(?!\.?\d)[^\n]*")
-_MESSAGE_ID_LINE = re.compile(r"^[ \t>]*Message-ID:[ \t]*(<[^<>\s]+>)", re.IGNORECASE | re.MULTILINE)
-_MESSAGE_ID = re.compile(r"<[^<>\s]+>")
-# The Message-ID field of returned headers, folded or not (a header parser costs 10x more).
-_MESSAGE_ID_FIELD = re.compile(r"^Message-ID:[ \t]*(?:\r?\n[ \t]+)?(<[^<>\s]+>)", re.IGNORECASE | re.MULTILINE)
-_TYPE = re.compile(r"[A-Za-z][\w.+-]*")  # an address or diagnostic type: "rfc822", "smtp", "X-Postfix"
-_PARAGRAPH_END = re.compile(r"\n[ \t]*\n")
-_NEAR = 1000  # characters after an address in which its reply is looked for
-_TRIES = 5  # places where an address is named that are looked at, at most
-_OUT_OF_OFFICE = re.compile(
-    r"^\s*(?:auto(?:matic)?[ _-]?(?:reply|response|answer)|out of (?:the )?office|autosvar|automatisch(?:e)? "
-    r"antwo(?:rt|ord)|abwesenheitsnotiz|r[ée]ponse automatique|respuesta autom[áa]tica|risposta automatica|"
-    r"fuera de (?:la )?oficina|on vacation|away from (?:the|my) office)\b",
+SCANNED = 32 * 1024  # octets flufl.bounce's heuristics read (about a millisecond a KiB)
+RECIPIENTS = 100
+# Subjects of bounces and delay notices.
+_BOUNCE_SUBJECT = re.compile(
+    r"undeliver|undelivered|delivery (?:status|fail|report|notification|problem|has failed|error)|non.?deliver"
+    r"|returned mail|return(?:ed)? to sender|failure notice|mail delivery|could not (?:be )?deliver|mail system error"
+    r"|failed (?:delivery|mail)|delayed mail|warning: could not send|message not delivered|error sending|rejected:"
+    r"|unable to deliver|delivery unsuccessful|bounce|zustellung|non remis|no entregado",
     re.IGNORECASE,
 )
+_DELAYED = re.compile(
+    r"\bdelayed\b|still (?:being )?retr|will (?:continue to )?(?:keep )?(?:re)?try|not yet been delivered"
+    r"|\(delay\)|warning: message .* still undelivered|temporarily (?:deferred|delayed)|will be retried",
+    re.IGNORECASE,
+)
+_GAVE_UP = re.compile(r"too long|expired|given up|giving up|gave up|could not be delivered for|cannot send message for",
+                      re.IGNORECASE)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,288 +142,203 @@ class Unknown:
 
 
 Report = Bounce | Delivered | Complaints | AutoReply | Reply | Unknown
-Part = tuple[Message, str]  # a part of a report, and its content type
 
 
-def parse(raw: bytes) -> Report:
-    """What the message `raw` reports. Never raises."""
+def parse(raw: bytes, rules: outcomes.Rules | None = None) -> Report:
+    """What the message `raw` reports, its bounces judged by `rules` (None: the
+    shipped reply table). Never raises."""
     try:
-        return _report(raw[:READ])
+        return _report(mail.read(raw[:READ]), rules or outcomes.shipped())
     except Exception as exc:  # hostile or broken input must not stop the listener
         return Unknown(f"the message cannot be read ({type(exc).__name__})")
 
 
-def _report(raw: bytes) -> Report:
-    if raw.lower().count(b"multipart") > MULTIPARTS:
-        return Unknown(f"more than {MULTIPARTS} multipart parts")
-    msg = email.message_from_bytes(raw, policy=_POLICY)
-    parts = list(_parts(msg))
-    if _is_feedback_report(msg, parts):
-        return _complaint(parts)
-    dsn = _dsn(parts)
-    if dsn is not None:
-        return dsn
-    if _looks_auto_replied(msg):
-        return AutoReply(_replied_to(msg), _sender(msg))
-    head = email.message_from_bytes(raw[:SCANNED], policy=_POLICY) if len(raw) > SCANNED else msg
-    scanned = _scanned(head, _original_message_id(parts))
-    if scanned is not None:
-        return scanned
-    if _auto_submitted(msg):  # bounces say so too: only once no bounce was found
-        return AutoReply(_replied_to(msg), _sender(msg))
-    answered = _answered(msg)
-    if answered:
-        return Reply(answered, _sender(msg))
+def _report(read: mail.Mail, rules: outcomes.Rules) -> Report:
+    notification = ses.read(read.text)
+    if notification is not None:
+        return _notification(notification, rules)
+    if arf.is_report(read):
+        found = arf.read(read)
+        return Complaints(tuple(Complaint(*c) for c in found)) if found else Unknown("a feedback report of no one")
+    original = _original_message_id(read)
+    said = dsn.said(read.status) or dsn.said([read.text])
+    if said:
+        return _bounce(_completed(said, read), read, original, rules)
+    bouncing = _bouncing(read)
+    if bouncing or not personal.looks_automatic(read):
+        said = _plain(read, bouncing)
+        if said:
+            return _bounce(said, read, original, rules)
+        forwarded = _forwarded(read)
+        if forwarded is not None:
+            return _report(forwarded, rules)
+        if bouncing:
+            return Unknown("a bounce that names no recipient")
+    if personal.looks_automatic(read) or personal.auto_submitted(read):
+        return AutoReply(personal.replied_to(read), personal.sender(read))
+    replied = personal.answered(read)
+    if replied:
+        return Reply(replied, personal.sender(read))
     return Unknown("neither a bounce, a complaint, a reply nor an automatic reply")
 
 
-def _parts(msg: Message) -> Iterator[Part]:
-    """The message and its parts with their content types, depth first, without going
-    into an enclosed message (message/*: the original, a delivery status, a feedback
-    report): the report's own parts. Iterative, so deep nesting cannot exhaust the stack."""
-    stack = [msg]
-    while stack:
-        part = stack.pop()
-        kind = part.get_content_type()  # once: the email package works it out anew at each call
-        yield part, kind
-        payload = part.get_payload()
-        if kind.startswith("multipart/") and isinstance(payload, list):
-            stack.extend(reversed([p for p in payload if isinstance(p, Message)]))
+def _forwarded(read: mail.Mail) -> mail.Mail | None:
+    """The bounce a message encloses whole (a bounce forwarded, or returned as the
+    original of another), when it encloses one."""
+    for enclosed in read.originals:
+        content_type = (enclosed.get("Content-Type") or "").lower()
+        if "delivery-status" in content_type or is_system(mail.header(enclosed, "From")):
+            return mail.read(enclosed.as_bytes())
+    return None
 
 
-# --- bounces ---------------------------------------------------------------------------------------------------
+def _completed(said: list[Said], read: mail.Mail) -> list[Said]:
+    """Delivery status fields completed from the notification's text: the command
+    the reply answered, and the diagnostic when the fields give none."""
+    if all(s.command and s.diagnostic for s in said):
+        return said
+    told = {s.recipient.lower(): s for s in plain.said(read.text, _senders(read))}
+    whole = command_in(read.text) if len(said) == 1 else None
+    completed = []
+    for s in said:
+        other = told.get(s.recipient.lower())
+        diagnostic = s.diagnostic or (other.diagnostic if other else None)
+        command = s.command or (other.command if other else None) or whole
+        code = s.code or code_in(diagnostic)
+        status = preferred(s.status, status_in(diagnostic), code)
+        completed.append(dataclasses.replace(s, diagnostic=diagnostic, command=command, status=status, code=code))
+    return completed
 
 
-def _dsn(parts: Sequence[Part]) -> Report | None:
-    """The bounce an RFC 3464 delivery-status part reports; Unknown when it reports
-    only successes; None when there is no such part or it names no one."""
-    blocks = [b for p, kind in parts if kind == "message/delivery-status" for b in _blocks(p)]
-    failed = tuple(itertools.islice((f for f in map(_failed, blocks) if f is not None), RECIPIENTS))
+def _bouncing(read: mail.Mail) -> bool:
+    """Whether the message says it is a bounce: from a mail system, a report of
+    delivery status, a bounce's subject, or Exim's X-Failed-Recipients."""
+    sender = read.header("From")
+    if is_system(sender) or is_system(mail.address(sender) or "") or sender.strip() in ("", "<>"):
+        return True
+    if "delivery-status" in read.header("Content-Type").lower() or read.header("X-Failed-Recipients"):
+        return True
+    return bool(_BOUNCE_SUBJECT.search(read.header("Subject")))
+
+
+def _plain(read: mail.Mail, bouncing: bool) -> list[Said]:
+    """The recipients of a notification in plain text: where it names them, else
+    X-Failed-Recipients, else what flufl.bounce's detectors find, else (a bounce
+    that names no one in its text) the original's recipient."""
+    excluded = _senders(read)
+    said = plain.said(read.text, excluded) if bouncing else []
+    failed = [a.strip() for a in read.header("X-Failed-Recipients").split(",") if is_address(a.strip())]
     if failed:
-        return Bounce(failed, _original_message_id(parts))
-    actions = {(_header(b, "Action") or "").lower().split(" ")[0] for b in blocks}
-    if actions & {"delivered", "relayed", "expanded"}:
-        return Unknown("a delivery status notification that reports no failure")
-    return None
+        named = {s.recipient.lower(): s for s in said}
+        said = [named.get(a.lower()) or _about(a, read.text) for a in dict.fromkeys(failed)]
+    if not said:
+        said = [_about(a, read.text) for a in _detected(read) if a.lower() not in excluded]
+    if not said and bouncing and read.original is not None:
+        said = [_about(a, read.text) for a in _recipients_of(read.original) if a.lower() not in excluded]
+    return said[:RECIPIENTS]
 
 
-def _blocks(part: Message) -> list[Message]:
-    """The field blocks of a message/delivery-status part (the per-message one first)."""
-    payload = part.get_payload()
-    if isinstance(payload, list):
-        return [b for b in payload if isinstance(b, Message)]
-    text = _text(part).replace("\r\n", "\n")
-    parser = email.parser.HeaderParser(policy=_POLICY)
-    return [parser.parsestr(chunk) for chunk in _PARAGRAPH_END.split(text) if chunk.strip()]
+def _about(address: str, text: str) -> Said:
+    """A recipient found elsewhere, with what the text says in the first paragraph
+    that holds a reply."""
+    for paragraph in text.split("\n\n"):
+        if code_in(paragraph) or status_in(paragraph):
+            words = " ".join(paragraph.split())
+            return Said(address, "", status_in(words), code_in(words), words)
+    return Said(address, "", None, None, " ".join(text.split())[:500] or None)
 
 
-def _failed(block: Message) -> Failed | None:
-    """The recipient a per-recipient block reports as failed or delayed, else None."""
-    action = (_header(block, "Action") or "").lower()
-    diagnostic = _typed_value(_header(block, "Diagnostic-Code"))
-    status = _status(_header(block, "Status")) or _status(diagnostic)
-    if action.startswith(("failed", "error")):  # opensmtpd writes "error"
-        hard = status is None or status.startswith("5")
-    elif action.startswith("delayed"):
-        hard = False
-    else:
-        return None
-    recipient = _address(_typed_value(_header(block, "Original-Recipient")))
-    recipient = recipient or _address(_typed_value(_header(block, "Final-Recipient")))
-    return Failed(recipient, hard, status, diagnostic) if recipient else None
-
-
-def _scanned(msg: Message, original_message_id: str | None) -> Bounce | None:
-    """A bounce in one of the non-standard formats flufl.bounce knows, with the status
-    and reply found next to each address in the text, if any."""
+def _detected(read: mail.Mail) -> list[str]:
+    """The addresses flufl.bounce's detectors find (bytes or str, whatever they give)."""
     try:
-        temporary, permanent = all_failures(msg)
-    except Exception:  # a detector's bug on odd input: no bounce found
-        return None
-    text = "\n".join(_text(p) for p, kind in _parts(msg) if kind.startswith("text/"))
-    found: list[Failed] = []
-    for hard, addresses in ((True, permanent), (False, set(temporary) - set(permanent))):
-        for recipient in sorted(a.decode("ascii", "replace") for a in addresses):
-            if recipient and len(found) < RECIPIENTS:
-                status, diagnostic = _near(text, recipient)
-                found.append(Failed(recipient, hard, status, diagnostic))
-    return Bounce(tuple(found), original_message_id) if found else None
+        temporary, permanent = all_failures(read.head)
+    except Exception:  # a detector's bug on odd input: nothing found
+        return []
+    found = []
+    for value in [*permanent, *temporary]:
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        text = text.strip().strip("<>")
+        if is_address(text):
+            found.append(text)
+    return list(dict.fromkeys(found))
 
 
-def _near(text: str, address: str) -> tuple[str | None, str | None]:
-    """The status code and reply in the paragraph of the text where `address` is named."""
-    for named in itertools.islice(re.finditer(re.escape(address), text, re.IGNORECASE), _TRIES):
-        end = _PARAGRAPH_END.search(text, named.end(), named.end() + _NEAR)
-        found = _SCRAPED.search(text, named.end(), end.start() if end else named.end() + _NEAR)
-        if found is not None:
-            return found.group(1), " ".join(found.group(0).split())
-    return None, None
+def _senders(read: mail.Mail) -> set[str]:
+    """The addresses that are the sender's, never a failed recipient: the report's
+    From and To, the original's From, Sender and Return-Path."""
+    found = set()
+    for msg, names in ((read.head, ("To", "From")), (read.original, ("From", "Sender",
+                       "Return-Path", "Reply-To"))):  # fmt: skip
+        if msg is None:
+            continue
+        for name in names:
+            for _, value in email.utils.getaddresses([str(v) for v in msg.get_all(name, [])]):
+                if value:
+                    found.add(value.lower())
+    return found
 
 
-def _status(text: str | None) -> str | None:
-    found = _STATUS.search(text) if text else None
-    return found.group(1) if found else None
+def _recipients_of(original: Message) -> list[str]:
+    addresses = email.utils.getaddresses([str(v) for v in original.get_all("To", [])])
+    return [a for _, a in addresses if is_address(a)][:RECIPIENTS]
 
 
-# --- complaints ------------------------------------------------------------------------------------------------
+def _bounce(said: list[Said], read: mail.Mail, original: str | None, rules: outcomes.Rules) -> Report:
+    """A bounce of the recipients that failed or are delayed; a notice of delivery
+    when every recipient was delivered."""
+    failed = [s for s in said if s.action not in ("delivered", "deliverable", "relayed", "expanded")]
+    if not failed:
+        return Delivered(tuple(dict.fromkeys(s.recipient for s in said)), original)
+    default = _action(read)
+    judged: dict[str, Failed] = {}
+    for s in failed:
+        judged.setdefault(s.recipient.lower(), judge(s, rules, default))
+    return Bounce(tuple(judged.values()), original)
 
 
-def _is_feedback_report(msg: Message, parts: Sequence[Part]) -> bool:
-    if any(kind == "message/feedback-report" for _, kind in parts):
-        return True
-    # report-type=feedback-report without its part; the substring first: get_param costs 50 us
-    return (parts[0][1] == "multipart/report" and "feedback-report" in (msg.get("Content-Type") or "").lower()
-            and _param(msg, "report-type") == "feedback-report")  # fmt: skip
+def _action(read: mail.Mail) -> str:
+    """What a notification that gives no Action says of its recipients."""
+    words = f"{read.header('Subject')}\n{read.text[:3000]}"
+    if _DELAYED.search(words) and not _GAVE_UP.search(words):
+        return "delayed"
+    return "failed"
 
 
-def _complaint(parts: Sequence[Part]) -> Complaints:
-    report = next((p for p, kind in parts if kind == "message/feedback-report"), None)
-    fields = _fields(report) if report is not None else Message()
-    feedback_type = (_header(fields, "Feedback-Type") or "unknown").lower()
-    recipient = _address(_header(fields, "Original-Rcpt-To")) or _enclosed_recipient(parts)
-    sender = _address(_header(fields, "Original-Mail-From"))
-    return Complaints((Complaint(recipient, feedback_type, _original_message_id(parts), sender),))
+def judge(said: Said, rules: outcomes.Rules, default_action: str = "failed") -> Failed:
+    """A recipient's failure judged by the reply table."""
+    action = said.action if said.action in ("failed", "expired", "delayed") else default_action
+    status = said.status or ""
+    verdict = rules.judge(said.code, status, said.diagnostic or "", said.command or "")
+    permanent = said.code >= 500 if said.code else (status[:1] == "5" if status else action != "delayed")
+    why = verdict.why or reasons.Reason.UNDEFINED
+    if why in (reasons.Reason.ON_HOLD, reasons.Reason.UNDEFINED) and action in ("expired", "delayed"):
+        why = reasons.Reason.EXPIRED
+    if not status:
+        status = why.status(permanent) or ""
+    hard = action != "delayed" and why.gone(permanent)
+    return Failed(said.recipient, hard, status or None, said.diagnostic, why, action, said.code)
 
 
-def _fields(part: Message) -> Message:
-    """The fields of a message/feedback-report part, as headers."""
-    payload = part.get_payload()
-    if isinstance(payload, list) and payload and isinstance(payload[0], Message):
-        return payload[0]
-    return email.parser.HeaderParser(policy=_POLICY).parsestr(_text(part))
+def _notification(notification: ses.Notification, rules: outcomes.Rules) -> Report:
+    original = notification.original_message_id
+    if notification.kind == "complaint":
+        return Complaints(tuple(Complaint(s.recipient, s.action, original, None) for s in notification.said))
+    if notification.kind == "delivery":
+        return Delivered(tuple(s.recipient for s in notification.said), original)
+    if not notification.said:
+        return Unknown("an Amazon SES bounce notification of no one")
+    return Bounce(tuple(judge(s, rules) for s in notification.said), original)
 
 
-def _enclosed_recipient(parts: Sequence[Part]) -> str | None:
-    """The one address the enclosed original was sent To, when it names only one."""
-    original = _enclosed(parts)
-    if original is None:
-        return None
-    addresses = [a for _, a in email.utils.getaddresses([str(v) for v in original.get_all("To", [])]) if a]
-    return addresses[0] if len(addresses) == 1 else None
+def _original_message_id(read: mail.Mail) -> str | None:
+    """The Message-ID of the returned original: its header, else a "Message-ID:" line
+    quoted in the text."""
+    if read.original is not None:
+        found = mail.header(read.original, "Message-ID")
+        if found:
+            return found
+    line = _MESSAGE_ID_LINE.search(read.text)
+    return line.group(1) if line else None
 
 
-# --- automatic replies -----------------------------------------------------------------------------------------
-
-
-def _looks_auto_replied(msg: Message) -> bool:
-    """The marks only automatic replies carry (not bounces): X-Autoreply,
-    X-Autorespond, Precedence: auto_reply, an out-of-office subject."""
-    for name in ("X-Autoreply", "X-Autorespond"):
-        value = _header(msg, name)
-        if value is not None and value.lower() != "no":
-            return True
-    if (_header(msg, "Precedence") or "").lower() == "auto_reply":
-        return True
-    return bool(_OUT_OF_OFFICE.match(_subject(msg)))
-
-
-def _auto_submitted(msg: Message) -> bool:
-    """Auto-Submitted other than "no" (RFC 3834)."""
-    value = _header(msg, "Auto-Submitted")
-    return value is not None and value.split(";")[0].strip().lower() not in ("", "no")
-
-
-def _replied_to(msg: Message) -> str | None:
-    """The Message-ID an automatic reply answers: In-Reply-To, else the last of References."""
-    found = _MESSAGE_ID.search(_header(msg, "In-Reply-To") or "")
-    if found is not None:
-        return found.group(0)
-    references = _MESSAGE_ID.findall(_header(msg, "References") or "")
-    return references[-1] if references else None
-
-
-def _answered(msg: Message) -> tuple[str, ...]:
-    """The Message-IDs a reply answers: In-Reply-To, then References from the newest."""
-    found = _MESSAGE_ID.findall(_header(msg, "In-Reply-To") or "")
-    found += reversed(_MESSAGE_ID.findall(_header(msg, "References") or ""))
-    return tuple(dict.fromkeys(found))[:RECIPIENTS]
-
-
-def _sender(msg: Message) -> str | None:
-    """The From field's address, when it has one."""
-    address = email.utils.parseaddr(_header(msg, "From") or "")[1]
-    return address if "@" in address else None
-
-
-def _subject(msg: Message) -> str:
-    value = _header(msg, "Subject") or ""
-    try:
-        return str(email.header.make_header(email.header.decode_header(value)))
-    except Exception:  # an encoded word that does not decode: the text as it is
-        return value
-
-
-# --- the original message --------------------------------------------------------------------------------------
-
-
-def _original_message_id(parts: Sequence[Part]) -> str | None:
-    """The Message-ID of the returned original: its message/rfc822 part, its
-    text/rfc822-headers part, else a "Message-ID:" line quoted in the text."""
-    original = _enclosed(parts)
-    if original is not None and (found := _header(original, "Message-ID")):
-        return found
-    for part, kind in parts:
-        if kind in ("text/rfc822-headers", "message/global-headers") and (
-            line := _MESSAGE_ID_FIELD.search(_text(part))
-        ):
-            return line.group(1)
-    for part, kind in parts:
-        if kind.startswith("text/") and (line := _MESSAGE_ID_LINE.search(_text(part))):
-            return line.group(1)
-    return None
-
-
-def _enclosed(parts: Sequence[Part]) -> Message | None:
-    """The original message enclosed whole (message/rfc822), if any."""
-    for part, kind in parts:
-        if kind in ("message/rfc822", "message/global"):
-            payload = part.get_payload()
-            if isinstance(payload, list) and payload and isinstance(payload[0], Message):
-                return payload[0]
-    return None
-
-
-# --- fields ----------------------------------------------------------------------------------------------------
-
-
-def _header(msg: Message, name: str) -> str | None:
-    """A header's value unfolded, None when absent or empty."""
-    value = msg.get(name)
-    text = " ".join(str(value).split()) if value is not None else ""
-    return text or None
-
-
-def _param(msg: Message, name: str) -> str | None:
-    value = msg.get_param(name)
-    if value is None:
-        return None
-    return str(email.utils.collapse_rfc2231_value(value)).strip().lower()
-
-
-def _typed_value(value: str | None) -> str | None:
-    """A DSN field's value without its type: "rfc822; x@y" -> "x@y", "smtp; 550 ..." -> "550 ..."."""
-    if value is None:
-        return None
-    kind, semicolon, rest = value.partition(";")
-    if semicolon and _TYPE.fullmatch(kind.strip()):
-        value = rest
-    return value.strip() or None
-
-
-def _address(value: str | None) -> str | None:
-    """An address without its angle brackets, None when empty."""
-    found = value.strip().removeprefix("<").removesuffix(">").strip() if value else ""
-    return found or None
-
-
-def _text(part: Message) -> str:
-    """A leaf part's content, decoded (transfer encoding, then charset; what does not
-    decode is replaced)."""
-    data = part.get_payload(decode=True)
-    if not isinstance(data, bytes):
-        return ""
-    charset = part.get_content_charset() or "utf-8"
-    try:
-        return data.decode(charset, "replace")
-    except (LookupError, ValueError):  # a charset Python does not know, or not a text encoding
-        return data.decode("utf-8", "replace")
+_MESSAGE_ID_LINE = re.compile(r"^[ \t>]*Message-ID:[ \t]*(<[^<>\s]+>)", re.IGNORECASE | re.MULTILINE)

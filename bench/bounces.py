@@ -1,0 +1,299 @@
+"""The bounces part: how mtad reads real bounces, against Sisimai's verdicts.
+
+Every message of a corpus directory (`--bounce-corpus`: Sisimai's
+set-of-emails/maildir/bsd, fetched from github:sisimai/set-of-emails) is read by
+mtad's reader (`mtad.feedback.reports.parse`, with the shipped reply table) in this
+process, one after the other, and compared with Sisimai's own expected results: the
+test tables of a go-sisimai checkout (`--bounce-tables`: fact/*_test.go of
+github:sisimai/go-sisimai; per message and recipient index, the status, the reply
+code, the reason and whether it is a hard bounce). The tables do not name the
+recipient: it is taken from what Sisimai decodes of the message, by Debian's
+libsisimai-perl (or a JSON file of another decoder's results, `--bounce-reference`),
+where it decodes that index.
+
+Every figure is over the expected entries (a message of several recipients or
+reports has an entry each), per family of sending software (the file name without its
+number: lhost-postfix, rhost-google, arf, rfc3464, ...) and in total:
+- recognised: mtad reads the message as what it is: a bounce, a complaint (Sisimai's
+  reason feedback), an automatic reply (vacation) or a notice of delivery (delivered);
+- recipient: the recipient Sisimai decodes at that index is one mtad reports (over the
+  entries the reference decodes);
+- status: mtad's enhanced status code for that recipient is Sisimai's, over the
+  entries whose code is a real one (neither empty nor one of Sisimai's own x.0.9xx);
+- hard/soft: over the bounces, mtad says the address is gone (suppressed at once)
+  exactly where Sisimai calls it a hard bounce; `over` counts where mtad would
+  suppress and Sisimai would not;
+- reason: mtad's reason is Sisimai's (Sisimai's speeding is mtad's ratelimited;
+  failedstarttls securityerror; notcompliantrfc contenterror; mailererror systemerror).
+Read time is the wall time of one `parse` per message, over every message of the
+corpus; an exception out of `parse` is counted and fails the part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mtad.feedback import reports
+
+ERRORS = (OSError, ValueError, subprocess.SubprocessError)
+
+# Goals of the issue, checked in the notes.
+GOALS = {"recognised": 0.97, "recipient": 0.97, "status": 0.95, "hard/soft": 0.95}
+P99_MS = 5.0
+
+_ENTRY = re.compile(r'\{"(\w+)",\s*(\d+),\s*"([^"]*)",\s*"([^"]*)",\s*"([^"]*)",\s*(true|false),\s*"([^"]*)"\}')
+_LIST = re.compile(
+    r"(publiclist|secretlist)\s*:=\s*\[\]\[\]IsExpected\{(.*?)\}\s*;?\s*EngineTest\(t,\s*\"([^\"]+)\",\s*\w+,\s*(true|false)\)",
+    re.S,
+)
+_TEST = re.compile(r"func Test(Lhost|Rhost)?\w+\(")
+_PSEUDO = re.compile(r"^\d\.\d+\.9\d\d$")  # Sisimai's own codes: 5.0.910 filtered, ...
+_SAME_REASON = {"speeding": "ratelimited", "failedstarttls": "securityerror", "notcompliantrfc": "contenterror",
+                "mailererror": "systemerror"}  # fmt: skip
+
+# Sisimai, as Debian packages it (libsisimai-perl): what it decodes of each message.
+_PERL = r"""
+use strict; use warnings; use Sisimai; use JSON::PP;
+my $out = {};
+for my $path (@ARGV) {
+    my $found = Sisimai->make($path, delivered => 1, vacation => 1) || [];
+    my @rows = map { { recipient => $_->recipient->address, reason => $_->reason } } @$found;
+    $out->{(split m{/}, $path)[-1]} = \@rows;
+}
+print JSON::PP->new->canonical->encode($out);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    file: str
+    index: int
+    status: str
+    reason: str
+    hard: bool
+
+    @property
+    def kind(self) -> str:
+        return {"feedback": "complaint", "vacation": "auto_reply", "delivered": "delivered"}.get(self.reason, "bounce")
+
+    @property
+    def family(self) -> str:
+        return re.sub(r"-\d+\.eml$", "", self.file)
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """One recipient (or report) of what mtad read."""
+
+    recipient: str | None
+    status: str | None
+    reason: str | None
+    hard: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    kind: str  # bounce, complaint, auto_reply, delivered, reply, unknown
+    found: tuple[Found, ...]
+    seconds: float
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("bounces")
+    group.add_argument("--bounce-corpus", type=Path, default=None,
+                       help="a directory of bounce messages (set-of-emails/maildir/bsd)")  # fmt: skip
+    group.add_argument("--bounce-tables", type=Path, default=None,
+                       help="a go-sisimai checkout, whose fact/*_test.go hold the expected results")  # fmt: skip
+    group.add_argument("--bounce-reference", type=Path, default=None,
+                       help="JSON {file: [{recipient}]} of a decoder's results (default: libsisimai-perl)")  # fmt: skip
+
+
+def expectations(tables: Path) -> dict[str, dict[int, Expected]]:
+    """Sisimai's expected results of its public samples, from the test tables."""
+    found: dict[str, dict[int, Expected]] = defaultdict(dict)
+    facts = tables / "fact" if (tables / "fact").is_dir() else tables
+    for path in sorted(facts.glob("*_test.go")):
+        text = path.read_text(errors="replace")
+        test = _TEST.search(text)
+        if test is None:
+            continue
+        prefix = {"Lhost": "lhost-", "Rhost": "rhost-"}.get(test.group(1) or "", "")
+        for block in _LIST.finditer(text):
+            if block.group(4) != "true":  # the private samples are not published
+                continue
+            for e in _ENTRY.finditer(block.group(2)):
+                file = f"{prefix}{block.group(3).lower()}-{e.group(1)}.eml"
+                found[file][int(e.group(2))] = Expected(file, int(e.group(2)), e.group(3), e.group(5),
+                                                        e.group(6) == "true")  # fmt: skip
+    if not found:
+        raise ValueError(f"{tables}: no Sisimai test tables (fact/*_test.go) found")
+    return found
+
+
+def reference(corpus: Path, given: Path | None) -> tuple[dict[str, list[dict[str, Any]]], str]:
+    """What a reference decoder makes of each message, and its name."""
+    if given is not None:
+        return json.loads(given.read_text()), f"`{given.name}`"
+    if shutil.which("perl") is None or subprocess.run(["perl", "-MSisimai", "-e1"], capture_output=True).returncode:
+        return {}, "none (libsisimai-perl is not installed)"
+    paths = [str(p) for p in sorted(corpus.iterdir()) if p.is_file()]
+    done = subprocess.run(["perl", "-e", _PERL, *paths], capture_output=True, check=True, timeout=600)
+    version = subprocess.run(["perl", "-MSisimai", "-e", "print $Sisimai::VERSION"], capture_output=True, text=True)
+    return json.loads(done.stdout), f"Sisimai {version.stdout.strip()} (Debian's libsisimai-perl)"
+
+
+def read(raw: bytes) -> Read:
+    """What mtad makes of one message, in the terms compared."""
+    started = time.perf_counter()
+    report = reports.parse(raw)
+    seconds = time.perf_counter() - started
+    match report:
+        case reports.Bounce():
+            found = tuple(Found(f.recipient, f.status, f.reason.value, f.hard) for f in report.recipients)
+            return Read("bounce", found, seconds)
+        case reports.Complaints():
+            return Read("complaint", tuple(Found(c.recipient, None, "feedback", False) for c in report.reports),
+                        seconds)  # fmt: skip
+        case reports.AutoReply():
+            return Read("auto_reply", (Found(report.sender, None, "vacation", False),), seconds)
+        case reports.Delivered():
+            return Read("delivered", tuple(Found(r, None, "delivered", False) for r in report.recipients), seconds)
+        case reports.Reply():
+            return Read("reply", (), seconds)
+        case reports.Unknown():
+            return Read("unknown", (), seconds)
+    raise AssertionError(report)
+
+
+@dataclass
+class Tally:
+    entries: int = 0
+    recognised: int = 0
+    with_recipient: int = 0
+    recipient: int = 0
+    with_status: int = 0
+    status: int = 0
+    bounces: int = 0
+    agree: int = 0
+    over: int = 0
+    reason: int = 0
+
+    def add(self, expected: Expected, mtad: Read, recipient: str | None) -> None:
+        self.entries += 1
+        self.recognised += mtad.kind == expected.kind
+        found = _match(mtad.found, recipient, expected.index)
+        if recipient:
+            self.with_recipient += 1
+            self.recipient += any(_same(f.recipient, recipient) for f in mtad.found)
+        if expected.status and not _PSEUDO.match(expected.status):
+            self.with_status += 1
+            self.status += found is not None and found.status == expected.status
+        if expected.kind == "bounce":
+            self.bounces += 1
+            hard = found is not None and mtad.kind == "bounce" and found.hard
+            self.agree += hard == expected.hard
+            self.over += hard and not expected.hard
+        reason = _SAME_REASON.get(expected.reason, expected.reason)
+        self.reason += found is not None and found.reason == reason
+
+    def row(self, name: str) -> list[str]:
+        return [name, str(self.entries), _share(self.recognised, self.entries),
+                _share(self.recipient, self.with_recipient), _share(self.status, self.with_status),
+                _share(self.agree, self.bounces), str(self.over), _share(self.reason, self.entries)]  # fmt: skip
+
+    def shares(self) -> dict[str, float]:
+        return {"recognised": self.recognised / max(self.entries, 1),
+                "recipient": self.recipient / max(self.with_recipient, 1),
+                "status": self.status / max(self.with_status, 1),
+                "hard/soft": self.agree / max(self.bounces, 1)}  # fmt: skip
+
+
+def _match(found: Sequence[Found], recipient: str | None, index: int) -> Found | None:
+    """mtad's entry for an expected one: by its recipient, else by its place."""
+    if recipient:
+        for f in found:
+            if _same(f.recipient, recipient):
+                return f
+    return found[index - 1] if index <= len(found) else None
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    return bool(a and b) and a.strip("<>").lower() == b.strip("<>").lower()  # type: ignore[union-attr]
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f} % ({part}/{whole})" if whole else "-"
+
+
+def measure(corpus: Path, tables: Path, given: Path | None) -> tuple[str, list[str], bool]:
+    expected = expectations(tables)
+    decoded, decoder = reference(corpus, given)
+    files = sorted(p for p in corpus.iterdir() if p.is_file())
+    if files:
+        reports.parse(files[0].read_bytes())  # the reply table read and its patterns compiled, as at a daemon's start
+    mtad: dict[str, Read] = {}
+    failures: list[str] = []
+    for path in files:
+        try:
+            mtad[path.name] = read(path.read_bytes())
+        except Exception as exc:  # counted: parse must never raise
+            failures.append(f"{path.name}: {type(exc).__name__}: {exc}")
+    families: dict[str, Tally] = defaultdict(Tally)
+    total = Tally()
+    for file, entries in sorted(expected.items()):
+        if file not in mtad:
+            continue
+        for index, e in sorted(entries.items()):
+            rows = decoded.get(file, [])
+            recipient = rows[index - 1].get("recipient") if index <= len(rows) else None
+            families[e.family].add(e, mtad[file], recipient)
+            total.add(e, mtad[file], recipient)
+    times = sorted(r.seconds * 1000 for r in mtad.values())
+    p50, p99 = statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
+    header = ["family", "entries", "recognised", "recipient", "status", "hard/soft", "over", "reason"]
+    rows = [total.row("**all**")] + [families[f].row(f) for f in sorted(families)]
+    body = "\n".join(_lines(header, rows))
+    unexpected = len([f for f in mtad if f not in expected])
+    body = (
+        f"- corpus: `{corpus}`, {len(files)} messages, {total.entries} expected entries in "
+        f"{len(files) - unexpected} of them ({unexpected} have none and are only read)\n"
+        f"- expected results: `{tables}` (Sisimai's test tables); recipients from {decoder}\n"
+        f"- read time per message: p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {times[-1]:.2f} ms; exceptions: "
+        f"{len(failures)}\n\n{body}\n"
+    )
+    notes = failures[:10]
+    shares = total.shares()
+    for name, goal in GOALS.items():
+        if shares[name] < goal:
+            notes.append(f"{name} {100 * shares[name]:.1f} % is under the goal of {100 * goal:.0f} %")
+    if p99 > P99_MS:
+        notes.append(f"p99 read time {p99:.2f} ms is over {P99_MS} ms")
+    if total.over * 2 > total.bounces - total.agree:
+        notes.append(f"mtad errs towards suppressing in {total.over} of {total.bounces - total.agree} disagreements")
+    return body, notes, not failures
+
+
+def _lines(header: list[str], rows: Iterable[list[str]]) -> Iterable[str]:
+    yield "| " + " | ".join(header) + " |"
+    yield "|" + "|".join("---" for _ in header) + "|"
+    for row in rows:
+        yield "| " + " | ".join(row) + " |"
+
+
+def run(args: argparse.Namespace, root: Path, versions: Mapping[str, str]) -> tuple[str, list[str], bool]:
+    if args.bounce_corpus is None or args.bounce_tables is None:
+        raise ValueError("give --bounce-corpus DIR and --bounce-tables DIR (see bench/bounces.py)")
+    body, notes, ok = measure(args.bounce_corpus, args.bounce_tables, args.bounce_reference)
+    print(body)
+    return body, notes, ok

@@ -1,0 +1,116 @@
+"""Bounces written as plain text, whatever software wrote them (qmail, Exim, Sendmail,
+Yahoo, OpenSMTPD, DragonFly, Exchange, ...): the recipients the notification
+names where a recipient is named, and what it says next to each.
+
+An address counts as a failed recipient where it stands as one: alone on its line
+or at its start ("<x@y>:", "  x@y", "x@y [User unknown]"), or after words that
+introduce one ("delivering your mail to", "Recipient:", "RCPT TO:<"). Addresses
+of the sender (the report's To, the original's From), of mail systems and in
+"MAIL FROM" are never recipients. What follows the first such mention, up to a
+blank line or the next recipient, is its diagnostic; when that holds no reply,
+the paragraphs after it. Sync, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from mtad.feedback.reports.said import ADDRESS, Said, code_in, command_in, is_daemon, squeeze, status_in
+
+RECIPIENTS = 100
+_LINES = 12  # lines of a recipient's own diagnostic, at most
+_LEADING = 4  # lines before a recipient's mention that may say which command was refused (a transcript)
+_AROUND = 2000  # characters of the text read when a recipient's block says nothing
+# Words before an address that make it the recipient's.
+_INTRO = re.compile(
+    r"(?:\bto|recipients?|addressee|address(?:es)?|rcpt to|for|mailbox|user|account|destinat(?:ion|aire)|"
+    r"original-recipient|final-recipient|x-failed-recipients|delivering your (?:mail|message) to|message to|"
+    r"sent to|mail to|deliver(?:ed|y)? to|could not (?:be )?deliver(?:ed)? to|envoy[ée] [àa]|an|aan)"
+    r"[\s:;,'\"(<\[]*$",
+    re.IGNORECASE,
+)
+# Words before an address that make it the sender's.
+_SENDER_INTRO = re.compile(r"(?:mail from|from|sender|envelope-from|return-path|reply-to)[\s:=;'\"(<]*$", re.I)
+_LEAD = re.compile(r"^[\s<>\"'(\[*•·:;,-]*(?:[45]\d\d[ -]+)?(?:rcpt to|to|recipient|original-recipient|"
+                   r"final-recipient)?[\s:<\"'(]*$",
+                   re.IGNORECASE)  # fmt: skip
+_RULE = re.compile(r"^\s*(?:-{3,}|={3,}|_{3,}|\*{3,})")
+_ADDRESSES = re.compile(ADDRESS.pattern)
+_WORDS = re.compile(r"[A-Za-z]{3,}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Mention:
+    line: int
+    end: int  # where the address ends on its line
+    address: str
+    standing: bool  # stands as a recipient, not only named in passing
+
+
+def said(text: str, excluded: Collection[str]) -> list[Said]:
+    """The recipients the notification `text` (cut before the original) names as
+    failed, each with what it says of them; `excluded`: addresses (lower case) that
+    are the sender's."""
+    lines = text.split("\n")
+    mentions = _mentions(lines, excluded)
+    standing = [m for m in mentions if m.standing]
+    chosen: dict[str, _Mention] = {}
+    for m in standing or mentions:
+        chosen.setdefault(m.address.lower(), m)
+        if len(chosen) >= RECIPIENTS:
+            break
+    starts = sorted(m.line for m in chosen.values())
+    found = []
+    for m in chosen.values():
+        following = [s for s in starts if s > m.line]
+        block = _block(lines, m, following[0] if following else len(lines))
+        if code_in(block) is None and status_in(block) is None:
+            block = f"{block} {_after(lines, m.line)}".strip()
+        command = command_in(block) or command_in("\n".join(lines[max(0, m.line - _LEADING) : m.line + 1]))
+        found.append(Said(m.address, "", status_in(block), code_in(block), squeeze(block) or None, command))
+    return found
+
+
+def _mentions(lines: list[str], excluded: Collection[str]) -> list[_Mention]:
+    found = []
+    for number, line in enumerate(lines):
+        if "@" not in line:
+            continue
+        for match in ADDRESS.finditer(line):
+            address = match.group(0).strip(".")
+            lowered = address.lower()
+            before = line[: match.start()]
+            if lowered in excluded or is_daemon(lowered) or _SENDER_INTRO.search(before[-30:]):
+                continue
+            if before.endswith(("mailto:", "=", "/")) or line[match.end() : match.end() + 1] in ("/", "="):
+                continue  # a link, a URL's parameter
+            standing = bool(_LEAD.match(before)) or bool(_INTRO.search(before[-60:]))
+            found.append(_Mention(number, match.end(), address, standing))
+    return found
+
+
+def _block(lines: list[str], mention: _Mention, stop: int) -> str:
+    """What follows a recipient's mention: the rest of its line, then the lines up to
+    a blank one, a rule or the next recipient."""
+    line = lines[mention.line]
+    rest = line[mention.end :].lstrip(">:;,.)] \t")
+    said = _ADDRESSES.sub("", line)  # the line's own words, when it has some besides the address
+    taken = [line.strip() if _WORDS.search(said) and not _INTRO.search(said) else rest]
+    if not _ADDRESSES.sub("", taken[0]).strip(" <>()[]:;,.\t"):
+        taken = []
+    for line in lines[mention.line + 1 : min(stop, mention.line + 1 + _LINES)]:
+        if not line.strip():
+            if taken:
+                break
+            continue
+        if _RULE.match(line):
+            break
+        taken.append(line.strip())
+    return " ".join(taken)
+
+
+def _after(lines: list[str], start: int) -> str:
+    """The lines after line `start` but rules, up to _AROUND characters."""
+    return squeeze(" ".join(line for line in lines[start + 1 :] if not _RULE.match(line))[:_AROUND])
