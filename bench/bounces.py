@@ -25,8 +25,10 @@ number: lhost-postfix, rhost-google, arf, rfc3464, ...) and in total:
   suppress and Sisimai would not;
 - reason: mtad's reason is Sisimai's (Sisimai's speeding is mtad's ratelimited;
   failedstarttls securityerror; notcompliantrfc contenterror; mailererror systemerror).
-Read time is the wall time of one `parse` per message, over every message of the
-corpus; an exception out of `parse` is counted and fails the part.
+Read time is the CPU time of one `parse` per message (the reading thread's: other
+processes on the machine do not inflate it), over every message of the corpus, and
+the longest wall time; an exception out of `parse` is counted and fails the part.
+Status is compared over the bounces only.
 """
 
 from __future__ import annotations
@@ -106,7 +108,8 @@ class Found:
 class Read:
     kind: str  # bounce, complaint, auto_reply, delivered, reply, unknown
     found: tuple[Found, ...]
-    seconds: float
+    seconds: float  # wall time
+    cpu: float  # this thread's CPU time
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -155,24 +158,24 @@ def reference(corpus: Path, given: Path | None) -> tuple[dict[str, list[dict[str
 
 def read(raw: bytes) -> Read:
     """What mtad makes of one message, in the terms compared."""
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.thread_time()
     report = reports.parse(raw)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.thread_time() - cpu
     match report:
         case reports.Bounce():
             found = tuple(Found(f.recipient, f.status, f.reason.value, f.hard) for f in report.recipients)
-            return Read("bounce", found, seconds)
+            return Read("bounce", found, seconds, cpu)
         case reports.Complaints():
             return Read("complaint", tuple(Found(c.recipient, None, "feedback", False) for c in report.reports),
-                        seconds)  # fmt: skip
+                        seconds, cpu)  # fmt: skip
         case reports.AutoReply():
-            return Read("auto_reply", (Found(report.sender, None, "vacation", False),), seconds)
+            return Read("auto_reply", (Found(report.sender, None, "vacation", False),), seconds, cpu)
         case reports.Delivered():
-            return Read("delivered", tuple(Found(r, None, "delivered", False) for r in report.recipients), seconds)
+            return Read("delivered", tuple(Found(r, None, "delivered", False) for r in report.recipients), seconds, cpu)
         case reports.Reply():
-            return Read("reply", (), seconds)
+            return Read("reply", (), seconds, cpu)
         case reports.Unknown():
-            return Read("unknown", (), seconds)
+            return Read("unknown", (), seconds, cpu)
     raise AssertionError(report)
 
 
@@ -196,7 +199,7 @@ class Tally:
         if recipient:
             self.with_recipient += 1
             self.recipient += any(_same(f.recipient, recipient) for f in mtad.found)
-        if expected.status and not _PSEUDO.match(expected.status):
+        if expected.kind == "bounce" and expected.status and not _PSEUDO.match(expected.status):
             self.with_status += 1
             self.status += found is not None and found.status == expected.status
         if expected.kind == "bounce":
@@ -259,8 +262,9 @@ def measure(corpus: Path, tables: Path, given: Path | None) -> tuple[str, list[s
             recipient = rows[index - 1].get("recipient") if index <= len(rows) else None
             families[e.family].add(e, mtad[file], recipient)
             total.add(e, mtad[file], recipient)
-    times = sorted(r.seconds * 1000 for r in mtad.values())
+    times = sorted(r.cpu * 1000 for r in mtad.values())
     p50, p99 = statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
+    wall = max(r.seconds * 1000 for r in mtad.values())
     header = ["family", "entries", "recognised", "recipient", "status", "hard/soft", "over", "reason"]
     rows = [total.row("**all**")] + [families[f].row(f) for f in sorted(families)]
     body = "\n".join(_lines(header, rows))
@@ -269,8 +273,8 @@ def measure(corpus: Path, tables: Path, given: Path | None) -> tuple[str, list[s
         f"- corpus: `{corpus}`, {len(files)} messages, {total.entries} expected entries in "
         f"{len(files) - unexpected} of them ({unexpected} have none and are only read)\n"
         f"- expected results: `{tables}` (Sisimai's test tables); recipients from {decoder}\n"
-        f"- read time per message: p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {times[-1]:.2f} ms; exceptions: "
-        f"{len(failures)}\n\n{body}\n"
+        f"- read time per message (CPU of the reading thread): p50 {p50:.2f} ms, p99 {p99:.2f} ms, max "
+        f"{times[-1]:.2f} ms; the longest wall time {wall:.2f} ms; exceptions: {len(failures)}\n\n{body}\n"
     )
     notes = failures[:10]
     shares = total.shares()

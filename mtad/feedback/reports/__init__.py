@@ -164,14 +164,16 @@ def _report(read: mail.Mail, rules: outcomes.Rules) -> Report:
     said = dsn.said(read.status) or dsn.said([read.text])
     if said:
         return _bounce(_completed(said, read), read, original, rules)
+    forwarded = _forwarded(read)
+    if forwarded is not None:
+        inner = _report(forwarded, rules)
+        if isinstance(inner, Bounce | Delivered):
+            return inner
     bouncing = _bouncing(read)
     if bouncing or not personal.looks_automatic(read):
         said = _plain(read, bouncing)
         if said:
             return _bounce(said, read, original, rules)
-        forwarded = _forwarded(read)
-        if forwarded is not None:
-            return _report(forwarded, rules)
         if bouncing:
             return Unknown("a bounce that names no recipient")
     if personal.looks_automatic(read) or personal.auto_submitted(read):
@@ -205,7 +207,7 @@ def _completed(said: list[Said], read: mail.Mail) -> list[Said]:
         diagnostic = s.diagnostic or (other.diagnostic if other else None)
         command = s.command or (other.command if other else None) or whole
         code = s.code or code_in(diagnostic)
-        status = preferred(s.status, status_in(diagnostic), code)
+        status = preferred(s.status, status_in(diagnostic, code), code)
         completed.append(dataclasses.replace(s, diagnostic=diagnostic, command=command, status=status, code=code))
     return completed
 
@@ -244,7 +246,7 @@ def _about(address: str, text: str) -> Said:
     for paragraph in text.split("\n\n"):
         if code_in(paragraph) or status_in(paragraph):
             words = " ".join(paragraph.split())
-            return Said(address, "", status_in(words), code_in(words), words)
+            return Said(address, "", status_in(words, code_in(words)), code_in(words), words)
     return Said(address, "", None, None, " ".join(text.split())[:500] or None)
 
 

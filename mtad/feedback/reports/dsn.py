@@ -19,6 +19,7 @@ _FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9-]{1,40})[ \t]*:[ \t]*(.*)$")
 _RECIPIENT_FIELDS = ("final-recipient", "original-recipient", "x-actual-recipient")
 _TYPE = re.compile(r"^[ \t]*[A-Za-z][\w.+-]*[ \t]*;")  # "rfc822;", "smtp;", "X-Postfix;"
 _STATUS_FIELD = re.compile(r"[245]\.\d{1,3}\.\d{1,3}")
+_NOT_SMTP = re.compile(r"^\s*x-(?:unix|local|mailer)\s*;", re.IGNORECASE)
 RECIPIENTS = 100  # a bounce of one delivery names one; of a message sent as one, a few
 
 
@@ -77,9 +78,12 @@ def _said(block: dict[str, str]) -> Said | None:
     if recipient is None:
         return None
     diagnostic = _value(block.get("diagnostic-code"))
+    smtp = not _NOT_SMTP.match(block.get("diagnostic-code", ""))
+    if not smtp and diagnostic:  # a local mailer's exit status ("X-Unix; 255"): its words only
+        diagnostic = squeeze(block.get("diagnostic-code", ""))
     found = _STATUS_FIELD.search(block.get("status", ""))
-    code = code_in(diagnostic)
-    status = preferred(found.group(0) if found else None, status_in(diagnostic), code)
+    code = code_in(diagnostic) if smtp else None
+    status = preferred(found.group(0) if found else None, status_in(diagnostic, code), code)
     action = (block.get("action") or "").split(" ")[0].strip().lower()
     return Said(recipient, action, status, code, diagnostic, command_in(diagnostic))
 

@@ -35,6 +35,12 @@ _QUOTED = re.compile(
     re.IGNORECASE,
 )
 _QUOTED_LINE = 100  # characters of a line that says so, at most
+# Field parts are read as text, as they were written: the email package would parse them into
+# blocks of headers, and a Diagnostic-Code continued on an unindented line would end a block.
+_FIELD_PARTS = re.compile(rb"(content-type:[ \t]*)message/(delivery-status|global-delivery-status|feedback-report)",
+                          re.IGNORECASE)  # fmt: skip
+_STATUS_PARTS = ("text/x-mtad-delivery-status", "text/x-mtad-global-delivery-status")
+_FEEDBACK_PART = "text/x-mtad-feedback-report"
 _TAG = re.compile(r"<(?:br|p|div|tr|li|h\d)\b[^>]*>|</(?:p|div|tr|li|h\d|table)>", re.IGNORECASE)
 _ANY_TAG = re.compile(r"<[^>]*>")
 _STYLE = re.compile(r"<(style|script|head)\b.*?</\1>", re.IGNORECASE | re.DOTALL)
@@ -47,7 +53,6 @@ class Mail:
     status: tuple[str, ...]  # the message/delivery-status parts (as text)
     feedback: tuple[str, ...]  # the message/feedback-report parts (as text)
     original: Message | None  # the header of the returned original, when it comes with one
-    kinds: frozenset[str]  # the content types of the report's own parts
     originals: tuple[Message, ...] = ()  # every message/rfc822 part (several reports in one message)
 
     def header(self, name: str) -> str:
@@ -61,20 +66,18 @@ def read(raw: bytes) -> Mail:
     if raw.lower().count(b"multipart") > MULTIPARTS:
         raise ValueError(f"more than {MULTIPARTS} multipart parts")
     raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    msg = email.message_from_bytes(raw, policy=_POLICY)
+    msg = email.message_from_bytes(_FIELD_PARTS.sub(rb"\1text/x-mtad-\2", raw), policy=_POLICY)
     texts: list[str] = []
     htmls: list[str] = []
     status: list[str] = []
     feedback: list[str] = []
     originals: list[Message] = []
     headers: list[str] = []
-    kinds: set[str] = set()
     for part, kind in parts(msg):
-        kinds.add(kind)
-        if kind == "message/delivery-status":
-            status.append(_fields_text(part))
-        elif kind == "message/feedback-report":
-            feedback.append(_fields_text(part))
+        if kind in _STATUS_PARTS:
+            status.append(text(part))
+        elif kind == _FEEDBACK_PART:
+            feedback.append(text(part))
         elif kind in ("message/rfc822", "message/global", "message/partial"):
             payload = part.get_payload()
             if isinstance(payload, list) and payload and isinstance(payload[0], Message):
@@ -98,7 +101,7 @@ def read(raw: bytes) -> Mail:
         if original is None:
             original = _header_block(body[quoted:].split("\n", 1)[-1].lstrip("\n -"))
         body = body[:quoted]
-    return Mail(msg, body, tuple(status), tuple(feedback), original, frozenset(kinds), tuple(originals))
+    return Mail(msg, body, tuple(status), tuple(feedback), original, tuple(originals))
 
 
 def _quoted(body: str) -> int | None:
@@ -123,14 +126,6 @@ def parts(msg: Message) -> Iterator[tuple[Message, str]]:
         payload = part.get_payload()
         if kind.startswith("multipart/") and isinstance(payload, list):
             stack.extend(reversed([p for p in payload if isinstance(p, Message)]))
-
-
-def _fields_text(part: Message) -> str:
-    """A field part (delivery status, feedback report) as text, its blocks apart."""
-    payload = part.get_payload()
-    if isinstance(payload, list):  # the email package parsed it into blocks of headers
-        return "\n\n".join(m.as_string(policy=_POLICY) if isinstance(m, Message) else str(m) for m in payload)
-    return text(part)
 
 
 def _header_block(value: str) -> Message | None:

@@ -21,6 +21,7 @@ from mtad.feedback.reports.said import ADDRESS, Said, code_in, command_in, is_da
 
 RECIPIENTS = 100
 _LINES = 12  # lines of a recipient's own diagnostic, at most
+_MENTIONS = 4 * RECIPIENTS  # addresses looked at, at most: a report names each recipient a few times
 _LEADING = 4  # lines before a recipient's mention that may say which command was refused (a transcript)
 _AROUND = 2000  # characters of the text read when a recipient's block says nothing
 # Words before an address that make it the recipient's.
@@ -68,26 +69,35 @@ def said(text: str, excluded: Collection[str]) -> list[Said]:
         block = _block(lines, m, following[0] if following else len(lines))
         if code_in(block) is None and status_in(block) is None:
             block = f"{block} {_after(lines, m.line)}".strip()
-        command = command_in(block) or command_in("\n".join(lines[max(0, m.line - _LEADING) : m.line + 1]))
-        found.append(Said(m.address, "", status_in(block), code_in(block), squeeze(block) or None, command))
+        command = command_in(block) or command_in(_leading(lines, m.line))
+        found.append(
+            Said(m.address, "", status_in(block, code_in(block)), code_in(block), squeeze(block) or None, command)
+        )
     return found
 
 
 def _mentions(lines: list[str], excluded: Collection[str]) -> list[_Mention]:
-    found = []
+    found: list[_Mention] = []
+    standing: set[str] = set()
     for number, line in enumerate(lines):
         if "@" not in line:
             continue
         for match in ADDRESS.finditer(line):
+            if len(found) >= _MENTIONS:
+                return found
             address = match.group(0).strip(".")
             lowered = address.lower()
+            if lowered in standing:
+                continue  # its first standing mention is the one read
             before = line[: match.start()]
             if lowered in excluded or is_daemon(lowered) or _SENDER_INTRO.search(before[-30:]):
                 continue
             if before.endswith(("mailto:", "=", "/")) or line[match.end() : match.end() + 1] in ("/", "="):
                 continue  # a link, a URL's parameter
-            standing = bool(_LEAD.match(before)) or bool(_INTRO.search(before[-60:]))
-            found.append(_Mention(number, match.end(), address, standing))
+            stands = bool(_LEAD.match(before)) or bool(_INTRO.search(before[-60:]))
+            if stands:
+                standing.add(lowered)
+            found.append(_Mention(number, match.end(), address, stands))
     return found
 
 
@@ -96,8 +106,7 @@ def _block(lines: list[str], mention: _Mention, stop: int) -> str:
     a blank one, a rule or the next recipient."""
     line = lines[mention.line]
     rest = line[mention.end :].lstrip(">:;,.)] \t")
-    said = _ADDRESSES.sub("", line)  # the line's own words, when it has some besides the address
-    taken = [line.strip() if _WORDS.search(said) and not _INTRO.search(said) else rest]
+    taken = [line.strip() if _WORDS.search(_ADDRESSES.sub("", line)) else rest]  # words next to it say why
     if not _ADDRESSES.sub("", taken[0]).strip(" <>()[]:;,.\t"):
         taken = []
     for line in lines[mention.line + 1 : min(stop, mention.line + 1 + _LINES)]:
@@ -109,6 +118,14 @@ def _block(lines: list[str], mention: _Mention, stop: int) -> str:
             break
         taken.append(line.strip())
     return " ".join(taken)
+
+
+def _leading(lines: list[str], at: int) -> str:
+    """The lines just above line `at` (a transcript's last commands), up to a blank one."""
+    start = at
+    while start > 0 and at - start < _LEADING and lines[start - 1].strip():
+        start -= 1
+    return "\n".join(lines[start : at + 1])
 
 
 def _after(lines: list[str], start: int) -> str:

@@ -11,7 +11,7 @@ ADDRESS = re.compile(r"[\w.!#$%&'*+/=?^`{|}~-]+@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A
 # An enhanced status code (RFC 3463), not a piece of an IP address or a version: 5.1.1, #5.1.1
 _STATUS = re.compile(r"(?<![\w.])#?([245]\.\d{1,3}\.\d{1,3})(?![\w.]*\d)")
 # A basic reply code where a reply starts: "550 ", "550-", "550 5.1.1"
-_CODE = re.compile(r"(?<![\w.:/=-])([245][0-5]\d)(?:[ -]|$)(?![\d.]*\d{2,}\.)", re.MULTILINE)
+_CODE = re.compile(r"(?<![\w.:/=-])([45][0-5]\d|2[0-4]\d|25[0-2])(?:[ -]|$)(?![\d.]*\d{2,}\.)", re.MULTILINE)
 _DAEMONS = re.compile(r"^(?:mailer-?daemon|mail-?daemon|daemon)@", re.I)
 _SYSTEMS = re.compile(r"^(?:mailer-?daemon|mail-?daemon|post_?master|mail ?delivery)\b", re.I)
 
@@ -26,16 +26,23 @@ class Said:
     command: str | None = None  # the SMTP command the reply answered: CONN, HELO, MAIL, RCPT, DATA
 
 
-def status_in(text: str | None) -> str | None:
-    """The first enhanced status code in `text`, preferring one that says more than
-    x.0.0 when both are there."""
+def status_in(text: str | None, code: int | None = None) -> str | None:
+    """The enhanced status code `text` gives of a failure: a failure's code over a
+    success's (a transcript shows both), one of the reply code's class when there is
+    one, and the most specific (x.y.z over one with a zero part) first."""
     if not text:
         return None
     found = [m.group(1) for m in _STATUS.finditer(text)]
-    if not found:
-        return None
-    specific = next((s for s in found if not s.endswith(".0.0")), None)
-    return specific or found[0]
+    failures = [s for s in found if s[0] != "2"] or found
+    if code is not None:
+        failures = [s for s in failures if s[0] == str(code)[0]] or failures
+    return min(failures, key=_vagueness) if failures else None
+
+
+def _vagueness(status: str) -> int:
+    """0 for x.y.z, 1 for a zero detail or subject, 2 for x.0.0 (ties keep the text's order)."""
+    _, subject, detail = status.split(".")
+    return 2 if subject == detail == "0" else 1 if "0" in (subject, detail) else 0
 
 
 def preferred(field: str | None, told: str | None, code: int | None) -> str | None:
