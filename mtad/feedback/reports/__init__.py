@@ -48,6 +48,8 @@ _DELAYED = re.compile(
     r"|\(delay\)|warning: message .* still undelivered|temporarily (?:deferred|delayed)|will be retried",
     re.IGNORECASE,
 )
+# What a temporary failure that was retried until given up was, as the last try saw it.
+_GAVE_UP_ON = frozenset({reasons.Reason.ON_HOLD, reasons.Reason.UNDEFINED, reasons.Reason.NETWORK_ERROR})
 _GAVE_UP = re.compile(r"too long|expired|given up|giving up|gave up|could not be delivered for|cannot send message for",
                       re.IGNORECASE)  # fmt: skip
 
@@ -313,8 +315,8 @@ def judge(said: Said, rules: outcomes.Rules, default_action: str = "failed") -> 
     verdict = rules.judge(said.code, status, said.diagnostic or "", said.command or "")
     permanent = said.code >= 500 if said.code else (status[:1] == "5" if status else action != "delayed")
     why = verdict.why or reasons.Reason.UNDEFINED
-    if why in (reasons.Reason.ON_HOLD, reasons.Reason.UNDEFINED) and action in ("expired", "delayed"):
-        why = reasons.Reason.EXPIRED
+    if why in _GAVE_UP_ON and (action in ("expired", "delayed") or (action == "failed" and not permanent)):
+        why = reasons.Reason.EXPIRED  # retried until the reporting server gave up: an expiry
     if not status:
         status = why.status(permanent) or ""
     hard = action != "delayed" and why.gone(permanent)
