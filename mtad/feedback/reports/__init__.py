@@ -269,17 +269,20 @@ def _detected(read: mail.Mail) -> list[str]:
 
 def _senders(read: mail.Mail) -> set[str]:
     """The addresses that are the sender's, never a failed recipient: the report's
-    From and To, the original's From, Sender and Return-Path."""
-    found = set()
-    for msg, names in ((read.head, ("To", "From")), (read.original, ("From", "Sender",
-                       "Return-Path", "Reply-To"))):  # fmt: skip
-        if msg is None:
-            continue
-        for name in names:
-            for _, value in email.utils.getaddresses([str(v) for v in msg.get_all(name, [])]):
-                if value:
-                    found.add(value.lower())
+    From and To, the reporting system's postmaster, the original's Sender,
+    Return-Path and Reply-To, and its From unless the original was sent to it."""
+    found = _addresses(read.head, "To", "From")
+    found |= {f"postmaster@{a.rpartition('@')[2]}" for a in _addresses(read.head, "From")}
+    if read.original is not None:
+        found |= _addresses(read.original, "Sender", "Return-Path", "Reply-To")
+        found |= _addresses(read.original, "From") - _addresses(read.original, "To", "Cc")
     return found
+
+
+def _addresses(msg: Message, *names: str) -> set[str]:
+    """The addresses of the fields `names` of `msg`, in lower case."""
+    values = [str(v) for name in names for v in msg.get_all(name, [])]
+    return {a.lower() for _, a in email.utils.getaddresses(values) if a}
 
 
 def _recipients_of(original: Message) -> list[str]:

@@ -40,6 +40,8 @@ _LEAD = re.compile(r"^[\s<>\"'(\[*•·:;,-]*(?:[45]\d\d[ -]+)?(?:rcpt to|to|rec
 _RULE = re.compile(r"^\s*(?:-{3,}|={3,}|_{3,}|\*{3,})")
 _ADDRESSES = re.compile(ADDRESS.pattern)
 _WORDS = re.compile(r"[A-Za-z]{3,}")
+_FOLLOWING = re.compile(r"(?:following|these) (?:recipients?|address(?:es)?|users?|destinations?)(?:\(\w+\))?"
+                        r"(?: or groups)?\s*(?:failed|had|could|was|were|did|:|$)", re.IGNORECASE)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,9 @@ def said(text: str, excluded: Collection[str]) -> list[Said]:
     lines = text.split("\n")
     mentions = _mentions(lines, excluded)
     standing = [m for m in mentions if m.standing]
+    listed = _listed(lines)
+    if listed is not None and any(m.line > listed for m in standing):
+        standing = [m for m in standing if m.line > listed]  # those after "the following recipients:"
     chosen: dict[str, _Mention] = {}
     for m in standing or mentions:
         chosen.setdefault(m.address.lower(), m)
@@ -92,13 +97,22 @@ def _mentions(lines: list[str], excluded: Collection[str]) -> list[_Mention]:
             before = line[: match.start()]
             if lowered in excluded or is_daemon(lowered) or _SENDER_INTRO.search(before[-30:]):
                 continue
-            if before.endswith(("mailto:", "=", "/")) or line[match.end() : match.end() + 1] in ("/", "="):
+            x400 = before.lower().endswith("smtp=")  # Exchange's X.400 form: "c=US;...;dda:SMTP=x@y;"
+            if not x400 and (
+                before.endswith(("mailto:", "=", "/")) or line[match.end() : match.end() + 1] in ("/", "=")
+            ):
                 continue  # a link, a URL's parameter
-            stands = bool(_LEAD.match(before)) or bool(_INTRO.search(before[-60:]))
+            stands = x400 or bool(_LEAD.match(before)) or bool(_INTRO.search(before[-60:]))
             if stands:
                 standing.add(lowered)
             found.append(_Mention(number, match.end(), address, stands))
     return found
+
+
+def _listed(lines: list[str]) -> int | None:
+    """The line that announces the failed recipients ("did not reach the following
+    recipient(s):"), if there is one: a summary of the original may come before it."""
+    return next((n for n, line in enumerate(lines) if _FOLLOWING.search(line)), None)
 
 
 def _block(lines: list[str], mention: _Mention, stop: int) -> str:
