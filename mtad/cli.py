@@ -39,11 +39,11 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 ALGORITHMS = ("rsa2048", "ed25519")  # dkim.Algorithm
 TLS_MODES = ("starttls", "implicit")  # accounts.Tls
 MECHANISMS = ("plain", "login", "xoauth2")  # accounts.Mechanism
-REASONS = ("hard_bounce", "complaint", "unsubscribe", "manual")  # suppression.Reason
+REASONS = ("hard_bounce", "soft_bounce", "complaint", "unsubscribe", "manual")  # suppression.Reason
 EVENT_KINDS = (
     "received", "delivered", "deferred", "bounced", "failed", "cancelled", "requeued", "account_state",
-    "account_failure", "account_bounce", "account_pool", "dkim_key", "complained", "unsubscribed", "replied",
-    "auto_replied", "tenant_paused", "tenant_resumed", "tenant_graduated",
+    "account_failure", "account_bounce", "account_pool", "dkim_key", "complained", "auth_failure", "unsubscribed",
+    "replied", "auto_replied", "tenant_paused", "tenant_resumed", "tenant_graduated",
 )  # events.Kind  # fmt: skip
 
 
@@ -723,7 +723,8 @@ async def queue_purge(args: argparse.Namespace, settings: config.Settings) -> in
     history = settings.delivery.relay.breaker.window
     async with _spool(settings) as opened:
         pruned = await retention.purge(opened.database, args.before, account_history=history,
-                                       batch=settings.retention.batch)  # fmt: skip
+                                       batch=settings.retention.batch,
+                                       soft_window=settings.suppression.soft_window)  # fmt: skip
         print(f"purged before {args.before.isoformat()}: {pruned.messages} messages with {pruned.deliveries} "
               f"deliveries, {pruned.events} events")  # fmt: skip
         if pruned.kept:
@@ -858,7 +859,7 @@ async def queue_show(args: argparse.Namespace, settings: config.Basics) -> int:
     for line in header_block.splitlines():
         print(f"  {line}")
     print("\ndeliveries:")
-    _table([_delivery_text(d) for d in view.deliveries], _DELIVERY_COLUMNS, indent="  ")
+    _table([_delivery_text(d) for d in view.deliveries], _SHOWN_COLUMNS, indent="  ")
     print("\nevents:")
     for event in view.events:
         print(f"  {_text(event['at'])}  {event['kind']:<10} delivery={_text(event['delivery'])}  {event['data']}")
@@ -868,6 +869,8 @@ async def queue_show(args: argparse.Namespace, settings: config.Basics) -> int:
 # --- output ---------------------------------------------------------------------
 
 _DELIVERY_COLUMNS = ["id", "queue_id", "state", "attempts", "next_attempt", "sender", "recipient", "last_reply"]
+# A message's deliveries: why each was not delivered (its last reason and status) too.
+_SHOWN_COLUMNS = [*_DELIVERY_COLUMNS[:-1], "reason", "status", "last_reply"]
 
 
 def _delivery_text(row: dict[str, Any]) -> dict[str, Any]:
@@ -885,6 +888,8 @@ def _delivery_text(row: dict[str, Any]) -> dict[str, Any]:
         else row["next_attempt_at"].strftime("%Y-%m-%d %H:%M:%S"),
         "sender": row["sender"] or "<>",  # the null reverse-path
         "recipient": row["recipient"],
+        "reason": row.get("last_reason"),
+        "status": row["last_enhanced"],
         "last_reply": reply[:60],
     }
 

@@ -514,7 +514,9 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "reindex": (_boolean, True),
     },
     "suppression": {
-        "bounce_expiry": (_optional_duration, ""),  # "": a hard bounce suppresses until removed
+        "bounce_expiry": (_optional_duration, ""),  # "": a hard or soft bounce suppresses until removed
+        "soft_after": (_integer(0, 1000), 3),  # soft bounces within soft_window that suppress (0: never)
+        "soft_window": (_positive_duration, "30d"),
     },
     "reputation": {  # the windows of outcomes, the auto-pause and probation ([tenants] sets the limits)
         "enabled": (_boolean, True),  # false: nothing is counted, no tenant is paused or graduates by itself
@@ -1176,7 +1178,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
             dkim_processes=values["dkim"]["processes"],
         ),
         retention=retention.Settings(**values["retention"]),
-        suppression=suppression.Settings(values["suppression"]["bounce_expiry"]),
+        suppression=suppression.Settings(**values["suppression"]),
         bounces=_bounces(values),
         unsubscribe=_unsubscribe(values),
         inbound=inbound.Settings(

@@ -233,7 +233,8 @@ class Daemon:
                     background.append(tasks.create_task(readers.run(), name="inboxes"))
                 if settings.retention.enabled:  # at most one node prunes at a time (retention.LOCK_KEY)
                     history = out.relay.breaker.window  # the breaker reads account history this far back
-                    pruner = retention.Pruner(database, settings.retention, account_history=history)
+                    pruner = retention.Pruner(database, settings.retention, account_history=history,
+                                              soft_window=settings.suppression.soft_window)  # fmt: skip
                     background.append(tasks.create_task(pruner.run(), name="retention"))
                 if server is not None:  # it is mtad's: started again when it dies
                     background.append(tasks.create_task(self._watch(server), name="embedded-postgres"))

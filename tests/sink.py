@@ -6,6 +6,7 @@ The reply to a recipient is chosen by its local part:
     flaky-...               451 4.3.0 at RCPT the first time, then 250
     throttle-...            451 4.7.1 at RCPT (a receiver asking us to slow down)
     reject-... / 550-...    550 5.1.1 at RCPT
+    disabled-...            550 5.2.1 at RCPT (a disabled mailbox: a soft bounce)
     content-...             550 5.7.1 after the data
     disconnect-in-data...   the connection drops after the data, without a reply
     slow-...                the reply to the data waits until `release()`
@@ -218,7 +219,7 @@ class _Counting(SMTP):
 
 def _kind(recipient: str) -> str:
     local = recipient.rpartition("@")[0].lower()
-    for kind in ("tempfail", "flaky", "throttle", "reject", "550", "content", "disconnect-in-data", "slow"):
+    for kind in ("tempfail", "flaky", "throttle", "reject", "550", "disabled", "content", "disconnect-in-data", "slow"):
         if local.startswith(kind):
             return kind
     return "ok"
@@ -289,6 +290,8 @@ class _Handler:
             return "451 4.7.1 Too many messages, slow down"
         if kind in ("reject", "550"):
             return "550 5.1.1 No such user"
+        if kind == "disabled":
+            return "550 5.2.1 Mailbox disabled"
         envelope.rcpt_tos.append(address)
         return "250 2.1.5 OK"
 

@@ -67,7 +67,7 @@ DOCUMENT: dict[str, Any] = {
         "/v1/suppressions": {
             "get": _op("Suppressed addresses", params=[
                 _query("tenant", "one tenant's list (absent: every list)"),
-                _query("reason", "hard_bounce, complaint, unsubscribe, manual")]),
+                _query("reason", "hard_bounce, soft_bounce, complaint, unsubscribe, manual")]),
             "post": _op("Suppress an address", body="#/components/schemas/Suppression", ok="201"),
         },
         "/v1/suppressions/{address}": {"delete": _op("Remove an address from a list", params=[
@@ -147,7 +147,8 @@ DOCUMENT: dict[str, Any] = {
             }},
             "Suppression": {"type": "object", "required": ["address"], "properties": {
                 "address": {"type": "string"}, "tenant": {"type": "string"},
-                "reason": {"type": "string", "enum": ["hard_bounce", "complaint", "unsubscribe", "manual"]},
+                "reason": {"type": "string",
+                           "enum": ["hard_bounce", "soft_bounce", "complaint", "unsubscribe", "manual"]},
                 "note": {"type": "string"},
             }},
         },

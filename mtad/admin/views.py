@@ -32,6 +32,8 @@ def delivery(row: dict[str, Any]) -> dict[str, Any]:
         "next_attempt_at": None if row["next_attempt_at"].year == 9999 else row["next_attempt_at"].isoformat(),
         "reason": row["reason"],
         "last_reply": reply,
+        "last_reason": row.get("last_reason"),  # mtad.base.reasons, shown by a message (None in lists)
+        "status": row["last_enhanced"],
         "lease_owner": row["lease_owner"],
         "provider": row["route_group"],
         "created_at": row["created_at"].isoformat(),

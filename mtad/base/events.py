@@ -32,6 +32,7 @@ class Kind(enum.StrEnum):
     DKIM_KEY = "dkim_key"  # a DKIM key was generated or changed state
     # What comes back after delivery; each names the original message and delivery when it can.
     COMPLAINED = "complained"  # a feedback-loop report (ARF): the recipient called it spam
+    AUTH_FAILURE = "auth_failure"  # an ARF auth-failure report (RFC 6591): a DMARC failure, no complaint
     UNSUBSCRIBED = "unsubscribed"  # the recipient asked for no more (one-click, or mailto)
     REPLIED = "replied"  # a person answered
     AUTO_REPLIED = "auto_replied"  # an automatic answer (out of office, RFC 3834)

@@ -98,6 +98,13 @@ DELIVERY_LATENCY = Histogram(
     ["outcome", "group"],
     buckets=_WAIT_BUCKETS,
 )
+BOUNCE_REASONS = Counter(
+    "mtad_bounce_reasons",
+    "Deliveries not delivered, per delivery and reply, by reason (mtad.base.reasons: userunknown, mailboxfull, "
+    "blocked, ...), provider group (other: none of the providers') and kind (bounced or deferred in the SMTP "
+    "session; async: a failure reported after the 250, delay notices not counted).",
+    ["reason", "group", "kind"],
+)
 ATTEMPT_LATENCY = Histogram(
     "mtad_delivery_attempt_seconds",
     "Duration of one delivery attempt (one SMTP transaction, connection set-up included), by provider group.",
@@ -216,6 +223,14 @@ SPOOL_DEPTH = Gauge(
     "Deliveries in the spool by state, as of the last scrape.",
     ["state"],
 )
+
+
+def provider(group: str | None) -> str:
+    """A provider group as a bounded label: a receiver of no provider group (routing
+    names it mx:HOSTS, one per set of MX hosts), or none, counts as `other`."""
+    if group is None or group.startswith("mx:"):
+        return "other"
+    return group
 
 
 def set_spool_depth(counts: dict[str, int]) -> None:

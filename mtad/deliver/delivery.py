@@ -1113,7 +1113,7 @@ class Delivery:
         started_at: datetime | None,
     ) -> None:
         """The outcomes in the statistics and the metrics; the queue wait of the first
-        attempts and the latency of the final outcomes."""
+        attempts, the latency of the final outcomes, the reasons of the others."""
         counted = collections.Counter(o.state.value for o in recorded)
         for name, count in counted.items():
             setattr(self._stats, name, getattr(self._stats, name) + count)
@@ -1131,6 +1131,9 @@ class Delivery:
             if outcome.state in _FINAL:
                 latency = (now - accepted_at[outcome.delivery]).total_seconds()
                 metrics.DELIVERY_LATENCY.labels(outcome=outcome.state.value, group=provider).observe(max(0.0, latency))
+            if outcome.state in (State.BOUNCED, State.DEFERRED):
+                why = outcome.data.get("reason") or "undefined"
+                metrics.BOUNCE_REASONS.labels(reason=why, group=provider, kind=outcome.state.value).inc()
 
     def _next_state(self, d: Leased, verdict: Verdict, now: datetime) -> tuple[State, Reason | None, datetime | None]:
         state, reason = verdict.state, verdict.reason
@@ -1165,6 +1168,8 @@ class Delivery:
             recipient=data.get("recipient"),
             group=outcome.route_group or "-",
             reason=outcome.reason.value if outcome.reason else None,
+            bounce_reason=data.get("reason"),
+            status=data.get("status"),
             reply=data.get("reply"),
             attempt=data.get("attempt"),
             mx=data.get("mx") or None,

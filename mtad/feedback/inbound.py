@@ -79,6 +79,7 @@ class _Target:
     recipient: str
     message: uuid.UUID
     delivery: int
+    group: str | None = None  # its provider group
 
 
 class Rate:
@@ -201,10 +202,9 @@ class Inbound:
             case reports.Bounce():
                 kind, outcome = "bounce", await self._bounce(report, recipients)
             case reports.Complaints():
-                kind, outcome = "complaint", Outcome.UNMATCHED
-                for complaint in report.reports:  # several reports in one message: each its own complaint
-                    if await self._complaint(complaint) is Outcome.RECORDED:
-                        outcome = Outcome.RECORDED
+                kind = "complaint"
+                found = [await self._complaint(c) for c in report.reports]  # each report its own complaint
+                outcome = min(found, key=_OUTCOMES.index, default=Outcome.IGNORED)
             case reports.Delivered():
                 log.info("delivery_notice_ignored", original=report.original_message_id)
                 kind, outcome = "delivered", Outcome.IGNORED
@@ -234,7 +234,7 @@ class Inbound:
             return Outcome.UNMATCHED
         for failed, found in recorded:
             log.info("bounce_recorded", delivery=found.delivery, recipient=failed.recipient, hard=failed.hard,
-                     status=failed.status)  # fmt: skip
+                     status=failed.status, reason=failed.reason.value, action=failed.action)  # fmt: skip
         return Outcome.RECORDED
 
     async def _verp_bounce(self, bounce: reports.Bounce, address: str) -> Outcome:
@@ -251,23 +251,31 @@ class Inbound:
         return Outcome.RECORDED
 
     async def _record_bounce(self, failed: reports.Failed, target: _Target) -> None:
-        signal = signals.Signal(signals.Kind.BOUNCED, target.recipient, self._now(), message=target.message,
-                                delivery=target.delivery, hard=failed.hard, status=failed.status,
-                                diagnostic=failed.diagnostic)  # fmt: skip
+        signal = signals.bounced(failed, target.recipient, self._now(), message=target.message,
+                                 delivery=target.delivery, group=target.group)  # fmt: skip
         await self._records.submit(signal)
-        log.info("bounce_recorded", delivery=target.delivery, recipient=target.recipient, hard=failed.hard,
-                 status=failed.status)  # fmt: skip
+        log.info("bounce_recorded", delivery=target.delivery, recipient=target.recipient, hard=signal.hard,
+                 status=failed.status, reason=failed.reason.value, action=failed.action)  # fmt: skip
 
     async def _complaint(self, complaint: reports.Complaint) -> Outcome:
+        """One feedback report, recorded as its Feedback-Type says (signals.complaint_kind)."""
+        kind = signals.complaint_kind(complaint.feedback_type)
+        if kind is None:
+            log.info("complaint_ignored", original=complaint.original_message_id, recipient=complaint.recipient,
+                     feedback_type=complaint.feedback_type)  # fmt: skip
+            return Outcome.IGNORED
         target = await self._complained_of(complaint)
         if target is None:
             log.info("complaint_unmatched", original=complaint.original_message_id, recipient=complaint.recipient,
                      feedback_type=complaint.feedback_type)  # fmt: skip
             return Outcome.UNMATCHED
-        signal = signals.Signal(signals.Kind.COMPLAINED, target.recipient, self._now(), message=target.message,
-                                delivery=target.delivery, data={"feedback_type": complaint.feedback_type})  # fmt: skip
+        data = {"feedback_type": complaint.feedback_type}
+        if kind is signals.Kind.UNSUBSCRIBED:
+            data["via"] = "arf"
+        signal = signals.Signal(kind, target.recipient, self._now(), message=target.message,
+                                delivery=target.delivery, data=data)  # fmt: skip
         event = await signals.record(self._db, signal)
-        log.info("complaint_recorded", delivery=target.delivery, recipient=target.recipient,
+        log.info("complaint_recorded", delivery=target.delivery, recipient=target.recipient, kind=kind.value,
                  feedback_type=complaint.feedback_type, event_id=event)  # fmt: skip
         return Outcome.RECORDED
 
@@ -285,7 +293,7 @@ class Inbound:
         original = await signals.original(self._db, complaint.original_message_id, complaint.recipient)
         if original is None or original.delivery is None:
             return None
-        return _Target(complaint.recipient, original.message, original.delivery)
+        return _Target(complaint.recipient, original.message, original.delivery, original.group)
 
     async def _unsubscribe(self, address: str) -> Outcome:
         """Mail to the unsubscribe address of a delivery: its recipient asks for no more."""
@@ -317,8 +325,12 @@ class Inbound:
 
     async def _deliveries(self, ids: list[int]) -> list[_Target | None]:
         rows = await self._db.fetch("inbound/deliveries", ids)
-        found = {row["id"]: _Target(row["recipient"], row["message"], row["id"]) for row in rows}
+        found = {row["id"]: _Target(row["recipient"], row["message"], row["id"], row["route_group"]) for row in rows}
         return [found.get(delivery) for delivery in ids]
+
+
+# A message of several reports is as good as its best one.
+_OUTCOMES = (Outcome.RECORDED, Outcome.FORGED, Outcome.UNMATCHED, Outcome.IGNORED)
 
 
 def _about(failed: Sequence[reports.Failed], recipient: str) -> reports.Failed:

@@ -11,14 +11,17 @@ offers it (else polls), and reads each new message by UID:
 | what the message is         | matched by                                 | recorded          |
 |-----------------------------|--------------------------------------------|-------------------|
 | a bounce (DSN or not)       | the quoted original Message-ID, recipient  | bounced, async    |
-| a complaint (ARF)           | the original Message-ID, recipient         | complained        |
+| a complaint (ARF)           | the original Message-ID, recipient         | by its type (1)   |
 | an automatic reply          | In-Reply-To, References, and its sender    | auto_replied      |
 | a reply                     | the first Message-ID mtad sent, its sender | replied           |
 | anything else, or unmatched | -                                          | nothing           |
 
-A hard bounce also lowers the mailbox's health score (it sent to an address that
-takes no mail), and the suppression consumer suppresses the address; an
-automatic reply suppresses nothing.
+(1) Each report of a message on its own, as mtad.feedback.signals.complaint_kind
+says: complained, auth_failure, unsubscribed, or nothing (not-spam).
+
+A bounce of an address that is gone (a hard bounce) also lowers the mailbox's
+health score (it sent to an address that takes no mail), and the suppression
+consumer suppresses the address; an automatic reply suppresses nothing.
 
 Nothing the user can see is changed: the messages are fetched with BODY.PEEK,
 never flagged or deleted, unless `mark_seen` asks for the reports read to be
@@ -246,10 +249,14 @@ class Reader:
                 matched = bool(recorded)
             case reports.Complaints():
                 kind, matched = "complaint", False
-                for complaint in report.reports:
-                    matched |= await self._answer(signals.Kind.COMPLAINED, complaint.recipient,
-                                                  (complaint.original_message_id,), now,
-                                                  {**via, "feedback_type": complaint.feedback_type})  # fmt: skip
+                for complaint in report.reports:  # each report its own complaint
+                    as_kind = signals.complaint_kind(complaint.feedback_type)
+                    if as_kind is None:  # not-spam: nothing to record
+                        log.info("complaint_ignored", account=self._account.name,
+                                 feedback_type=complaint.feedback_type)  # fmt: skip
+                        continue
+                    matched |= await self._answer(as_kind, complaint.recipient, (complaint.original_message_id,),
+                                                  now, {**via, "feedback_type": complaint.feedback_type})  # fmt: skip
             case reports.AutoReply():
                 kind = "auto_reply"
                 matched = await self._answer(signals.Kind.AUTO_REPLIED, report.sender,

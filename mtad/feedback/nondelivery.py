@@ -1,8 +1,8 @@
 """Non-delivery reports: the envelope sender hears that its mail did not arrive.
 
 The `nondelivery` event consumer answers each delivery that bounced (in the SMTP
-session, or a hard bounce that came back after the 250) and each that failed (its
-retries ran out) with a DSN (RFC 3464: multipart/report with a human part, the
+session, or a failure reported after the 250, not a delay notice) and each that
+failed (its retries ran out) with a DSN (RFC 3464: multipart/report with a human part, the
 message/delivery-status part and the original's headers) from MAILER-DAEMON at
 the node's hostname to the original's envelope sender, with a null envelope sender
 so that it can never bounce back. It is spooled in the consumer's transaction, so
@@ -31,7 +31,7 @@ import structlog
 
 from mtad import db
 from mtad.base import envelope, events
-from mtad.feedback import consumers
+from mtad.feedback import consumers, signals
 from mtad.spool import commit
 
 log = structlog.get_logger("mtad.nondelivery")
@@ -125,7 +125,9 @@ class Reporter:
         if event.kind == events.Kind.DEFERRED.value:
             return self._delayed_after is not None
         if event.kind == events.Kind.BOUNCED.value and event.data.get("async"):
-            return event.data.get("hard", True) is not False  # a delay that came back is no failure
+            if "action" in event.data:  # a delay notice that came back is no failure
+                return bool(event.data["action"] != signals.DELAYED)
+            return event.data.get("hard", True) is not False  # recorded before bounces had an action
         return True
 
     def _report(self, failed: Sequence[Failed], original: Original, at: datetime, key: str,

@@ -3,7 +3,8 @@
 `Reputation` is the event consumer that counts outcomes per minute by tenant,
 provider group and source address, the last two per tenant too (`reputation_counts`): delivered, deferred,
 hard bounces (the address does not exist: a bounce of class "recipient", or a
-hard DSN), complaints and unsubscribes. A complaint, an unsubscribe or a late
+hard DSN), complaints (of the Feedback-Types that suppress: abuse, fraud,
+virus) and unsubscribes. A complaint, an unsubscribe or a late
 bounce counts for the group and address its delivery left from. The sliding
 windows are the sums over the last hour and the last 24 hours.
 
@@ -29,7 +30,7 @@ import structlog
 
 from mtad import db
 from mtad.base import errors, events, metrics
-from mtad.feedback import consumers
+from mtad.feedback import consumers, signals
 from mtad.spool import tenants
 
 log = structlog.get_logger("mtad.reputation")
@@ -85,7 +86,8 @@ class Reputation:
         self.settings = settings
 
     async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> None:
-        counted = [e for e in batch if e.tenant and (e.kind != "bounced" or hard(e.data))]
+        counted = [e for e in batch if e.tenant and (e.kind != "bounced" or hard(e.data))
+                   and (e.kind != "complained" or signals.suppressing_complaint(e.data))]  # fmt: skip
         if not counted:
             return
         origins = await self._origins(conn, [e for e in counted if _KINDS[e.kind] in _LATER and e.delivery])

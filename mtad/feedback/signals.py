@@ -3,7 +3,14 @@ an unsubscribe, a reply, an automatic reply. Each names the original message and
 delivery when they can be found (by a VERP token's delivery, or by the original
 Message-ID the report quotes), and its tenant. The intakes (the inbound
 listener, the mailboxes' inboxes, the unsubscribe endpoint) record them here; the
-consumers act on them (suppression)."""
+consumers act on them (suppression, reputation).
+
+A bounce carries its reason (mtad.base.reasons), its action (failed, expired, or
+delayed: a delay notice) and whether the address is gone (`hard`). A feedback
+report is recorded by its Feedback-Type (`complaint_kind`): abuse, fraud and virus
+as a complaint that suppresses; auth-failure (RFC 6591) as an event of its own;
+opt-out as an unsubscribe; not-spam not at all; any other as a complaint that
+suppresses nothing."""
 
 from __future__ import annotations
 
@@ -15,16 +22,22 @@ from datetime import datetime
 from typing import Any
 
 from mtad import db
-from mtad.base import events
+from mtad.base import events, metrics, reasons
 from mtad.feedback import reports
 
 
 class Kind(enum.StrEnum):
     BOUNCED = events.Kind.BOUNCED.value  # recorded with "async": true
     COMPLAINED = events.Kind.COMPLAINED.value
+    AUTH_FAILURE = events.Kind.AUTH_FAILURE.value  # an ARF auth-failure report: suppresses nothing
     UNSUBSCRIBED = events.Kind.UNSUBSCRIBED.value
     REPLIED = events.Kind.REPLIED.value
     AUTO_REPLIED = events.Kind.AUTO_REPLIED.value
+
+
+DELAYED = "delayed"  # a bounce's action when it is a delay notice: the message is still being retried
+# The Feedback-Types that say the recipient called the mail unwanted: a complaint that suppresses.
+COMPLAINTS = frozenset({"abuse", "fraud", "virus"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +47,7 @@ class Original:
     message: uuid.UUID
     tenant: str
     delivery: int | None
+    group: str | None = None  # the delivery's provider group
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,36 +59,114 @@ class Signal:
     delivery: int | None = None
     tenant: str | None = None  # None: the message's
     data: Mapping[str, Any] = field(default_factory=dict)
-    hard: bool = True  # a bounce: permanent (5.x.x) or only a delay or a temporary failure
+    hard: bool = True  # a bounce: the receiver says the address is gone
     status: str | None = None  # a bounce's enhanced status code, "5.1.1"
     diagnostic: str | None = None  # a bounce's diagnostic, as the receiver wrote it
+    reason: reasons.Reason | None = None  # a bounce's reason
+    action: str = "failed"  # a bounce's: failed, expired, or delayed (a delay notice: it moves nothing)
+    group: str | None = None  # the delivery's provider group (for mtad_bounce_reasons)
+
+    @property
+    def final(self) -> bool:
+        """A bounce that reports a failure, not a delay: the delivery moves to bounced."""
+        return self.kind is Kind.BOUNCED and self.action != DELAYED
+
+
+def bounced(failed: reports.Failed, recipient: str, at: datetime, *, message: uuid.UUID | None = None,
+            delivery: int | None = None, group: str | None = None,
+            data: Mapping[str, Any] | None = None) -> Signal:  # fmt: skip
+    """The signal of what a bounce reports of one recipient."""
+    return Signal(Kind.BOUNCED, recipient, at, message=message, delivery=delivery, data=data or {},
+                  hard=failed.hard and failed.permanent, status=failed.status, diagnostic=failed.diagnostic,
+                  reason=failed.reason, action=failed.action, group=group)  # fmt: skip
+
+
+def complaint_kind(feedback_type: str | None) -> Kind | None:
+    """What a feedback report of this Feedback-Type is recorded as (None: nothing).
+    A report that gives no type is taken for abuse. Sync, no I/O."""
+    kind = (feedback_type or "abuse").strip().lower()
+    if kind == "auth-failure":  # RFC 6591: a DMARC failure report, about the sender's authentication
+        return Kind.AUTH_FAILURE
+    if kind == "opt-out":  # the recipient asks for no more
+        return Kind.UNSUBSCRIBED
+    if kind == "not-spam":  # the recipient took it out of the spam folder
+        return None
+    return Kind.COMPLAINED
+
+
+def suppressing_complaint(data: Mapping[str, Any]) -> bool:
+    """Whether a complained event's report says the recipient called the mail
+    unwanted (abuse, fraud, virus; one that gives no type): it suppresses and counts
+    in the complaint rate. Sync, no I/O."""
+    return str(data.get("feedback_type") or "abuse").lower() in COMPLAINTS
+
+
+def soft_bounce(data: Mapping[str, Any]) -> bool:
+    """Whether a bounced event counts towards suppressing its address when it repeats:
+    a final failure (in the SMTP session, or after it but not a delay notice) whose
+    reason is a recipient-side passing state or an expiry; or one in the session that
+    looks gone though no receiver said so (no route to the domain). Sync, no I/O."""
+    if data.get("action") == DELAYED:
+        return False
+    try:
+        why = reasons.Reason(str(data.get("reason")))
+    except ValueError:
+        return False  # recorded before bounces had reasons
+    permanent = _permanent(data)
+    if why.gone(permanent):
+        return not data.get("async") and data.get("class") not in (None, "recipient")
+    return why.counts_as_soft(permanent)
+
+
+def _permanent(data: Mapping[str, Any]) -> bool:
+    """A bounce's reply was permanent: its enhanced status code, else its basic code,
+    says 5; a bounce that gives neither is taken as permanent."""
+    status = str(data.get("status") or "")
+    if status[:1] in ("4", "5"):
+        return status[0] == "5"
+    reply = str(data.get("reply") or "")
+    return not (reply[:1] == "4" and reply[:3].isdigit())
 
 
 async def original(database: db.Database, message_id: str, recipient: str | None = None) -> Original | None:
     """The message a quoted Message-ID names (the newest with it), with its delivery
     to `recipient` when there is one."""
     row = await database.fetchrow("feedback/original", message_id.strip(), recipient)
-    return Original(row["message"], row["tenant"], row["delivery"]) if row is not None else None
+    if row is None:
+        return None
+    return Original(row["message"], row["tenant"], row["delivery"], row["route_group"])
 
 
 async def record(database: db.Database, signal: Signal) -> int:
-    """The signal's event (the consumers take it from there); returns its id. A hard
-    bounce of a delivery recorded as delivered moves it to bounced (async_bounce)."""
-    return int(await database.fetchval("feedback/record", *_arguments(signal)))
+    """The signal's event (the consumers take it from there); returns its id. A bounce
+    that reports a failure (not a delay) of a delivery recorded as delivered moves it
+    to bounced (async_bounce)."""
+    event = int(await database.fetchval("feedback/record", *_arguments(signal)))
+    _count([signal])
+    return event
 
 
 async def record_all(database: db.Database, recorded: Sequence[Signal]) -> list[None]:
     """The events of several signals, in one transaction and one round trip (see record)."""
     await database.executemany("feedback/record", [_arguments(signal) for signal in recorded])
+    _count(recorded)
     return [None] * len(recorded)
 
 
 def _arguments(signal: Signal) -> tuple[Any, ...]:
     data: dict[str, Any] = {"recipient": signal.recipient, **signal.data}
     if signal.kind is Kind.BOUNCED:  # after a 250: a DSN, not the reply in the session
-        data.update({"async": True, "hard": signal.hard, "status": signal.status, "reply": signal.diagnostic})
+        data.update({"async": True, "hard": signal.hard, "status": signal.status, "reply": signal.diagnostic,
+                     "reason": (signal.reason or reasons.Reason.UNDEFINED).value, "action": signal.action})  # fmt: skip
     return (signal.at, signal.kind.value, signal.message, signal.delivery, signal.tenant, events.encode(data),
-            signal.kind is Kind.BOUNCED and signal.hard, signal.status, signal.diagnostic)  # fmt: skip
+            signal.final, signal.status, signal.diagnostic)  # fmt: skip
+
+
+def _count(recorded: Sequence[Signal]) -> None:
+    for signal in recorded:
+        if signal.final:
+            why = (signal.reason or reasons.Reason.UNDEFINED).value
+            metrics.BOUNCE_REASONS.labels(reason=why, group=metrics.provider(signal.group), kind="async").inc()
 
 
 async def bounced_by_message_id(
@@ -93,9 +185,8 @@ async def bounced_by_message_id(
         found = await original(database, bounce.original_message_id, failed.recipient)
         if found is None or found.delivery is None:
             continue
-        signal = Signal(Kind.BOUNCED, failed.recipient, at, message=found.message, delivery=found.delivery,
-                        data=data or {}, hard=failed.hard, status=failed.status,
-                        diagnostic=failed.diagnostic)  # fmt: skip
+        signal = bounced(failed, failed.recipient, at, message=found.message, delivery=found.delivery,
+                         group=found.group, data=data)  # fmt: skip
         await record(database, signal)
         recorded.append((failed, found))
     return recorded

@@ -3,14 +3,19 @@
 One list per tenant and a global one (tenant ""), in the `suppressions` table,
 addresses in lower case. An entry says why (Reason), what put it there (a
 bounce's reply, an operator's note), the event that did, and until when it holds
-(None: until removed). A hard bounce may expire (`[suppression] bounce_expiry`);
-a complaint or an unsubscribe never expires by itself, and is never replaced by
-a weaker reason. The lists are checked at accept (spool/accept.sql: the delivery
-is cancelled, or the RCPT refused for a tenant that asks for it) and again just
-before each attempt (leases/begin.sql). `Suppressor` is the event consumer that
-turns what comes back (an asynchronous hard bounce, a complaint, an unsubscribe)
-into entries. Import and export are CSV (address, tenant, reason, created) by
-COPY: a million rows take seconds.
+(None: until removed). A hard or soft bounce may expire (`[suppression]
+bounce_expiry`); a complaint or an unsubscribe never expires by itself, and is
+never replaced by a weaker reason. The lists are checked at accept
+(spool/accept.sql: the delivery is cancelled, or the RCPT refused for a tenant
+that asks for it) and again just before each attempt (leases/begin.sql).
+
+`Suppressor` is the event consumer that turns what comes back into entries: an
+asynchronous bounce that says the address is gone (hard_bounce), a complaint
+that says the mail was unwanted, an unsubscribe; and soft bounces (a full
+mailbox, an expiry: signals.soft_bounce), in the session or after it, counted
+per (tenant, address) in `soft_bounces`, once `soft_after` of them fall within
+`soft_window` (soft_bounce; the count then starts again). Import and export are
+CSV (address, tenant, reason, created) by COPY: a million rows take seconds.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import structlog
 from mtad import db
 from mtad.base import errors, events
 from mtad.base.batching import Batcher
-from mtad.feedback import consumers
+from mtad.feedback import consumers, signals
 
 log = structlog.get_logger("mtad.suppression")
 
@@ -36,6 +41,7 @@ GLOBAL = ""  # the tenant of the global list
 
 class Reason(enum.StrEnum):
     HARD_BOUNCE = "hard_bounce"  # the receiver said the address does not exist
+    SOFT_BOUNCE = "soft_bounce"  # soft bounces (a full mailbox, an expiry...) repeated: [suppression] soft_after
     COMPLAINT = "complaint"  # the recipient reported the mail as spam
     UNSUBSCRIBE = "unsubscribe"  # the recipient asked for no more
     MANUAL = "manual"  # an operator put it there
@@ -146,14 +152,18 @@ async def export_csv(database: db.Database, output: Path | BinaryIO) -> None:
         await conn.copy_out("suppression/export", output)
 
 
+DAY = 86400.0
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    bounce_expiry: float | None = None  # seconds a hard bounce suppresses (None: until removed)
+    bounce_expiry: float | None = None  # seconds a hard or soft bounce suppresses (None: until removed)
+    soft_after: int = 3  # soft bounces of an address within soft_window that suppress it (0: never)
+    soft_window: float = 30 * DAY  # seconds
 
 
 class Suppressor:
-    """The event consumer that suppresses what comes back: an asynchronous hard
-    bounce (reason hard_bounce, for its tenant), a complaint, an unsubscribe."""
+    """The event consumer that suppresses what comes back (see the module docstring)."""
 
     name = "suppression"
     kinds = frozenset({events.Kind.BOUNCED.value, events.Kind.COMPLAINED.value, events.Kind.UNSUBSCRIBED.value})
@@ -162,21 +172,31 @@ class Suppressor:
         self.settings = settings
 
     async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> None:
-        rows = []
+        found: list[tuple[consumers.Stored, str, Reason]] = []
+        soft: list[tuple[consumers.Stored, str]] = []
         for event in batch:
             address = event.data.get("recipient")
             if not isinstance(address, str) or not event.tenant:
                 continue
-            reason = _REASONS.get(event.kind)
-            if reason is None or (reason is Reason.HARD_BOUNCE and not _hard_after_the_fact(event.data)):
-                continue  # a bounce in the SMTP session was suppressed as it was recorded
+            reason = self._reason(event)
+            if reason is None:
+                continue
             try:
                 address = check_address(address)
             except ValueError:
                 log.info("suppression_skipped", event_id=event.id, recipient=address, why="not an address")
                 continue
+            if reason is Reason.SOFT_BOUNCE:
+                soft.append((event, address))
+            else:
+                found.append((event, address, reason))
+        if soft:
+            found.extend(await self._repeated(conn, soft))
+            found.sort(key=lambda f: f[0].id)
+        rows = []
+        for event, address, reason in found:
             expires = None
-            if reason is Reason.HARD_BOUNCE and self.settings.bounce_expiry is not None:
+            if reason in (Reason.HARD_BOUNCE, Reason.SOFT_BOUNCE) and self.settings.bounce_expiry is not None:
                 expires = event.at + timedelta(seconds=self.settings.bounce_expiry)
             detail = event.data.get("reply") or event.data.get("detail")
             rows.append((event.tenant, address, reason.value, _text(detail), event.id, event.delivery, event.at,
@@ -184,17 +204,45 @@ class Suppressor:
         if rows:  # in the events' order: what add.sql keeps of an address is decided as they come
             await conn.executemany("suppression/add", rows)
 
+    def _reason(self, event: consumers.Stored) -> Reason | None:
+        """What the event may suppress its address for (a soft bounce: once repeated)."""
+        data = event.data
+        if event.kind == events.Kind.COMPLAINED.value:
+            return Reason.COMPLAINT if signals.suppressing_complaint(data) else None
+        if event.kind == events.Kind.UNSUBSCRIBED.value:
+            return Reason.UNSUBSCRIBE
+        if _gone_after_the_fact(data):  # one in the SMTP session was suppressed as it was recorded
+            return Reason.HARD_BOUNCE
+        if self.settings.soft_after > 0 and signals.soft_bounce(data):
+            return Reason.SOFT_BOUNCE
+        return None
 
-_REASONS = {
-    events.Kind.BOUNCED.value: Reason.HARD_BOUNCE,
-    events.Kind.COMPLAINED.value: Reason.COMPLAINT,
-    events.Kind.UNSUBSCRIBED.value: Reason.UNSUBSCRIBE,
-}
+    async def _repeated(
+        self, conn: db.Connection, soft: Sequence[tuple[consumers.Stored, str]]
+    ) -> list[tuple[consumers.Stored, str, Reason]]:
+        """Count the soft bounces; those that make `soft_after` within `soft_window`
+        suppress, and their address's count starts again."""
+        tenants = [e.tenant for e, _ in soft]
+        addresses = [a for _, a in soft]
+        ats = [e.at for e, _ in soft]
+        ids = [e.id for e, _ in soft]
+        await conn.execute("suppression/soft_add", tenants, addresses, ats, ids, [e.delivery for e, _ in soft])
+        window = timedelta(seconds=self.settings.soft_window)
+        rows = await conn.fetch("suppression/soft_counts", tenants, addresses, ats, ids, window)
+        counts = {r["event"]: r["count"] for r in rows}
+        reached = [(e, a) for e, a in soft if counts.get(e.id, 0) >= self.settings.soft_after]
+        if reached:
+            await conn.execute("suppression/soft_clear", [e.tenant for e, _ in reached], [a for _, a in reached],
+                               [e.at for e, _ in reached])  # fmt: skip
+            for event, address in reached:
+                log.info("soft_bounces_suppress", tenant=event.tenant, recipient=address, event_id=event.id,
+                         count=counts[event.id])  # fmt: skip
+        return [(e, a, Reason.SOFT_BOUNCE) for e, a in reached]
 
 
-def _hard_after_the_fact(data: dict[str, Any]) -> bool:
+def _gone_after_the_fact(data: dict[str, Any]) -> bool:
     """A bounce that came back after a 250 (a DSN) and says the address is gone."""
-    return bool(data.get("async")) and data.get("hard", True) is not False
+    return bool(data.get("async")) and data.get("hard", True) is not False and data.get("action") != signals.DELAYED
 
 
 def _text(value: Any) -> str | None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ async def deliveries(
 @dataclass(frozen=True, slots=True)
 class MessageView:
     message: dict[str, Any]
-    deliveries: list[dict[str, Any]]
+    deliveries: list[dict[str, Any]]  # each with its last_reason (mtad.base.reasons; None: none heard)
     events: list[dict[str, Any]]
 
 
@@ -33,9 +34,27 @@ async def show(database: db.Database, ident: str, *, head_bytes: int = 4096) -> 
     row = await database.fetchrow("spool/get_message", message_id, head_bytes)
     if row is None:
         raise errors.NotFound(f"no message with queue id {ident}")
-    found = [d async for d in deliveries(database, message=message_id)]
     found_events = [dict(e) for e in await database.fetch("spool/events_of_message", message_id)]
+    reasons = last_reasons(found_events)
+    found = [{**d, "last_reason": reasons.get(d["id"])} async for d in deliveries(database, message=message_id)]
     return MessageView(dict(row), found, found_events)
+
+
+def last_reasons(found: Sequence[dict[str, Any]]) -> dict[int, str]:
+    """Each delivery's reason, as its last bounced or deferred event gives it (none
+    once delivered since), from events in id order. Sync, no I/O."""
+    reasons: dict[int, str] = {}
+    for event in found:
+        delivery = event["delivery"]
+        if delivery is None:
+            continue
+        if event["kind"] == "delivered":
+            reasons.pop(delivery, None)
+        elif event["kind"] in ("bounced", "deferred"):
+            reason = json.loads(event["data"]).get("reason")
+            if isinstance(reason, str):
+                reasons[delivery] = reason
+    return reasons
 
 
 async def _resolve_ident(database: db.Database, ident: str) -> uuid.UUID:

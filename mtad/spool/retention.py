@@ -6,10 +6,11 @@ messages received more than `messages` ago whose every delivery is final, with
 their deliveries; events older than `events` (account events no sooner than the
 breaker and the health score stop reading them); settled mailbox reservations and
 daily counts older than any limit reads; the reputation windows' and quotas'
-counts as old; webhook requests delivered or given up
-more than `events` ago. At most one node prunes at a time: a
-session advisory lock on a connection of the round's own. `purge` does the same
-at once for everything before a given time (`mtad queue purge`).
+counts as old; soft bounces older than their window ([suppression] soft_window);
+webhook requests delivered or given up more than `events` ago. At most one node
+prunes at a time: a session advisory lock on a connection of the round's own.
+`purge` does the same at once for everything before a given time (`mtad queue
+purge`).
 
 Expired idempotency keys ([spool] idempotency_window) go in the same rounds; a key
 outlives its message harmlessly, since a resubmission needs only the key to be
@@ -70,12 +71,13 @@ class Pruned:
     keys: int = 0  # expired idempotency keys
     webhooks: int = 0  # webhook requests delivered or dead
     windows: int = 0  # reputation minute counts and quota counts of days gone
+    soft_bounces: int = 0  # soft bounces older than their window
     indexes: int = 0  # indexes rebuilt, being mostly empty pages
     batches: int = 0
 
     def removed(self) -> int:
         return (self.messages + self.deliveries + self.events + self.reservations + self.days + self.keys
-                + self.webhooks + self.windows)  # fmt: skip
+                + self.webhooks + self.windows + self.soft_bounces)  # fmt: skip
 
     def counts(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -89,6 +91,7 @@ class Cutoffs:
     events: datetime
     account_history: datetime  # account events, reservations and daily counts
     keys: datetime  # idempotency keys that expired before this
+    soft_bounces: datetime | None = None  # soft bounces (None: none go)
 
 
 def first_queue_id(at: datetime) -> uuid.UUID:
@@ -125,6 +128,8 @@ async def prune(
                                             pause=pause, pruned=pruned)  # fmt: skip
         pruned.days = int(await conn.fetchval("retention/days", cutoffs.account_history))
         pruned.windows = int(await conn.fetchval("retention/windows", cutoffs.account_history))
+        if cutoffs.soft_bounces is not None:
+            await _soft_bounces(conn, cutoffs.soft_bounces, batch, pause, pruned)
         pruned.webhooks += await _by_id(conn, "retention/webhooks", cutoffs.events, batch=batch, pause=pause,
                                         pruned=pruned)  # fmt: skip
         await _keys(conn, cutoffs.keys, batch, pause, pruned)
@@ -135,12 +140,17 @@ async def prune(
         await db.close(conn)  # the lock goes with the session
 
 
-async def purge(database: db.Database, before: datetime, *, account_history: float, batch: int) -> Pruned:
+async def purge(
+    database: db.Database, before: datetime, *, account_history: float, batch: int, soft_window: float | None = None
+) -> Pruned:
     """Delete at once the messages received before `before` whose every delivery is
     final, and the events before it (account history only as far as the limits allow,
-    see Pruner), waiting for a round of another node to end first."""
-    history = datetime.now(UTC) - timedelta(seconds=max(ACCOUNT_HISTORY, account_history))
-    cutoffs = Cutoffs(before, before, min(before, history), datetime.now(UTC))
+    see Pruner; soft bounces only once out of `soft_window`), waiting for a round of
+    another node to end first."""
+    now = datetime.now(UTC)
+    history = now - timedelta(seconds=max(ACCOUNT_HISTORY, account_history))
+    soft = None if soft_window is None else min(before, now - timedelta(seconds=soft_window))
+    cutoffs = Cutoffs(before, before, min(before, history), now, soft)
     pruned = await prune(database, cutoffs, batch=batch, wait=True)
     assert pruned is not None  # waited for the lock
     return pruned
@@ -190,6 +200,16 @@ async def _by_id(conn: db.Connection, statement: str, *args: object, batch: int,
         await _paused(pause)
 
 
+async def _soft_bounces(conn: db.Connection, before: datetime, batch: int, pause: float, pruned: Pruned) -> None:
+    while True:
+        deleted = int(await conn.fetchval("retention/soft_bounces", before, batch))
+        pruned.batches += 1
+        pruned.soft_bounces += deleted
+        if deleted < batch:
+            return
+        await _paused(pause)
+
+
 async def _keys(conn: db.Connection, expired: datetime, batch: int, pause: float, pruned: Pruned) -> None:
     while True:
         deleted = int(await conn.fetchval("retention/keys", expired, batch))
@@ -220,7 +240,8 @@ async def _paused(pause: float) -> None:
 class Pruner:
     """The node's pruning loop: a round every `interval`, deleting what the windows
     of `settings` let go at `now()`; account history is kept `account_history`
-    seconds (at least ACCOUNT_HISTORY: the caller adds the breaker's window)."""
+    seconds (at least ACCOUNT_HISTORY: the caller adds the breaker's window), soft
+    bounces `soft_window` seconds ([suppression] soft_window; None: kept)."""
 
     def __init__(
         self,
@@ -228,11 +249,13 @@ class Pruner:
         settings: Settings,
         *,
         account_history: float = ACCOUNT_HISTORY,
+        soft_window: float | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._database = database
         self.settings = settings
         self._account_history = max(ACCOUNT_HISTORY, account_history)
+        self._soft_window = soft_window
         self._now = now
 
     def cutoffs(self) -> Cutoffs:
@@ -243,6 +266,7 @@ class Pruner:
             events=now - timedelta(seconds=self.settings.events),
             account_history=now - timedelta(seconds=self._account_history),
             keys=now,
+            soft_bounces=None if self._soft_window is None else now - timedelta(seconds=self._soft_window),
         )
 
     async def prune_once(self) -> Pruned | None:

@@ -37,7 +37,7 @@ def test_suppression_lists_from_the_command_line_and_at_rcpt(mtad_factory: Any, 
     broken.write_text("address,tenant,reason,created\nok@example.com,,,\nok@example.com,,later,\n")
     refused = daemon.cli("suppress", "import", str(broken))
     assert refused.returncode == 1
-    assert "line 3: reason: expected hard_bounce, complaint, unsubscribe or manual" in refused.stderr
+    assert "line 3: reason: expected hard_bounce, soft_bounce, complaint, unsubscribe or manual" in refused.stderr
 
     listed = [json.loads(line) for line in daemon.cli("suppress", "ls", "--json").stdout.splitlines()]
     assert [(e["address"], e["tenant"], e["reason"]) for e in listed] == [

@@ -1,7 +1,8 @@
 """What comes back, through `mtad run`: mail leaves with a VERP sender and a one-click
 link; a DSN to the VERP address on the inbound listener bounces the delivery and
 suppresses the recipient; a click on the link unsubscribes; a relay attempt on the
-inbound listener is refused."""
+inbound listener is refused. Soft bounces suppress once repeated `soft_after`
+times; a delay notice and a DMARC failure report suppress nothing."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from tests.acceptance.test_run import email
 from tests.conftest import run_sync
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
 from tests.sink import ThreadedSink
+from tests.unit.test_reports import arf
 from tests.unit.test_reports import dsn as bounce_report
 
 pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
@@ -116,4 +118,79 @@ def test_bounces_complaints_and_unsubscribes_come_back(
     assert (row["state"], row["reason"]) == ("bounced", "async_bounce")
     bounced = daemon.cli("events", "tail", "--json", "--kind", "bounced").stdout.splitlines()
     assert json.loads(bounced[-1])["data"]["async"] is True
+    assert daemon.stop() == 0
+
+
+def handled(dsn_: str, consumer: str, kinds: tuple[str, ...]) -> bool:
+    """Whether `consumer` has passed the last event of `kinds` written so far."""
+    return not query(dsn_, "SELECT 1 FROM events e JOIN event_consumers c ON c.name = $1 WHERE e.kind = ANY ($2) "
+                           "AND e.xid IS NOT NULL AND (e.xid, e.id) > (c.position_xid, c.position_id)",
+                     consumer, list(kinds))  # fmt: skip
+
+
+def test_a_soft_bounce_repeated_suppresses_and_an_auth_failure_report_does_not(
+    mtad_factory: Any,
+    dsn: str,
+    dns: Dnsmasq,  # noqa: F811
+    sink: ThreadedSink,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    inbound = free_port()
+    key = tmp_path / "bounces.key"
+    key.write_bytes(os.urandom(32).hex().encode())
+    options = delivering(dns, sink)
+    options["extra"] += (
+        f'[bounces]\ndomain = "bounces.example.org"\nkey_file = "{key}"\n'
+        f'[inbound]\nlisten = ["127.0.0.1:{inbound}"]\ncomplaints = "fbl@bounces.example.org"\n'
+        '[suppression]\nsoft_after = 3\nsoft_window = "30d"\n'
+    )
+    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', **options).start()
+    with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
+        client.sendmail("app@example.org", ["full@sink.test", "dmarc@sink.test"],
+                        email("news 1", "<news-1@example.org>").as_bytes(policy=SMTP))  # fmt: skip
+        for n in (2, 3):
+            client.sendmail("app@example.org", ["full@sink.test"],
+                            email(f"news {n}", f"<news-{n}@example.org>").as_bytes(policy=SMTP))  # fmt: skip
+    senders = [m.sender for m in sink.wait_for(4) if m.recipients == ["full@sink.test"]]
+    assert len(senders) == 3  # a VERP address each
+    deadline = time.monotonic() + 30
+    while len(query(dsn, "SELECT 1 FROM deliveries WHERE state = 'delivered'")) < 4:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+    def report(raw: bytes, to: str, sender: str = "") -> None:
+        with smtplib.SMTP("127.0.0.1", inbound, timeout=30) as client:
+            client.sendmail(sender, [to], raw.replace(b"\n", b"\r\n"))
+
+    full = {"status": "5.2.2", "diagnostic": "smtp; 552 5.2.2 Mailbox full"}
+    # A DMARC failure report, a delay notice and two failures: nothing is suppressed yet.
+    report(arf("dmarc@sink.test", "<news-1@example.org>", feedback_type="auth-failure"), "fbl@bounces.example.org",
+           "feedback@fbl.example.net")  # fmt: skip
+    report(bounce_report("full@sink.test", "<news-1@example.org>", to=senders[0], action="delayed",
+                         status="4.2.2", diagnostic="smtp; 452 4.2.2 Mailbox full"), senders[0])  # fmt: skip
+    for sender in senders[:2]:
+        report(bounce_report("full@sink.test", "<x@y>", to=sender, **full), sender)
+    deadline = time.monotonic() + 30
+    while not handled(dsn, "suppression", ("bounced",)):  # and so the report before them
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert query(dsn, "SELECT address FROM suppressions") == []
+    # The third failure within the window suppresses.
+    report(bounce_report("full@sink.test", "<x@y>", to=senders[2], **full), senders[2])
+    deadline = time.monotonic() + 30
+    while not (rows := query(dsn, "SELECT address, reason FROM suppressions")):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert [(r["address"], r["reason"]) for r in rows] == [("full@sink.test", "soft_bounce")]
+    states = query(dsn, "SELECT state::text, reason::text FROM deliveries WHERE recipient = 'full@sink.test'")
+    assert [(r["state"], r["reason"]) for r in states] == [("bounced", "async_bounce")] * 3
+    [failure] = query(dsn, "SELECT data FROM events WHERE kind = 'auth_failure'")
+    assert json.loads(failure["data"])["feedback_type"] == "auth-failure"
+    [first] = query(dsn, "SELECT id FROM messages WHERE message_id = '<news-1@example.org>'")
+    shown = daemon.cli("queue", "show", str(first["id"]))
+    assert shown.returncode == 0, shown.stderr
+    listed = shown.stdout.split("\ndeliveries:\n", 1)[1].split("\nevents:\n", 1)[0]
+    [line] = [x for x in listed.splitlines() if "full@sink.test" in x]
+    assert line.split()[2:3] == ["bounced"]
+    assert "mailboxfull  5.2.2" in line, shown.stdout
     assert daemon.stop() == 0

@@ -83,8 +83,9 @@ async def test_a_hard_bounce_to_a_verp_address_bounces_the_delivery_and_suppress
     assert rows["stays@example.com"]["state"] == "delivered"
     [event] = await bounced_events(database)
     assert (event["kind"], event["delivery"], event["tenant"]) == ("bounced", ids["gone@example.com"], "t1")
-    assert {k: event["data"][k] for k in ("recipient", "async", "hard", "status", "moved")} == {
+    assert {k: event["data"][k] for k in ("recipient", "async", "hard", "status", "moved", "reason", "action")} == {
         "recipient": "gone@example.com", "async": True, "hard": True, "status": "5.1.1", "moved": True,
+        "reason": "userunknown", "action": "failed",
     }  # fmt: skip
     assert event["data"]["reply"].startswith("550 5.1.1 <gone@example.com>: Recipient address rejected")
     assert counted("bounce", "recorded") == before + 1
@@ -94,8 +95,8 @@ async def test_a_hard_bounce_to_a_verp_address_bounces_the_delivery_and_suppress
                                                             ids["gone@example.com"])  # fmt: skip
 
 
-async def test_a_soft_bounce_is_only_recorded(database: db.Database) -> None:
-    consuming = consumers.Consumers(database, [suppression.Suppressor()])
+async def test_a_delay_notice_is_recorded_and_moves_and_suppresses_nothing(database: db.Database) -> None:
+    consuming = consumers.Consumers(database, [suppression.Suppressor(suppression.Settings(soft_after=1))])
     await consuming.catch_up()
     _, ids = await delivered(database, "full@example.com")
     report = dsn("full@example.com", "<x@y>", action="delayed", status="4.2.2", diagnostic="smtp; 452 4.2.2 full")
@@ -103,9 +104,35 @@ async def test_a_soft_bounce_is_only_recorded(database: db.Database) -> None:
         assert (await send(listener, VERP.sender(ids["full@example.com"]), report)).startswith("250 ")
     assert (await deliveries(database))["full@example.com"]["state"] == "delivered"
     [event] = await bounced_events(database)
-    assert (event["data"]["hard"], event["data"]["status"], event["data"]["moved"]) == (False, "4.2.2", False)
+    said = {k: event["data"][k] for k in ("hard", "status", "moved", "action", "reason")}
+    assert said == {"hard": False, "status": "4.2.2", "moved": False, "action": "delayed", "reason": "mailboxfull"}
     await consuming.catch_up()
-    assert await suppression.entries(database, "t1") == []
+    assert await suppression.entries(database, "t1") == []  # not even as the one soft bounce soft_after asks for
+    assert await query(database, "SELECT 1 FROM soft_bounces") == []
+
+
+async def test_a_soft_bounce_after_the_250_moves_its_delivery_and_counts(database: db.Database) -> None:
+    consuming = consumers.Consumers(database, [suppression.Suppressor(suppression.Settings(soft_after=2))])
+    await consuming.catch_up()
+    labels = {"reason": "mailboxfull", "group": "other", "kind": "async"}
+    before = REGISTRY.get_sample_value("mtad_bounce_reasons_total", labels) or 0.0
+    for n in range(2):  # two messages to one address, each delivered, then bounced by a report
+        await delivered(database, "full@example.com")
+        [row] = await query(database, "SELECT max(id) AS id FROM deliveries")
+        report = dsn("full@example.com", "<x@y>", status="5.2.2", diagnostic="smtp; 552 5.2.2 Mailbox full")
+        async with listening(database) as listener:
+            assert (await send(listener, VERP.sender(row["id"]), report)).startswith("250 ")
+        [row] = await query(database, "SELECT state::text, reason::text, last_enhanced FROM deliveries WHERE id = $1",
+                            row["id"])  # fmt: skip
+        assert (row["state"], row["reason"], row["last_enhanced"]) == ("bounced", "async_bounce", "5.2.2")
+        await consuming.catch_up()
+        entries = [(e.address, e.reason) for e in await suppression.entries(database, "t1")]
+        assert entries == ([] if n == 0 else [("full@example.com", Reason.SOFT_BOUNCE)])
+    events = await bounced_events(database)
+    assert [(e["data"]["hard"], e["data"]["reason"], e["data"]["action"], e["data"]["moved"]) for e in events] == [
+        (False, "mailboxfull", "failed", True)
+    ] * 2  # fmt: skip
+    assert REGISTRY.get_sample_value("mtad_bounce_reasons_total", labels) == before + 2
 
 
 async def test_a_bounce_without_verp_is_matched_by_the_original_message_id(database: db.Database) -> None:

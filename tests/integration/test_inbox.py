@@ -30,7 +30,7 @@ from tests.conftest import query
 from tests.integration.test_delivery import deliveries
 from tests.integration.test_inbound import delivered
 from tests.integration.test_oauth import TokenServer
-from tests.unit.test_reports import EXCHANGE, OUT_OF_OFFICE, dsn
+from tests.unit.test_reports import EXCHANGE, OUT_OF_OFFICE, arf, dsn
 
 pytestmark = pytest.mark.skipif(imap.missing() is not None, reason=str(imap.missing()))
 
@@ -173,6 +173,35 @@ async def test_replies_and_automatic_replies_are_events_that_suppress_nothing(
     await consuming.catch_up()
     assert await suppression.entries(database) == []
     assert all(flags == "" for flags in dovecot.flags(box.address))  # nothing marked as seen
+
+
+async def test_feedback_reports_by_type_and_a_soft_bounce_leave_the_mailboxs_health(
+    database: db.Database, dovecot: imap.Dovecot
+) -> None:
+    consuming = consumers.Consumers(database, [suppression.Suppressor()])
+    await consuming.catch_up()
+    box = await account(database, dovecot)
+    message_id, ids = await delivered(database, "angry@example.net", "dmarc@example.net", "full@example.com")
+    full = dsn("full@example.com", message_id, status="5.2.2", diagnostic="smtp; 552 5.2.2 Mailbox full")
+    async with reading(database, dovecot, box) as reader:
+        dovecot.deliver(box.address, arf("angry@example.net", message_id))
+        dovecot.deliver(box.address, arf("dmarc@example.net", message_id, feedback_type="auth-failure"))
+        dovecot.deliver(box.address, arf("angry@example.net", message_id, feedback_type="not-spam"))
+        dovecot.deliver(box.address, full)
+        await asyncio.wait_for(reader.reached(4), WAIT)
+    found = await events(database, "complained", "auth_failure", "bounced")
+    assert [(e["kind"], e["delivery"]) for e in found] == [
+        ("complained", ids["angry@example.net"]), ("auth_failure", ids["dmarc@example.net"]),
+        ("bounced", ids["full@example.com"]),
+    ]  # fmt: skip
+    bounce = found[2]["data"]
+    assert (bounce["hard"], bounce["reason"], bounce["action"], bounce["moved"]) == (False, "mailboxfull", "failed",
+                                                                                     True)  # fmt: skip
+    assert await health(database, box) == 100  # the address is not gone: the mailbox did nothing wrong
+    await consuming.catch_up()
+    assert [(e.address, e.reason) for e in await suppression.entries(database)] == [
+        ("angry@example.net", Reason.COMPLAINT)
+    ]  # fmt: skip
 
 
 async def test_a_restart_neither_misses_nor_repeats(database: db.Database, dovecot: imap.Dovecot) -> None:

@@ -227,6 +227,24 @@ async def test_expired_idempotency_keys_go_in_the_rounds(database: db.Database) 
     assert kept.keys == 0
 
 
+async def test_soft_bounces_go_once_out_of_their_window(database: db.Database) -> None:
+    await query(database, "INSERT INTO soft_bounces (event, tenant, address, delivery, at)"
+                          " SELECT n, 't1', 'full@example.com', n, $1::timestamptz - n * interval '1 day'"
+                          " FROM generate_series(1, 45) AS n", NOW)  # fmt: skip
+    month = retention.Pruner(database, WEEK, soft_window=30 * retention.DAY, now=lambda: NOW)
+    pruned = await month.prune_once()
+    assert pruned is not None
+    assert pruned.soft_bounces == 15  # in batches of 10; exactly 30 days ago (n = 30) still counts
+    [row] = await query(database, "SELECT count(*) AS n, max(event) AS oldest FROM soft_bounces")
+    assert (row["n"], row["oldest"]) == (30, 30)
+    early = NOW - timedelta(days=60)
+    purged = await retention.purge(database, early, account_history=0.0, batch=10, soft_window=30 * retention.DAY)
+    assert purged.soft_bounces == 0  # a purge goes no further than its time, nor into the window
+    assert (await pruner(database).prune_once()) is not None  # a pruner told no window keeps them all
+    [row] = await query(database, "SELECT count(*) AS n FROM soft_bounces")
+    assert row["n"] == 30
+
+
 async def test_an_index_a_drained_backlog_left_mostly_empty_is_rebuilt(database: db.Database) -> None:
     # 60,000 old events, pruned: the primary key's pages stay, empty, until a rebuild.
     await query(database, "INSERT INTO events (at, kind, message) SELECT $1, 'delivered', gen_random_uuid()"

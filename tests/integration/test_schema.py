@@ -69,6 +69,7 @@ EXPECTED_COLUMNS = {
     "account_reservations": {"id", "account", "reserved_at", "next_gap", "state", "delivery", "settled_at", "node",
                              "recipients"},
     "suppressions": {"tenant", "address", "reason", "detail", "event", "delivery", "created_at", "expires_at"},
+    "soft_bounces": {"event", "tenant", "address", "delivery", "at"},
     "account_days": {"account", "day", "sends"},
     "source_addresses": {"address", "pool", "turn", "turn_sends", "parked_until", "updated_at"},
     "source_leases": {"address", "node", "sends", "taken_at", "expires_at"},

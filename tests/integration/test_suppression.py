@@ -9,6 +9,8 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import structlog
+from prometheus_client import REGISTRY
 
 from mtad import db, submission
 from mtad.base import errors
@@ -165,3 +167,122 @@ async def test_csv_import_and_export(database: db.Database) -> None:
         await suppression.import_csv(database, io.BytesIO(b"address,tenant,reason,created\nx@y.z,,spam,\n"), NOW)
     assert not [e for e in await suppression.entries(database) if e.address == "ok@example.com"]  # all or nothing
     assert [e.tenant for e in await suppression.entries(database) if e.address == "a@example.com"] == [GLOBAL]
+
+
+DAY = timedelta(days=1)
+SOFT = suppression.Settings(bounce_expiry=180 * 86400.0, soft_after=3, soft_window=30 * 86400.0)
+
+
+async def bounced(database: db.Database, at: datetime, delivery: int, tenant: str = "t1", **data: object) -> None:
+    """A bounced event of full@example.com written as delivery or an intake writes it."""
+    payload = {"recipient": "Full@example.com", **data}
+    await query(database, "INSERT INTO events (at, kind, tenant, delivery, data) VALUES ($1, 'bounced', $2, $3, $4)",
+                at, tenant, delivery, json.dumps(payload))  # fmt: skip
+
+
+FULL_LATER = {"async": True, "hard": False, "reason": "mailboxfull", "status": "5.2.2", "action": "failed",
+              "reply": "552 5.2.2 mailbox full"}  # fmt: skip
+FULL_NOW = {"class": "permanent", "reason": "mailboxfull", "status": "5.2.2", "reply": "552 5.2.2 Mailbox full"}
+
+
+async def soft_rows(database: db.Database) -> list[tuple[str, str, int]]:
+    rows = await query(database, "SELECT tenant, address, event FROM soft_bounces ORDER BY event")
+    return [(r["tenant"], r["address"], r["event"]) for r in rows]
+
+
+async def test_soft_bounces_suppress_once_they_repeat_within_the_window(database: db.Database) -> None:
+    consuming = consumers.Consumers(database, [suppression.Suppressor(SOFT)])
+    await consuming.catch_up()
+    start = NOW - 60 * DAY
+    await bounced(database, start, 1, **FULL_LATER)
+    await bounced(database, start, 1, **FULL_LATER)  # a second report of the same delivery counts once
+    await bounced(database, start + 20 * DAY, 2, **FULL_NOW)  # in the SMTP session
+    await bounced(database, start + 20 * DAY, 3, **{**FULL_LATER, "action": "delayed", "status": "4.2.2"})
+    await bounced(database, start + 21 * DAY, 4, **{**FULL_LATER, "reason": "blocked", "status": "5.7.1"})
+    await bounced(database, start + 40 * DAY, 5, **{**FULL_LATER, "action": "expired", "status": "4.2.2"})
+    await consuming.catch_up()
+    # Three deliveries bounced soft, but the first is out of the window of the third: no entry yet.
+    assert await suppression.entries(database, "t1") == []
+    assert len(await soft_rows(database)) == 4  # the delay notice and the sender-side refusal are not counted
+
+    await bounced(database, start + 45 * DAY, 6, **FULL_NOW)  # days 20, 40 and 45 within 30 days
+    await bounced(database, start + 45 * DAY, 6, tenant="t2", **FULL_NOW)  # another tenant's count
+    await consuming.catch_up()
+    [entry] = await suppression.entries(database)
+    assert (entry.tenant, entry.address, entry.reason, entry.delivery) == ("t1", "full@example.com",
+                                                                           Reason.SOFT_BOUNCE, 6)  # fmt: skip
+    assert (entry.detail, entry.expires_at) == ("552 5.2.2 Mailbox full", start + 45 * DAY + 180 * DAY)
+    assert [t for t, _, _ in await soft_rows(database)] == ["t2"]  # t1's count starts again
+
+
+async def test_soft_bounces_are_not_counted_when_soft_after_is_0(database: db.Database) -> None:
+    off = suppression.Settings(soft_after=0)
+    consuming = consumers.Consumers(database, [suppression.Suppressor(off)])
+    await consuming.catch_up()
+    for n in range(3):
+        await bounced(database, NOW + n * DAY, n, **FULL_NOW)
+    await bounced(database, NOW, 9, **{**FULL_LATER, "hard": True, "reason": "userunknown", "status": "5.1.1"})
+    await consuming.catch_up()
+    assert {(e.address, e.reason) for e in await suppression.entries(database)} == {
+        ("full@example.com", Reason.HARD_BOUNCE)
+    }  # a report of an address that is gone still suppresses it
+    assert await soft_rows(database) == []
+
+
+async def test_a_soft_bounce_entry_yields_to_a_stronger_reason_and_expires(database: db.Database) -> None:
+    later = NOW + timedelta(days=180)
+    for before, after, kept in [
+        (Reason.SOFT_BOUNCE, Reason.HARD_BOUNCE, Reason.HARD_BOUNCE),
+        (Reason.SOFT_BOUNCE, Reason.COMPLAINT, Reason.COMPLAINT),
+        (Reason.SOFT_BOUNCE, Reason.UNSUBSCRIBE, Reason.UNSUBSCRIBE),
+        (Reason.SOFT_BOUNCE, Reason.MANUAL, Reason.SOFT_BOUNCE),
+        (Reason.HARD_BOUNCE, Reason.SOFT_BOUNCE, Reason.HARD_BOUNCE),
+        (Reason.COMPLAINT, Reason.SOFT_BOUNCE, Reason.COMPLAINT),
+        (Reason.UNSUBSCRIBE, Reason.SOFT_BOUNCE, Reason.UNSUBSCRIBE),
+        (Reason.MANUAL, Reason.SOFT_BOUNCE, Reason.MANUAL),
+    ]:
+        address = f"{before.value}-{after.value}@example.com".replace("_", "-")
+        expiring = before in (Reason.SOFT_BOUNCE, Reason.HARD_BOUNCE)
+        await suppression.add(database, address, before, NOW, tenant="t1", expires_at=later if expiring else None)
+        until = later + DAY if after in (Reason.SOFT_BOUNCE, Reason.HARD_BOUNCE) else None
+        await suppression.add(database, address, after, NOW + DAY, tenant="t1", expires_at=until)
+        [entry] = [e for e in await suppression.entries(database, "t1") if e.address == address]
+        assert entry.reason is kept, address
+    expired = await suppression.add(database, "again@example.com", Reason.SOFT_BOUNCE, NOW, tenant="t1",
+                                    expires_at=NOW + DAY)  # fmt: skip
+    assert expired is not None
+    assert not expired.active(NOW + 2 * DAY)
+    renewed = await suppression.add(database, "again@example.com", Reason.SOFT_BOUNCE, NOW + 2 * DAY, tenant="t1",
+                                    expires_at=NOW + 3 * DAY)  # fmt: skip
+    assert renewed is not None
+    assert renewed.created_at == NOW + 2 * DAY
+    soft = "address,tenant,reason,created\nsoft@example.com,t1,soft_bounce,\n"
+    assert await suppression.import_csv(database, io.BytesIO(soft.encode()), NOW) == 1
+
+
+async def test_soft_bounces_in_the_session_suppress_with_their_reason_counted(database: db.Database,
+                                                                              sink: Sink) -> None:  # fmt: skip
+    consuming = consumers.Consumers(database, [suppression.Suppressor(SOFT)])
+    await consuming.catch_up()
+    labels = {"reason": "suspend", "group": "other", "kind": "bounced"}
+    before = REGISTRY.get_sample_value("mtad_bounce_reasons_total", labels) or 0.0
+    mtad = engine(database, sink, egress.Egress({}))
+    with structlog.testing.capture_logs() as logs:
+        for n in range(3):
+            await accept(database, new_message("Disabled-1@sink.test"))
+            await mtad.run_until_idle()
+            await consuming.catch_up()
+            assert [e.reason for e in await suppression.entries(database, "t1")] == ([Reason.SOFT_BOUNCE] if n == 2
+                                                                                    else [])  # fmt: skip
+    assert REGISTRY.get_sample_value("mtad_bounce_reasons_total", labels) == before + 3
+    records = [r for r in logs if r["event"] == "bounced"]
+    assert [(r["bounce_reason"], r["status"], r["reason"]) for r in records] == [
+        ("suspend", "5.2.1", "permanent_reply")
+    ] * 3  # fmt: skip
+    [event] = await query(database, "SELECT data FROM events WHERE kind = 'bounced' ORDER BY id DESC LIMIT 1")
+    data = json.loads(event["data"])
+    assert (data["reason"], data["status"], data["reply"]) == ("suspend", "5.2.1", "550 5.2.1 Mailbox disabled")
+    # The next message to it is cancelled at accept.
+    await accept(database, new_message("disabled-1@sink.test"))
+    states = [r["state"] for r in await query(database, "SELECT state::text FROM deliveries ORDER BY id")]
+    assert states == ["bounced"] * 3 + ["cancelled"]

@@ -1,7 +1,7 @@
 -- The message with Message-ID $1 (as its header gave it, angle brackets included)
--- and its delivery to recipient $2 (NULL: none looked for), newest first: what a
--- bounce or a reply that quotes the original is about.
-SELECT m.id AS message, m.tenant, d.id AS delivery
+-- and its delivery to recipient $2 (NULL: none looked for) with its provider
+-- group, newest first: what a bounce or a reply that quotes the original is about.
+SELECT m.id AS message, m.tenant, d.id AS delivery, d.route_group
 FROM messages m
 LEFT JOIN deliveries d ON d.message = m.id AND lower(d.recipient) = lower($2)
 WHERE m.message_id = $1

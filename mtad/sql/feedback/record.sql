@@ -1,7 +1,8 @@
 -- An event for what came back after delivery ($2: bounced, complained,
--- unsubscribed, replied, auto_replied) at $1, about delivery $4 of message $3 (each
--- NULL when not known: the message is then the delivery's, the tenant $5 when
--- given, else the message's), with data $6. A hard bounce ($7) of a delivery
+-- auth_failure, unsubscribed, replied, auto_replied) at $1, about delivery $4 of
+-- message $3 (each NULL when not known: the message is then the delivery's, the
+-- tenant $5 when given, else the message's), with data $6. A bounce that reports a
+-- failure ($7: failed or expired, hard or soft; never a delay notice) of a delivery
 -- recorded as delivered moves it to bounced (reason async_bounce) with the
 -- bounce's status $8 and diagnostic $9. Returns the event's id.
 WITH moved AS (
