@@ -53,6 +53,8 @@ ERRORS = (OSError, ValueError, subprocess.SubprocessError)
 # Goals of the issue, checked in the notes.
 GOALS = {"recognised": 0.97, "recipient": 0.97, "status": 0.95, "hard/soft": 0.95}
 P99_MS = 5.0
+LOOP_MS = 50.0  # the most a report may take on the inbound listener's event loop
+INLINE = 16 * 1024  # reports up to this size are read on the event loop (mtad.feedback.inbound.INLINE)
 
 _ENTRY = re.compile(r'\{"(\w+)",\s*(\d+),\s*"([^"]*)",\s*"([^"]*)",\s*"([^"]*)",\s*(true|false),\s*"([^"]*)"\}')
 _LIST = re.compile(
@@ -283,9 +285,47 @@ def measure(corpus: Path, tables: Path, given: Path | None) -> tuple[str, list[s
             notes.append(f"{name} {100 * shares[name]:.1f} % is under the goal of {100 * goal:.0f} %")
     if p99 > P99_MS:
         notes.append(f"p99 read time {p99:.2f} ms is over {P99_MS} ms")
+    worst = {name: min(read(raw).cpu for _ in range(3)) * 1000 for name, raw in hostile().items()}
+    body += (
+        f"\nHostile reports of {INLINE // 1024} KiB (the most the inbound listener reads on its event loop; "
+        "larger ones are read in a thread), CPU per read, the least of 3:\n\n"
+        + "\n".join(f"- {name}: {ms:.1f} ms" for name, ms in worst.items())
+        + "\n"
+    )
+    if max(worst.values()) > LOOP_MS:
+        notes.append(f"a hostile report takes {max(worst.values()):.1f} ms on the event loop, over {LOOP_MS} ms")
     if total.over * 2 > total.bounces - total.agree:
         notes.append(f"mtad errs towards suppressing in {total.over} of {total.bounces - total.agree} disagreements")
     return body, notes, not failures
+
+
+def hostile(size: int = INLINE) -> dict[str, bytes]:
+    """Reports made to cost the reader the most at the size the inbound listener reads
+    on its event loop: many recipients, an address soup, replies on every line."""
+    head = "From: MAILER-DAEMON@example.org\nSubject: Undelivered Mail Returned to Sender\n\n"
+    dsn = ("From: MAILER-DAEMON@example.org\nContent-Type: multipart/report; report-type=delivery-status; "
+           "boundary=b\n\n--b\nContent-Type: message/delivery-status\n\n")  # fmt: skip
+    texts = {
+        "200 recipients, each with its reply": head
+        + "".join(
+            f"<u{i}@example.com>: host mx.example.com said: 550 5.1.1 <u{i}@example.com>: Recipient address "
+            "rejected: User unknown in local recipient table (in reply to RCPT TO command)\n\n"
+            for i in range(200)
+        ),
+        "200 delivery status blocks": dsn
+        + "".join(
+            f"Final-Recipient: rfc822; u{i}@example.com\nAction: failed\nStatus: 5.1.1\n"
+            f"Diagnostic-Code: smtp; 550 5.1.1 user unknown {'x' * 80}\n\n"
+            for i in range(200)
+        ),
+        "3,000 distinct addresses, one a line": head + "".join(f"u{i}@example.com\n" for i in range(3000)),
+        "one address 3,000 times": head + "a@example.com " * 3000,
+        "a reply on every line": head
+        + "".join(
+            f"u{i}@example.com: 550 5.1.1 mailbox {i} is over quota; spam; blocked by policy\n" for i in range(3000)
+        ),
+    }
+    return {name: text.encode()[:size] for name, text in texts.items()}
 
 
 def _lines(header: list[str], rows: Iterable[list[str]]) -> Iterable[str]:

@@ -117,7 +117,7 @@ _CLASS_REASON = {
 
 COMMANDS = ("CONN", "HELO", "MAIL", "RCPT", "DATA", "")  # "": the command is not known
 NO_CODE = 0  # `code = "none"` in the table
-JUDGED = 1000  # characters of a reply's text the rules read: what a receiver says comes first
+JUDGED = 600  # characters of a reply's text the rules read: what a receiver says comes first
 
 # Reasons for which a temporary reply slows the sender down (the shaper backs off).
 _THROTTLING = frozenset({reasons.Reason.RATE_LIMITED, reasons.Reason.TOO_MANY_CONN, reasons.Reason.BAD_REPUTATION})

@@ -298,8 +298,9 @@ def _bounce(said: list[Said], read: mail.Mail, original: str | None, rules: outc
         return Delivered(tuple(dict.fromkeys(s.recipient for s in said)), original)
     default = _action(read)
     judged: dict[str, Failed] = {}
+    verdicts: dict[tuple[int | None, str, str, str], outcomes.Verdict] = {}  # recipients refused alike
     for s in failed:
-        judged.setdefault(s.recipient.lower(), judge(s, rules, default))
+        judged.setdefault(s.recipient.lower(), judge(s, rules, default, verdicts))
     return Bounce(tuple(judged.values()), original)
 
 
@@ -311,11 +312,22 @@ def _action(read: mail.Mail) -> str:
     return "failed"
 
 
-def judge(said: Said, rules: outcomes.Rules, default_action: str = "failed") -> Failed:
-    """A recipient's failure judged by the reply table."""
+def judge(
+    said: Said,
+    rules: outcomes.Rules,
+    default_action: str = "failed",
+    verdicts: dict[tuple[int | None, str, str, str], outcomes.Verdict] | None = None,
+) -> Failed:
+    """A recipient's failure judged by the reply table (`verdicts`: those already
+    made for the same reply)."""
     action = said.action if said.action in ("failed", "expired", "delayed") else default_action
     status = said.status or ""
-    verdict = rules.judge(said.code, status, said.diagnostic or "", said.command or "")
+    key = (said.code, status, said.diagnostic or "", said.command or "")
+    verdict = verdicts.get(key) if verdicts is not None else None
+    if verdict is None:
+        verdict = rules.judge(*key)
+        if verdicts is not None:
+            verdicts[key] = verdict
     permanent = said.code >= 500 if said.code else (status[:1] == "5" if status else action != "delayed")
     why = verdict.why or reasons.Reason.UNDEFINED
     if why in _GAVE_UP_ON and (action in ("expired", "delayed") or (action == "failed" and not permanent)):

@@ -23,7 +23,8 @@ RECIPIENTS = 100
 _LINES = 12  # lines of a recipient's own diagnostic, at most
 _MENTIONS = 4 * RECIPIENTS  # addresses looked at, at most: a report names each recipient a few times
 _LEADING = 4  # lines before a recipient's mention that may say which command was refused (a transcript)
-_AROUND = 2000  # characters of the text read when a recipient's block says nothing
+_AROUND = 1000  # characters of the text read when a recipient's block says nothing
+_AFTER_FOR = 10  # recipients whose block says nothing that get the text after it (a report names a few)
 # Words before an address that make it the recipient's.
 _INTRO = re.compile(
     r"(?:\bto|recipients?|addressee|address(?:es)?|rcpt to|for|mailbox|user|account|destinat(?:ion|aire)|"
@@ -69,10 +70,10 @@ def said(text: str, excluded: Collection[str]) -> list[Said]:
             break
     starts = sorted(m.line for m in chosen.values())
     found = []
-    for m in chosen.values():
+    for number, m in enumerate(chosen.values()):
         following = [s for s in starts if s > m.line]
         block = _block(lines, m, following[0] if following else len(lines))
-        if code_in(block) is None and status_in(block) is None:
+        if number < _AFTER_FOR and code_in(block) is None and status_in(block) is None:
             block = f"{block} {_after(lines, m.line)}".strip()
         command = command_in(block) or command_in(_leading(lines, m.line))
         found.append(
@@ -144,4 +145,12 @@ def _leading(lines: list[str], at: int) -> str:
 
 def _after(lines: list[str], start: int) -> str:
     """The lines after line `start` but rules, up to _AROUND characters."""
-    return squeeze(" ".join(line for line in lines[start + 1 :] if not _RULE.match(line))[:_AROUND])
+    taken: list[str] = []
+    size = 0
+    for line in lines[start + 1 :]:
+        if size >= _AROUND:
+            break
+        if not _RULE.match(line):
+            taken.append(line)
+            size += len(line) + 1
+    return squeeze(" ".join(taken)[:_AROUND])
