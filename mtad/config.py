@@ -871,13 +871,15 @@ _ACCOUNT_POOL_KEYS = {
     "per_hour": "a whole number",
     "time_zone": "an IANA time zone",
     "ca_file": "a PEM file of CA certificates",
+    "health_floor": "a whole number from 0 to 100",
 }
 
 
 def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.PoolSettings]:
     """The [account_pools.NAME] tables: whether the pool rewrites From, the limits
-    `mtad accounts add` gives its accounts when it is not told, and the CA file its
-    smarthosts are verified against (all optional)."""
+    `mtad accounts add` gives its accounts when it is not told, the CA file its
+    smarthosts are verified against, and the health below which an account rests
+    (all optional)."""
     from mtad.mailboxes import accounts, relay
 
     if not isinstance(table, dict):
@@ -896,7 +898,7 @@ def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.Pool
         parsed: dict[str, Any] = {}
         for key, parse in (("rewrite_from", _boolean), ("daily_cap", cap), ("min_gap", duration),
                            ("per_second", cap), ("per_minute", cap), ("per_hour", cap),
-                           ("ca_file", _ca_file)):  # fmt: skip
+                           ("ca_file", _ca_file), ("health_floor", _integer(0, 100))):  # fmt: skip
             if key in keys:
                 try:
                     parsed[key] = parse(keys[key])
@@ -919,7 +921,8 @@ def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.Pool
         problems.extend(f"{where}: {p.split(': ', 1)[1]}" for p in accounts.problems(sample))
         if len(problems) == before:
             found[name] = relay.PoolSettings(parsed.get("rewrite_from", False), limits, str(zone),
-                                             parsed.get("ca_file"))  # fmt: skip
+                                             parsed.get("ca_file"),
+                                             parsed.get("health_floor", relay.HEALTH_FLOOR))  # fmt: skip
     return found
 
 

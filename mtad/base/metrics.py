@@ -177,7 +177,10 @@ ACCOUNT_SENDS = Counter(
     ["pool", "slot", "effect"],
 )
 ACCOUNT_STATE_CHANGES = Counter(
-    "mtad_account_state_changes", "Sending accounts moved to a state by mtad (cooling, parked, ...)", ["pool", "state"]
+    "mtad_account_state_changes",
+    "Sending accounts moved to a state by mtad (cooling, parked, tripped, resting: its health fell below the "
+    "pool's health_floor, ...)",
+    ["pool", "state"],
 )
 ACCOUNT_POOL_PAUSED = Gauge(
     "mtad_account_pool_paused", "1 while no account of the pool can send (its mail waits)", ["pool"]

@@ -42,6 +42,12 @@ caller may give its own time instead (tests, tools).
 - recipients: a send asks for the recipients of its transaction and is granted as
   many as the daily cap and the rates still allow (at least one); the caller sends
   that many and leaves the rest for a later send.
+- health: 100 x (sends + 1) / (sends + 1 + bounces), its confirmed sends and its
+  account_bounce events (refusals of a recipient or content, complaints) over the
+  24 hours, since its last enable (mtad_account_health). Below its pool's floor
+  an active account rests (RESTING) until the moment its health is back at the
+  floor as they leave the window (mtad_account_rest): after a `bounce`, or when
+  `choose_healthy` comes to it.
 
 Costs: `reserve` is one round trip and one short transaction (a lock, two to five
 index scans over the account's recent reservations, one insert). `choose` is one
@@ -84,18 +90,20 @@ class State(enum.StrEnum):
     PARKED = "parked"  # the provider's daily quota is used up: until the day resets
     COOLING = "cooling"  # the provider throttled it: until state_until
     TRIPPED = "tripped"  # its circuit breaker opened: until state_until
+    RESTING = "resting"  # its health fell below its pool's floor: until state_until, when it is back at it
 
 
 # Which state may follow which (the "from" state being the state at the time of the
 # move: a timed state whose end has passed counts as ACTIVE). An operator may always
-# enable or disable; what mtad does on its own (cool, park, trip, disconnect) never
-# overrides an operator's disable or a disconnect, and never shortens a park or a
-# trip. A move to the same state sets a new end time and reason.
+# enable or disable; what mtad does on its own (cool, park, trip, rest, disconnect)
+# never overrides an operator's disable or a disconnect, and never shortens a park,
+# a trip or a rest. A move to the same state sets a new end time and reason.
 TRANSITIONS: Mapping[State, frozenset[State]] = {
     State.ACTIVE: frozenset(State),
     State.COOLING: frozenset(State),
     State.PARKED: frozenset({State.ACTIVE, State.DISABLED, State.DISCONNECTED, State.PARKED}),
     State.TRIPPED: frozenset({State.ACTIVE, State.DISABLED, State.DISCONNECTED, State.TRIPPED}),
+    State.RESTING: frozenset({State.ACTIVE, State.DISABLED, State.DISCONNECTED, State.RESTING}),
     State.DISCONNECTED: frozenset({State.ACTIVE, State.DISABLED, State.DISCONNECTED}),
     State.DISABLED: frozenset({State.ACTIVE, State.DISABLED}),
 }
@@ -122,7 +130,7 @@ class Answer(enum.StrEnum):
     RESERVED = "reserved"  # the send is reserved: go ahead
     SKIPPED_LOCKED = "skipped-locked"  # another caller is reserving on this account right now
     SKIPPED_DISABLED = "skipped-disabled"  # disabled or disconnected: waits for an operator (or state_until)
-    SKIPPED_COOLDOWN = "skipped-cooldown"  # cooling, parked or tripped until retry_at
+    SKIPPED_COOLDOWN = "skipped-cooldown"  # cooling, parked, tripped or resting until retry_at
     SKIPPED_DAILY_LIMIT = "skipped-daily-limit"  # the daily cap is reached until retry_at (next 00:00 local)
     SKIPPED_GAP = "skipped-gap"  # the gap after the latest send ends at retry_at
     SKIPPED_SENDING = "skipped-sending"  # the latest send is in flight; its gap ends at retry_at at the soonest
@@ -181,7 +189,7 @@ class Decision:
     answer: Answer
     reservation: int | None = None
     retry_at: datetime | None = None
-    lapsed: State | None = None  # RESERVED after this timed state (cooling, parked, tripped) ended: it is recorded
+    lapsed: State | None = None  # RESERVED after this timed state (cooling, parked, ...) ended: it is recorded
     granted: int = 0  # RESERVED: the recipients the send may carry (1 to those asked for)
     reserved_at: datetime | None = None  # RESERVED: when, by the clock the limits were checked at
 
@@ -205,6 +213,24 @@ class Busy:
 
 
 @dataclass(frozen=True, slots=True)
+class Rested:
+    """An account moved to RESTING: its health fell below its pool's floor."""
+
+    account: Account  # as it was before (active)
+    health: int
+    until: datetime  # when its health is back at the floor, as its sends and bounces leave the 24 hours
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """What `choose_healthy` made: reservations (none: the pool is busy) and rests."""
+
+    reservations: list[Reservation]
+    rested: list[Rested]
+    contended: bool  # with no reservation: an account was skipped because another caller was reserving on it
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     """What an account has sent, as seen at some time (`usage`)."""
 
@@ -212,7 +238,7 @@ class Usage:
     today: int  # recipients reserved in the account's day
     last_send: datetime | None  # the latest reservation
     gap_until: datetime | None  # when the gap after it ends (None: none, or it is still sending)
-    health: int = 100  # 0-100: lowered by its failures and bounces of the last 24 hours
+    health: int = 100  # 0-100: lowered by its bounces and complaints of the last 24 hours (since an enable)
     sending: bool = False  # the latest send is in flight and holds the mailbox
 
 
@@ -522,10 +548,15 @@ async def failure(
     return State(moved) if moved is not None else None
 
 
-async def bounce(database: db.Database, account: Account, now: datetime, data: Mapping[str, Any]) -> None:
+async def bounce(
+    database: db.Database, account: Account, now: datetime, data: Mapping[str, Any], floor: int = 0
+) -> Rested | None:
     """A send through the account was refused for its recipient or content: not the
-    account's fault (it stays in the rotation), but its health score drops."""
-    await database.execute("accounts/bounce", account.id, now, json.dumps(dict(data), default=str))
+    account's fault, but its health score drops; below `floor` (0: never) the account
+    rests (mtad_account_rest), and the rest is returned (its account_state event is
+    written)."""
+    row = await database.fetchrow("accounts/bounce", account.id, now, json.dumps(dict(data), default=str), floor)
+    return Rested(account, row["health"], row["until"]) if row is not None else None
 
 
 async def pool_status(database: db.Database, pool: str, now: datetime | None = None) -> PoolStatus:
@@ -568,24 +599,39 @@ async def choose_many(
     clock), the i-th for `wants[i]` (sent by `node`), least used first and in turns
     (one each, then again), every limit holding within the batch as between batches:
     at least one reservation (the first ones of `wants`, in order), or Busy.
+    Health is not judged (see choose_healthy).
 
     One round trip and one short transaction (mtad_choose), whatever the number of
     accounts tried or reservations made.
     """
+    chosen = await choose_healthy(database, pool, wants, now, rng, node)
+    return chosen.reservations or Busy(chosen.contended)
+
+
+async def choose_healthy(
+    database: db.Database, pool: str, wants: Sequence[Want], now: datetime | None, rng: random.Random,
+    node: str | None = None, *, floor: int = 0,
+) -> Chosen:  # fmt: skip
+    """`choose_many` among the healthy accounts: one whose health is below `floor`
+    (0: none) when its turn comes is rested instead (RESTING, with its
+    account_state event, until its health is back at the floor) and the next one is
+    tried. Reservations (none: the pool is busy) and rests, in one round trip."""
     rows = await database.fetch(
         "accounts/choose", pool, now, [w.recipients for w in wants], [rng.random() for _ in wants],
-        [w.delivery for w in wants], node,
+        [w.delivery for w in wants], node, floor,
     )  # fmt: skip
-    if rows[0]["reservation"] is None:
-        return Busy(rows[0]["contended"])
-    made = []
+    made: list[Reservation] = []
+    rested: list[Rested] = []
     for row in rows:
-        account = _account(row)  # as it was before the reservation: a lapsed state is over
-        lapsed = State(row["lapsed"]) if row["lapsed"] is not None else None
-        if lapsed is not None:
-            account = dataclasses.replace(account, state=State.ACTIVE, state_until=None)
-        made.append(Reservation(row["reservation"], account, row["reserved_at"], lapsed, row["granted"]))
-    return made
+        if row["rested_until"] is not None:
+            rested.append(Rested(_account(row), row["health"], row["rested_until"]))
+        elif row["reservation"] is not None:
+            account = _account(row)  # as it was before the reservation: a lapsed state is over
+            lapsed = State(row["lapsed"]) if row["lapsed"] is not None else None
+            if lapsed is not None:
+                account = dataclasses.replace(account, state=State.ACTIVE, state_until=None)
+            made.append(Reservation(row["reservation"], account, row["reserved_at"], lapsed, row["granted"]))
+    return Chosen(made, rested, not made and bool(rows[-1]["contended"]))
 
 
 async def prune(database: db.Database, before: datetime, limit: int = 10_000) -> int:

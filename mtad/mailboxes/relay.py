@@ -3,14 +3,17 @@
 Mail that names an account pool (X-Mtad-Account-Pool, its tenant's, its route's)
 is not sent to MX: it is relayed through one of the pool's sending mailboxes
 (mtad.mailboxes.accounts). For each send, delivery asks `Mailboxes.take(pool)`: a
-reservation on the least-used account that may send now (reserve before send:
-the limits hold across every process and node), or how long to wait, and
+reservation on the least-used healthy account that may send now (reserve before
+send: the limits hold across every process and node), or how long to wait, and
 whether the pool is paused (no account can send: its mail waits, it is not
-failed). `login(account)` opens the account's sealed secret (and exchanges an
-XOAUTH2 refresh token for an access token) for the session pool, with the TLS
-context of the account's pool (`Trust`: only its CA file's CAs, when it names
-one, for the smarthost and the token endpoint). After the
-send, `settle()` applies the response of the transaction's classes, in one
+failed). An account whose health (its bounces and complaints against its sends
+over 24 hours) is below its pool's `health_floor` rests instead, until its health
+is back at the floor as the window moves on: at once after the bounce that took
+it below, or when its turn comes. `login(account)` opens the account's sealed
+secret (and exchanges an XOAUTH2 refresh token for an access token) for the
+session pool, with the TLS context of the account's pool (`Trust`: only its CA
+file's CAs, when it names one, for the smarthost and the token endpoint). After
+the send, `settle()` applies the response of the transaction's classes, in one
 table (RESPONSES):
 
 | class                 | reservation | account                       | deliveries        |
@@ -19,8 +22,8 @@ table (RESPONSES):
 | throttled             | keep        | cooling (cooldown; Gmail 4 h) | rerouted          |
 | account_quota         | keep        | parked until its day resets   | rerouted          |
 | account_auth          | release     | disconnected (operator)       | rerouted          |
-| recipient             | release     | health lowered                | bounced, suppressed |
-| content, permanent    | release     | health lowered                | bounced           |
+| recipient             | release     | health lowered (below: rests) | bounced, suppressed |
+| content, permanent    | release     | health lowered (below: rests) | bounced           |
 | transient, failures   | release, or keep when it may have gone out | breaker counts | deferred |
 
 A rerouted delivery goes back to its pool's queue without spending one of its
@@ -57,6 +60,9 @@ log = structlog.get_logger("mtad.relay")
 GMAIL_HOSTS = (".gmail.com", ".google.com", ".googlemail.com")
 LOGIN_TTL = 600.0  # seconds a login's opened secret is kept before it is read again
 CONTENDED_RETRIES = 3  # choices in a row when other callers hold the accounts tried
+# An account whose health (0-100) is below this rests: its bounces and complaints
+# outweigh its sends (health 50 is as many of them as sends, plus one).
+HEALTH_FLOOR = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,7 @@ class PoolSettings:
     defaults: accounts.Limits = field(default_factory=accounts.Limits)
     time_zone: str = "UTC"
     ca_file: Path | None = None  # only its CAs are trusted for the smarthosts and token endpoints
+    health_floor: int = HEALTH_FLOOR  # an account whose health (0-100) is below it rests; 0: never
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +229,10 @@ class Mailboxes:
         settings = self.settings.pools.get(pool)
         return settings is not None and settings.rewrite_from
 
+    def health_floor(self, pool: str) -> int:
+        settings = self.settings.pools.get(pool)
+        return settings.health_floor if settings is not None else HEALTH_FLOOR
+
     def _at(self) -> datetime | None:
         """The time the limits are checked at: None, PostgreSQL's clock, unless one was given."""
         return self._now() if self._now is not None else None
@@ -238,18 +249,21 @@ class Mailboxes:
         hold the accounts tried (then again at once, a few times) or none is free (then
         the pool's status, for its pause). The pool's pause and resumption are logged,
         evented and counted."""
+        floor = self.health_floor(pool)
         for _ in range(CONTENDED_RETRIES):  # callers at once skip each other's accounts: look again
-            chosen = await accounts.choose_many(self._db, pool, wants, self._at(), self._rng, node)
-            if not isinstance(chosen, accounts.Busy) or not chosen.contended:
+            chosen = await accounts.choose_healthy(self._db, pool, wants, self._at(), self._rng, node, floor=floor)
+            for rested in chosen.rested:
+                self._rested(rested, floor)
+            if chosen.reservations or not chosen.contended:
                 break
         now = self._wall()
-        if isinstance(chosen, list):
-            for reservation in chosen:
-                if reservation.lapsed is not None:  # back from cooling, parked or tripped (the event is written)
+        if chosen.reservations:
+            for reservation in chosen.reservations:
+                if reservation.lapsed is not None:  # back from cooling, parked, ... (the event is written)
                     self._changed(reservation.account, State.ACTIVE, f"{reservation.lapsed.value} ended")
             if pool in self._paused:
                 await self._pause(pool, False, now, None)
-            return chosen
+            return chosen.reservations
         status = await accounts.pool_status(self._db, pool, self._at())
         poll = timedelta(seconds=self.settings.poll)
         if status.paused:
@@ -397,7 +411,11 @@ class Mailboxes:
                 self._changed(account, moved, reason)
             return moved
         if effect is Effect.BOUNCE:
-            await accounts.bounce(self._db, account, now, {**detail, "classes": classes})
+            floor = self.health_floor(account.pool)
+            rested = await accounts.bounce(self._db, account, now, {**detail, "classes": classes}, floor)
+            if rested is not None:
+                self._rested(rested, floor)
+                return State.RESTING
         return None
 
     async def _move(
@@ -411,10 +429,14 @@ class Mailboxes:
         self._changed(account, state, reason)
         return state
 
-    def _changed(self, account: Account, state: State, reason: str) -> None:
+    def _rested(self, rested: accounts.Rested, floor: int) -> None:
+        self._changed(rested.account, State.RESTING, f"health {rested.health} is below the floor of {floor}",
+                      until=rested.until)  # fmt: skip
+
+    def _changed(self, account: Account, state: State, reason: str, *, until: datetime | None = None) -> None:
         metrics.ACCOUNT_STATE_CHANGES.labels(pool=account.pool, state=state.value).inc()
         log.warning("account_state_changed", account=account.name, pool=account.pool, state=state.value,
-                    reason=reason)  # fmt: skip
+                    reason=reason, **({"until": until.isoformat()} if until is not None else {}))  # fmt: skip
 
 
 def _login(account: Account, secret: str, tls: ssl.SSLContext | None) -> sessions.Login:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import json
 import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -217,7 +218,7 @@ async def test_the_daily_cap_resets_at_midnight_in_the_accounts_time_zone(databa
     assert decision == accounts.Decision(Answer.SKIPPED_DAILY_LIMIT, None, datetime(2026, 11, 2, 5, tzinfo=UTC))
 
 
-@pytest.mark.parametrize("state", [State.COOLING, State.PARKED, State.TRIPPED])
+@pytest.mark.parametrize("state", [State.COOLING, State.PARKED, State.TRIPPED, State.RESTING])
 async def test_a_resting_account_is_skipped_until_its_time(database: db.Database, state: State) -> None:
     account = await make(database, "a")
     until = NOW + timedelta(minutes=10)
@@ -568,3 +569,101 @@ async def test_choose_many_gives_each_send_the_recipients_its_account_allows(dat
     assert isinstance(chosen, list)
     assert [(r.account.name, r.recipients) for r in chosen] == [("a0", 3), ("a1", 3)]
     assert isinstance(await accounts.choose_many(database, "p", wants, NOW, Fixed(0.0)), accounts.Busy)
+
+
+async def sent(database: db.Database, account: int, at: datetime) -> None:
+    """A send through the account at `at`, confirmed (the receiver said 250)."""
+    decision = await accounts.reserve(database, account, at, random.Random(0))
+    assert decision.reservation is not None
+    assert await accounts.confirm(database, decision.reservation, at)
+
+
+async def health(database: db.Database, name: str, at: datetime) -> int:
+    [use] = [u for u in await accounts.usage(database, at) if u.account.name == name]
+    return use.health
+
+
+async def test_an_account_whose_health_falls_below_the_floor_rests_until_it_is_back_at_it(
+    database: db.Database,
+) -> None:
+    account = await make(database, "a")
+    box = await accounts.get(database, "a")
+    assert await accounts.bounce(database, box, NOW - timedelta(hours=3), {"class": "recipient"}) is None
+    await sent(database, account, NOW - timedelta(hours=2))
+    await sent(database, account, NOW - timedelta(hours=1))
+    await accounts.failure(database, box, NOW, {"class": "transient"}, accounts.Breaker())  # the breaker's
+    assert await health(database, "a", NOW) == 75  # (2 sends + 1) / (2 sends + 1 + 1 bounce)
+    assert await accounts.bounce(database, box, NOW, {"class": "recipient"}, floor=60) is None  # 60: not below
+    rested = await accounts.bounce(database, box, NOW + timedelta(minutes=1), {"class": "recipient"}, floor=60)
+    # Health 50 (3 / 6); back at 60 (3 / 5) once the first bounce leaves the 24 hours.
+    assert rested == accounts.Rested(box, 50, NOW + timedelta(hours=21))
+    stored = await accounts.get(database, "a")
+    assert (stored.state, stored.state_until, stored.state_reason) == (
+        State.RESTING,
+        NOW + timedelta(hours=21),
+        "health 50 is below the floor of 60",
+    )
+    [moved] = [e["data"] for e in await account_events(database) if e["kind"] == "account_state"]
+    assert (moved["from"], moved["to"], moved["health"], moved["floor"]) == ("active", "resting", 50, 60)
+    pool = await accounts.pool_status(database, "p", NOW + timedelta(minutes=1))
+    assert (pool.paused, pool.next_free) == (True, NOW + timedelta(hours=21))
+    before = NOW + timedelta(hours=21) - timedelta(milliseconds=1)
+    assert await answer(database, account, before) is Answer.SKIPPED_COOLDOWN
+    back = await accounts.choose_healthy(database, "p", [accounts.Want(1)], NOW + timedelta(hours=21),
+                                         random.Random(0), floor=60)  # fmt: skip
+    assert ([r.lapsed for r in back.reservations], back.rested) == ([State.RESTING], [])
+
+
+async def test_the_recovery_waits_for_the_sends_that_leave_the_window_too(database: db.Database) -> None:
+    account = await make(database, "a")
+    box = await accounts.get(database, "a")
+    await sent(database, account, NOW - timedelta(hours=3))
+    await accounts.bounce(database, box, NOW - timedelta(hours=2), {"class": "recipient"})
+    await accounts.bounce(database, box, NOW - timedelta(hours=1), {"class": "recipient"})
+    rested = await accounts.bounce(database, box, NOW, {"class": "recipient"}, floor=50)
+    # 2 / 5 = 40 now; when the send leaves, 1 / 4; then 1 / 3, 1 / 2 (50) when two bounces have.
+    assert rested == accounts.Rested(box, 40, NOW + timedelta(hours=23))
+
+
+async def test_choose_rests_an_unhealthy_account_when_its_turn_comes_and_reserves_another(
+    database: db.Database,
+) -> None:
+    sick, well = await make(database, "a0"), await make(database, "a1")
+    box = await accounts.get(database, "a0")
+    await accounts.bounce(database, box, NOW - timedelta(hours=1), {"class": "recipient", "via": "inbox"})
+    await accounts.bounce(database, box, NOW, {"class": "recipient", "via": "inbox"})  # no floor given: active
+    unjudged = await accounts.choose_healthy(database, "p", [accounts.Want(1)], NOW, Fixed(0.0))
+    assert [r.account.id for r in unjudged.reservations] == [sick]  # floor 0: health is not judged
+    await query(database, "DELETE FROM account_reservations")  # as if that send never was
+    chosen = await accounts.choose_healthy(database, "p", [accounts.Want(1)] * 2, NOW, Fixed(0.0), floor=50)
+    assert [(r.account.name, r.health, r.until) for r in chosen.rested] == [("a0", 33, NOW + timedelta(hours=23))]
+    assert chosen.rested[0].account.state is State.ACTIVE  # as it was
+    assert [r.account.id for r in chosen.reservations] == [well, well]  # least used first, among the healthy
+    assert (await accounts.get(database, "a0")).state is State.RESTING
+    again = await accounts.choose_healthy(database, "p", [accounts.Want(1)], NOW, Fixed(0.0), floor=50)
+    assert (again.rested, [r.account.id for r in again.reservations]) == ([], [well])
+    await accounts.disable(database, "a1", "holiday", NOW)
+    busy = await accounts.choose_healthy(database, "p", [accounts.Want(1)], NOW, Fixed(0.0), floor=50)
+    assert (busy.reservations, busy.rested, busy.contended) == ([], [], False)
+    assert isinstance(await accounts.choose_many(database, "p", [accounts.Want(1)], NOW, Fixed(0.0)), accounts.Busy)
+
+
+async def test_an_operators_enable_starts_an_accounts_health_afresh(database: db.Database) -> None:
+    account = await make(database, "a")
+    box = await accounts.get(database, "a")
+    await accounts.bounce(database, box, NOW - timedelta(minutes=1), {"class": "recipient"}, floor=50)
+    assert await accounts.bounce(database, box, NOW, {"class": "recipient"}, floor=50) is not None
+    assert await health(database, "a", NOW) == 33
+    await accounts.enable(database, "a", "list cleaned", NOW + timedelta(minutes=1))
+    assert await health(database, "a", NOW + timedelta(minutes=1)) == 100
+    chosen = await accounts.choose_healthy(database, "p", [accounts.Want(1)], NOW + timedelta(minutes=1),
+                                           Fixed(0.0), floor=50)  # fmt: skip
+    assert ([r.account.id for r in chosen.reservations], chosen.rested) == ([account], [])
+    later = NOW + timedelta(minutes=2)
+    assert await accounts.bounce(database, box, later, {"class": "recipient"}, floor=50) is None  # 1 / 2: 50
+    assert await health(database, "a", later) == 50
+
+
+async def account_events(database: db.Database) -> list[dict[str, Any]]:
+    rows = await query(database, "SELECT kind, data FROM events WHERE kind LIKE 'account%' ORDER BY id")
+    return [{"kind": r["kind"], "data": json.loads(r["data"])} for r in rows]

@@ -56,6 +56,7 @@ EXPECTED_COLUMNS = {
     "schema_functions": {"files", "installed"},
     "buckets": {"route_group", "source", "rate", "sessions", "changed_by", "changed_at", "updated_at"},
     "warmup": {"address", "provider", "day", "day_started", "sent", "deferred", "complaints", "updated_at"},
+    "warmup_complaints": {"address", "provider", "minute", "complaints"},
     "bucket_usage": {
         "route_group", "source", "node", "local_rate", "allowed", "tokens", "in_flight", "decreases", "increases",
         "updated_at",
@@ -64,7 +65,7 @@ EXPECTED_COLUMNS = {
         "id", "name", "address", "pool", "host", "port", "tls", "login", "mechanism", "secret", "state",
         "state_until", "state_reason", "daily_cap", "min_gap", "gap_jitter_low", "gap_jitter_high", "per_second",
         "per_minute", "per_hour", "time_zone", "created_at", "updated_at", "oauth_token_url", "oauth_client_id",
-        "oauth_client_secret", "oauth_scope",
+        "oauth_client_secret", "oauth_scope", "health_since",
     },
     "account_reservations": {"id", "account", "reserved_at", "next_gap", "state", "delivery", "settled_at", "node",
                              "recipients"},
@@ -82,6 +83,7 @@ EXPECTED_COLUMNS = {
     "reroutes": {"provider", "pool", "reason", "created_at", "until"},
     "reputation_counts": {
         "scope", "tenant", "key", "minute", "delivered", "deferred", "bounced", "complained", "unsubscribed",
+        "refused",
     },
     "dkim_keys": {
         "id", "domain", "selector", "algorithm", "private_key", "record", "state", "created_at", "changed_at",

@@ -219,6 +219,12 @@ async def exercise(database: db.Database) -> None:
     await accounts.failure(database, account, now, {"class": "transient"}, accounts.Breaker())
     await accounts.bounce(database, account, now, {"class": "recipient"})
     await accounts.pool_event(database, "p", now, {"paused": True})
+    await make(database, "sick", pool="q")  # rested as it bounces, and as its turn comes
+    sick = await accounts.get(database, "sick")
+    assert await accounts.bounce(database, sick, now, {"class": "recipient"}, floor=60) is not None
+    await accounts.enable(database, "sick", "checked", now)
+    chosen_healthy = await accounts.choose_healthy(database, "q", [accounts.Want(1)], now, random.Random(0), floor=60)
+    assert chosen_healthy.rested == []  # enabled: its health starts afresh
 
     # What comes back after delivery: each kind of signal, about the delivered delivery
     # (which the hard bounce moves to bounced).

@@ -398,6 +398,7 @@ daily_cap = 500
 min_gap = "7m"
 jitter = ["25s", "45s"]
 time_zone = "Europe/Paris"
+health_floor = 30
 [account_pools.plain]
 [tenants."shop"]
 account_pool = "outreach"
@@ -414,6 +415,7 @@ account_pool = "plain"
         (25.0, 45.0),
     )
     assert relay.pools["plain"].rewrite_from is False
+    assert (outreach.health_floor, relay.pools["plain"].health_floor) == (30, 50)  # 50: the default
     assert (relay.cooldown, relay.gmail_cooldown, relay.breaker.failures) == (1800.0, 14400.0, 3)
     assert settings.submission.account_pools == frozenset({"outreach", "plain"})
     assert settings.submission.tenant_defaults["shop"].account_pool == "outreach"
@@ -427,6 +429,7 @@ daily_cap = 0
 jitter = ["45s", "25s"]
 time_zone = "Mars/Olympus"
 colour = "red"
+health_floor = 101
 [tenants."shop"]
 account_pool = "cold"
 [routes."example.org"]
@@ -440,6 +443,7 @@ account_pool = "cold"
         "[account_pools.outreach] jitter: expected [low, high]",
         "[account_pools.outreach]: unknown time zone 'Mars/Olympus'",
         "[account_pools.outreach] colour: unknown key",
+        "[account_pools.outreach] health_floor: must be between 0 and 100, got 101",
         "[tenants.\"shop\"] account_pool: no account pool named 'cold'",
         "[routes.\"example.org\"] account_pool: no account pool named 'cold'",
     ]:

@@ -1,5 +1,5 @@
 -- A send through account $1 at $2 was refused for its recipient or its content
--- ($3: the event's data): not the account's fault, but it lowers its health.
-INSERT INTO events (at, kind, data)
-SELECT $2, 'account_bounce', $3::jsonb || jsonb_build_object('account', a.id, 'name', a.name, 'pool', a.pool)
-FROM accounts a WHERE a.id = $1
+-- ($3: the event's data): not the account's fault, but it lowers its health; below
+-- $4 (0: never) the account rests. Returns its health and the end of the rest, or
+-- no row. See mtad_account_bounce.
+SELECT health, until FROM mtad_account_bounce($1, $2, $3::jsonb, $4)

@@ -10,19 +10,23 @@
 -- the pass before), until every want is reserved or a pass reserves none;
 -- mtad_reserve sees this transaction's own reservations, so every limit holds
 -- within a batch. The cheap tests come first (an index probe per account for its
--- latest send, its day's count from account_days).
+-- latest send, its day's count from account_days). In the first pass an account
+-- whose health is below p_floor (0: none is judged) is rested instead of tried
+-- (mtad_account_rest: one more index probe per account tried).
 --
 -- One row per reservation (account, reservation, lapsed, granted, reserved_at as
--- mtad_reserve answers), or, when none was made, one row with account NULL and
--- contended: whether an account was skipped because another caller held its lock
--- (trying again at once may succeed). Call it alone, in a transaction of its own:
--- the locks mtad_reserve takes on the accounts it tries are held until it returns.
+-- mtad_reserve answers) and one per account rested (account, health and
+-- rested_until, reservation NULL); when no reservation was made, a last row with
+-- account NULL and contended: whether an account was skipped because another
+-- caller held its lock (trying again at once may succeed). Call it alone, in a
+-- transaction of its own: the locks mtad_reserve takes on the accounts it tries
+-- are held until it returns.
 CREATE OR REPLACE FUNCTION mtad_choose(
     p_pool text, p_now timestamptz, p_wants integer[], p_draws double precision[], p_deliveries bigint[],
-    p_node text
+    p_node text, p_floor integer
 )
 RETURNS TABLE (account integer, reservation bigint, lapsed text, contended boolean, granted integer,
-               reserved_at timestamptz)
+               reserved_at timestamptz, health integer, rested_until timestamptz)
 LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     at timestamptz := coalesce(p_now, clock_timestamp());
@@ -31,6 +35,8 @@ DECLARE
     next_pass integer[];
     candidate integer;
     tried record;
+    rest record;
+    first_pass boolean := true;
     got integer := 0;
     was_contended boolean := false;
 BEGIN
@@ -59,6 +65,21 @@ BEGIN
         next_pass := '{}';
         FOREACH candidate IN ARRAY candidates LOOP
             EXIT WHEN got >= want;
+            IF first_pass AND p_floor > 0 THEN
+                SELECT * INTO rest FROM mtad_account_rest(candidate, at, p_floor, false);
+                IF FOUND THEN
+                    account := candidate;
+                    reservation := NULL;
+                    lapsed := NULL;
+                    contended := false;
+                    granted := NULL;
+                    reserved_at := NULL;
+                    health := rest.health;
+                    rested_until := rest.until;
+                    RETURN NEXT;
+                    CONTINUE;
+                END IF;
+            END IF;
             SELECT * INTO tried FROM mtad_reserve(candidate, at, coalesce(p_draws[got + 1], 0), p_wants[got + 1],
                                                   p_deliveries[got + 1], p_node);
             IF tried.answer = 'reserved' THEN
@@ -70,12 +91,15 @@ BEGIN
                 contended := false;
                 granted := tried.granted;
                 reserved_at := tried.reserved_at;
+                health := NULL;
+                rested_until := NULL;
                 RETURN NEXT;
             ELSIF tried.answer = 'skipped-locked' THEN
                 was_contended := true;
             END IF;
         END LOOP;
         candidates := next_pass;
+        first_pass := false;
     END LOOP;
     IF got = 0 THEN
         account := NULL;
@@ -84,6 +108,8 @@ BEGIN
         contended := was_contended;
         granted := NULL;
         reserved_at := NULL;
+        health := NULL;
+        rested_until := NULL;
         RETURN NEXT;
     END IF;
 END

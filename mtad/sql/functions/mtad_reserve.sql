@@ -17,7 +17,7 @@
 --   'missing'              no account has this id
 --   'skipped-disabled'     disabled or disconnected: until state_until, or until
 --                          an operator changes it (retry_at NULL)
---   'skipped-cooldown'     cooling, parked or tripped, until retry_at (state_until)
+--   'skipped-cooldown'     cooling, parked, tripped or resting, until retry_at (state_until)
 --   'skipped-daily-limit'  daily_cap recipients in the account's day (account_days);
 --                          retry_at is the next 00:00 in its time zone
 --   'skipped-sending'      the latest send has not settled; retry_at is the soonest
@@ -31,7 +31,7 @@
 --                          as the daily and rate caps allow (the caller sends that
 --                          many and leaves the rest for later), reserved_at its time
 --
--- The first reservation after a timed state (cooling, parked, tripped) ended moves
+-- The first reservation after a timed state (cooling, parked, tripped, resting) ended moves
 -- the stored state back to 'active' with its account_state event, and says so in
 -- `lapsed` (the state that ended), so that an account's return is recorded like
 -- its departure.
