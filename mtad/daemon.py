@@ -160,7 +160,7 @@ class Daemon:
             accepting = port.InProcess(handed, database, router, fast_path=engine, gate=gate)
         listening = None  # bounces and complaints
         if settings.inbound.listen:
-            listening = inbound.Inbound(settings.inbound, database, _verp(settings.bounces))
+            listening = inbound.Inbound(settings.inbound, database, _verp(settings.bounces), rules=out.rules)
         injecting = None  # the admin API's own group committer: HTTP injection
         admin = None
         acceptor = None
@@ -215,7 +215,7 @@ class Daemon:
                 background.append(
                     tasks.create_task(consumers.Consumers(database, handlers).run(), name="event-consumers")
                 )
-                live = _Live(engine, accepting, router, gate, acceptor if injecting else None, reputing)
+                live = _Live(engine, accepting, router, gate, acceptor if injecting else None, reputing, listening)
                 background.append(tasks.create_task(self._reloading(database, live), name="reload"))
                 if engine is not None:  # TLS reports of the sessions this node made under a policy
                     reporting = tlsrpt.Reporter(database, resolver, out.tls_reports,
@@ -229,7 +229,7 @@ class Daemon:
                     background.append(tasks.create_task(self._dkim_reload(database, signer, sealer), name="dkim"))
                 if settings.inbox.enabled and sealer is not None:  # the mailboxes' inboxes: one node reads each
                     reading = relay.Mailboxes(database, out.relay, sealer)
-                    readers = inbox.Inboxes(inbox.Reading(database, reading, settings.inbox, node_id))
+                    readers = inbox.Inboxes(inbox.Reading(database, reading, settings.inbox, node_id, rules=out.rules))
                     background.append(tasks.create_task(readers.run(), name="inboxes"))
                 if settings.retention.enabled:  # at most one node prunes at a time (retention.LOCK_KEY)
                     history = out.relay.breaker.window  # the breaker reads account history this far back
@@ -334,6 +334,8 @@ class Daemon:
             return {"ok": False, "problems": exc.problems, "restart": []}
         out = new.delivery
         live.router.reconfigure(out.providers, out.routes, out.sessions.port)
+        if live.listening is not None:
+            live.listening.rules = out.rules
         handed = port_settings(new, dsn)
         live.accepting.reconfigure(handed)
         sub = new.submission
@@ -434,6 +436,7 @@ class _Live:
     gate: quotas.Gate
     acceptor: submission.Acceptor | None  # the admin API's HTTP injection
     reputation: reputation.Reputation | None
+    listening: inbound.Inbound | None  # reads what comes back with the reply table
 
 
 # What a running node cannot change: the listening sockets, the database, the node's

@@ -35,6 +35,7 @@ from mtad.base.replies import Reply
 from mtad.base.sessions_set import Tracked
 from mtad.feedback import reports, signals
 from mtad.feedback.verp import Verp
+from mtad.outbound import outcomes
 
 log = structlog.get_logger("mtad.inbound")
 
@@ -123,8 +124,10 @@ class Inbound:
         *,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         clock: Callable[[], float] = time.monotonic,
+        rules: outcomes.Rules | None = None,
     ) -> None:
         self.settings = settings
+        self.rules = rules or outcomes.shipped()  # what each failed recipient's reply means (a reload replaces it)
         self._db = database
         self._verp = verp
         self._now = now
@@ -197,7 +200,11 @@ class Inbound:
             INBOUND.labels(kind="unsubscribe", outcome=outcome.value).inc()
             return outcome
         # CPU: up to half a second on hostile input, a few ms below INLINE octets (most reports)
-        report = reports.parse(raw) if len(raw) <= INLINE else await asyncio.to_thread(reports.parse, raw)
+        rules = self.rules
+        if len(raw) <= INLINE:
+            report = reports.parse(raw, rules)
+        else:
+            report = await asyncio.to_thread(reports.parse, raw, rules)
         match report:
             case reports.Bounce():
                 kind, outcome = "bounce", await self._bounce(report, recipients)

@@ -56,6 +56,7 @@ from mtad.feedback import reports, signals
 from mtad.mailboxes import accounts, inboxes, relay
 from mtad.mailboxes.accounts import Account
 from mtad.mailboxes.inboxes import Inbox
+from mtad.outbound import outcomes
 
 log = structlog.get_logger("mtad.inbox")
 
@@ -103,6 +104,7 @@ class Reading:
     settings: Settings
     node: str
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    rules: outcomes.Rules | None = None  # the reply table (None: the shipped one)
 
 
 class Reader:
@@ -110,6 +112,7 @@ class Reader:
 
     def __init__(self, reading: Reading, inbox: Inbox, account: Account) -> None:
         self._db = reading.database
+        self._rules = reading.rules
         self._mailboxes = reading.mailboxes
         self.inbox = inbox
         self._account = account
@@ -236,7 +239,7 @@ class Reader:
 
     async def _apply(self, raw: bytes) -> str:
         """Record what the message reports; returns its kind."""
-        report = await asyncio.to_thread(reports.parse, raw)  # CPU: up to half a second on hostile input
+        report = await asyncio.to_thread(reports.parse, raw, self._rules)  # CPU: a few ms, more on hostile input
         now = self._now()
         via = {"via": "inbox", "account": self._account.name}
         match report:

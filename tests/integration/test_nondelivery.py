@@ -75,7 +75,9 @@ async def test_a_failed_delivery_is_reported_and_a_report_never_is(database: db.
     [report] = await reports_spooled(database)
     read = reports.parse(bytes(report["body"]))  # type: ignore[arg-type]
     assert isinstance(read, reports.Bounce)
-    assert (read.recipients[0].recipient, read.recipients[0].status) == ("slow@example.com", "5.4.1")
+    # Status 5.4.1 (given up), the reply 451 4.4.1: the reply's code, a temporary failure retried until given up
+    failed = read.recipients[0]
+    assert (failed.recipient, failed.status, failed.reason, failed.hard) == ("slow@example.com", "4.4.1", "expired", False)
 
     # The report itself fails: no report of a report (its sender is null).
     [again] = await query(database, "SELECT m.id, d.id AS delivery FROM messages m JOIN deliveries d ON "

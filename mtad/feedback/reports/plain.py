@@ -73,6 +73,8 @@ def said(text: str, excluded: Collection[str]) -> list[Said]:
     for number, m in enumerate(chosen.values()):
         following = [s for s in starts if s > m.line]
         block = _block(lines, m, following[0] if following else len(lines))
+        if not block:  # a bare address: what is said may stand just above it ("User not listed\nx@y")
+            block = _above(lines, m.line)
         if number < _AFTER_FOR and code_in(block) is None and status_in(block) is None:
             block = f"{block} {_after(lines, m.line)}".strip()
         command = command_in(block) or command_in(_leading(lines, m.line))
@@ -132,6 +134,16 @@ def _block(lines: list[str], mention: _Mention, stop: int) -> str:
         if _RULE.match(line):
             break
         taken.append(line.strip())
+    return " ".join(taken)
+
+
+def _above(lines: list[str], at: int) -> str:
+    """The words on the lines just above line `at` that hold no address, up to a blank line or a rule."""
+    taken: list[str] = []
+    for line in reversed(lines[max(0, at - _LEADING) : at]):
+        if not line.strip() or _RULE.match(line) or "@" in line:
+            break
+        taken.insert(0, line.strip())
     return " ".join(taken)
 
 

@@ -12,7 +12,7 @@ ADDRESS = re.compile(_LOCAL + r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+
 # An enhanced status code (RFC 3463), not a piece of an IP address or a version: 5.1.1, #5.1.1
 _STATUS = re.compile(r"(?<![\w.])#?([245]\.\d{1,3}\.\d{1,3})(?![\w.]*\d)")
 # A basic reply code where a reply starts: "550 ", "550-", "550 5.1.1"
-_CODE = re.compile(r"(?<![\w.:/=-])([45][0-5]\d|2[0-4]\d|25[0-2])(?:[ -]|$)(?![\d.]*\d{2,}\.)", re.MULTILINE)
+_CODE = re.compile(r"(?<![\w.:/=-])([45][0-5]\d|2[0-4]\d|25[0-2])(?:[ -]|:(?!\d)|$)(?![\d.]*\d{2,}\.)", re.MULTILINE)
 _DAEMONS = re.compile(r"^(?:mailer-?daemon|mail-?daemon|daemon)@", re.I)
 _SYSTEMS = re.compile(r"^(?:mailer-?daemon|mail-?daemon|post_?master|mail ?delivery)\b", re.I)
 
