@@ -398,7 +398,8 @@ class Delivery:
 
     async def _checkpoint(self) -> None:
         """Share the buckets and warm-up caps among the live nodes, checkpoint the buckets
-        (adopting other nodes' changes), end warm-up days that are over, save warm-up."""
+        (adopting other nodes' changes), hear the warm-up days' complaints, end the days
+        that are over, save warm-up."""
         now = self._now()
         live = max(1, await nodes.live(self._db, now - timedelta(seconds=self.settings.node_timeout)))
         if live != self._shaper.nodes:
@@ -406,6 +407,7 @@ class Delivery:
         self._shaper.set_nodes(live)
         self._egress.set_nodes(live)
         await shaping.sync(self._db, self._shaper, self.node, now)
+        await egress.hear(self._db, self._egress)  # a day is judged with the complaints that came within it
         for end in self._egress.advance_days(now.timestamp()):
             log.info(
                 "warmup_day_ended", address=end.address, group=end.provider, day=end.day, next_day=end.next_day,

@@ -56,16 +56,21 @@ its deferral rate and complaint rate (over its sends) stayed under the pool's
 thresholds; otherwise the same day starts again. Until it is called a finished
 day's count still applies, which errs towards sending less. At the day whose cap
 reaches the target the address is warm at that provider and has no cap there.
-Complaints arrive late (feedback loops): they count towards the day in which
-they arrive. Warm-up state is persisted in the `warmup` table by `save` and read
-back at start by `load` (one statement each, a row per warming address and
-provider); everything else (health, rotation, today's counts) is this node's
-and starts afresh.
+Complaints arrive late (feedback loops), on any node: the `reputation` event
+consumer counts each in PostgreSQL (`warmup_complaints`) for the address and
+provider its delivery left from, at the minute it arrived, and `hear` (one
+statement, at each checkpoint, before `advance_days`) gives every day the
+complaints that arrived within it. Warm-up state is persisted in the `warmup`
+table by `save` and read back at start by `load` (one statement each, a row per
+warming address and provider); everything else (health, rotation, today's
+counts) is this node's and starts afresh.
 
 Several nodes: each takes its share of a cap (cap // live nodes, at least one,
-set by `set_nodes`). Each node counts its own sends; a saved row never moves
-backwards (an older day is not written over a newer one, and within a day the
-larger counts win), so a restarted node resumes with at least its own count.
+set by `set_nodes`), and judges its own sends against its share of the
+complaints (complaints / live nodes). Each node counts its own sends; a saved
+row never moves backwards (an older day is not written over a newer one, and
+within a day the larger counts win), so a restarted node resumes with at least
+its own count.
 
 Memory: an entry per (address, provider) sent to today, per warming address and
 provider sent to while warming, and per provider for sticky and round-robin, per address leased.
@@ -111,7 +116,6 @@ class SendOutcome(enum.StrEnum):
     DELIVERED = "delivered"  # accepted: ends a run of throttling or connection failures
     DEFERRED = "deferred"  # a transient reply: counts towards the warm-up day's deferral rate
     THROTTLED = "throttled"  # the receiver asked us to slow down: deferral rate, and a strike against health
-    COMPLAINT = "complaint"  # a feedback-loop report: counts towards the warm-up day's complaint rate
     CONNECT_FAILED = "connect_failed"  # no SMTP session through this address: a strike against health
 
 
@@ -217,7 +221,7 @@ class DayEnd:
     next_day: int  # day + 1 if it advanced, else day (a refusal)
     sent: int
     deferred: int
-    complaints: int
+    complaints: int  # heard from every node's mail (the rate took this node's share)
     warm: bool  # next_day's cap reaches the target: the address is warm at this provider
     why: str | None  # why it did not advance
 
@@ -625,15 +629,10 @@ class Egress:
         self._check_address(state, address)
         now = self.now()
         key = (address, provider)
-        if outcome in (SendOutcome.DEFERRED, SendOutcome.THROTTLED, SendOutcome.COMPLAINT) and (
-            address in settings.warming
-        ):
+        if outcome in (SendOutcome.DEFERRED, SendOutcome.THROTTLED) and address in settings.warming:
             day = self._days.setdefault(key, _Day(1, now))
             if not settings.warmup.warm(day.day):
-                if outcome is SendOutcome.COMPLAINT:
-                    day.complaints += 1
-                else:
-                    day.deferred += 1
+                day.deferred += 1
         if outcome is SendOutcome.DELIVERED:
             health = self._health.get(key)
             if health is not None:
@@ -655,17 +654,34 @@ class Egress:
 
     # --- warm-up days
 
+    def hearing(self) -> list[tuple[str, str, float]]:
+        """The warm-up days that complaints may still count towards (address,
+        provider, day_started): those not warm yet, for `hear`."""
+        return [
+            (address, provider, d.day_started)
+            for (address, provider), d in self._days.items()
+            if not self._pools[self._owner[address]].settings.warmup.warm(d.day)
+        ]
+
+    def heard(self, address: str, provider: str, day_started: float, complaints: int) -> None:
+        """`complaints` arrived, from every node's mail, within the day of `address` at
+        `provider` that started at `day_started` (ignored once that day is over here)."""
+        day = self._days.get((address, provider))
+        if day is not None and day.day_started == day_started:
+            day.complaints = max(day.complaints, complaints)
+
     def advance_days(self, now: float) -> list[DayEnd]:
         """End every warm-up day that began 24 h or more before `now`: the next day
         starts (aligned on the day's start), advancing the day number only when the
-        finished day had sends and stayed under both rate thresholds."""
+        finished day had sends and stayed under both rate thresholds (the complaint
+        rate with this node's share of the complaints heard)."""
         ended: list[DayEnd] = []
         for (address, provider), day in self._days.items():
             warmup = self._pools[self._owner[address]].settings.warmup
             elapsed = now - day.day_started
             if warmup.warm(day.day) or elapsed < DAY:
                 continue
-            why = _refusal(warmup, day)
+            why = _refusal(warmup, day, self._nodes)
             next_day = day.day if why else day.day + 1
             counts = (day.sent, day.deferred, day.complaints)
             ended.append(DayEnd(address, provider, day.day, next_day, *counts, warmup.warm(next_day), why))
@@ -767,13 +783,14 @@ class Egress:
             self._sent_today.clear()
 
 
-def _refusal(warmup: Warmup, day: _Day) -> str | None:
-    """Why a finished warm-up day must not advance, or None."""
+def _refusal(warmup: Warmup, day: _Day, nodes: int) -> str | None:
+    """Why a finished warm-up day must not advance, or None. The complaints are
+    every node's: this node's sends answer for its share of them."""
     if day.sent == 0:
         return "no sends"
     reasons = []
     deferral_rate = day.deferred / day.sent
-    complaint_rate = day.complaints / day.sent
+    complaint_rate = day.complaints / nodes / day.sent
     if deferral_rate >= warmup.max_deferral_rate:
         reasons.append(f"deferral rate {deferral_rate:.3f} is not under {warmup.max_deferral_rate}")
     if complaint_rate >= warmup.max_complaint_rate:
@@ -806,6 +823,23 @@ async def load(database: db.Database, egress: Egress) -> int:
         for r in rows
     ]
     return egress.restore(stored)
+
+
+async def hear(database: db.Database, egress: Egress) -> int:
+    """Give each warm-up day the complaints that arrived within it (one statement;
+    the `reputation` consumer counts them as they arrive, see egress/complaints.sql).
+    Call it before `advance_days`, so that a day is judged with them. Returns how
+    many days have complaints."""
+    days = egress.hearing()
+    if not days:
+        return 0
+    rows = await database.fetch(
+        "egress/complaints", [d[0] for d in days], [d[1] for d in days], [_timestamp(d[2]) for d in days]
+    )
+    started = {(address, provider): at for address, provider, at in days}  # as asked: a float's round trip may differ
+    for r in rows:
+        egress.heard(r["address"], r["provider"], started[(r["address"], r["provider"])], r["complaints"])
+    return len(rows)
 
 
 async def save(database: db.Database, egress: Egress) -> int:

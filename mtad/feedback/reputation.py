@@ -4,9 +4,13 @@
 provider group and source address, the last two per tenant too (`reputation_counts`): delivered, deferred,
 hard bounces (the address does not exist: a bounce of class "recipient", or a
 hard DSN), complaints (of the Feedback-Types that suppress: abuse, fraud,
-virus) and unsubscribes. A complaint, an unsubscribe or a late
-bounce counts for the group and address its delivery left from. The sliding
-windows are the sums over the last hour and the last 24 hours.
+virus) and unsubscribes, and the deferrals and bounces whose reason is on the
+sender's side (`refused`: blocked, bad reputation, authentication, rate...). A
+complaint, an unsubscribe or a late bounce counts for the group and address its
+delivery left from. The sliding windows are the sums over the last hour and the
+last 24 hours. A complaint also counts towards the warm-up day of that address at
+that group (`warmup_complaints`, read by mtad.deliver.egress), and one about mail
+relayed through a sending account lowers the account's health.
 
 After each batch it guards the tenants the batch touched, in the same
 transaction: one whose complaint rate (complaints per delivered) or hard-bounce
@@ -29,13 +33,13 @@ from typing import Any
 import structlog
 
 from mtad import db
-from mtad.base import errors, events, metrics
+from mtad.base import errors, events, metrics, reasons
 from mtad.feedback import consumers, signals
 from mtad.spool import tenants
 
 log = structlog.get_logger("mtad.reputation")
 
-OUTCOMES = ("delivered", "deferred", "bounced", "complained", "unsubscribed")
+OUTCOMES = ("delivered", "deferred", "bounced", "complained", "unsubscribed", "refused")
 WINDOWS = ("1h", "24h")
 SCOPES = ("tenant", "provider", "source")
 _KINDS = {
@@ -76,6 +80,26 @@ def hard(data: Mapping[str, Any]) -> bool:
     return data.get("class") == "recipient"
 
 
+def refused(data: Mapping[str, Any]) -> bool:
+    """Whether a deferred or bounced event's reason is on the sender's side (the
+    source address, the domain's authentication, the rate): never the recipient's."""
+    try:
+        return reasons.Reason(str(data.get("reason"))).side is reasons.Side.SENDER
+    except ValueError:  # none, or not one of the list
+        return False
+
+
+def outcomes(kind: str, data: Mapping[str, Any]) -> list[int]:
+    """What an event counts as in the windows (indexes of OUTCOMES; none, one or two)."""
+    found = [] if kind == "bounced" and not hard(data) else [OUTCOMES.index(_KINDS[kind])]
+    if kind in ("deferred", "bounced") and refused(data):
+        found.append(_REFUSED)
+    return found
+
+
+_REFUSED = OUTCOMES.index("refused")
+
+
 class Reputation:
     """The `reputation` event consumer (consumers.Handler)."""
 
@@ -86,24 +110,24 @@ class Reputation:
         self.settings = settings
 
     async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> None:
-        counted = [e for e in batch if e.tenant and (e.kind != "bounced" or hard(e.data))
+        counted = [(e, found) for e in batch if e.tenant and (found := outcomes(e.kind, e.data))
                    and (e.kind != "complained" or signals.suppressing_complaint(e.data))]  # fmt: skip
         if not counted:
             return
-        origins = await self._origins(conn, [e for e in counted if _KINDS[e.kind] in _LATER and e.delivery])
+        origins = await self._origins(conn, [e for e, _ in counted if _KINDS[e.kind] in _LATER and e.delivery])
         counts: dict[tuple[str, str, str, datetime], list[int]] = defaultdict(lambda: [0] * len(OUTCOMES))
         delivered: dict[str, int] = defaultdict(int)
-        for e in counted:
+        for e, found in counted:
             assert e.tenant is not None
-            outcome = OUTCOMES.index(_KINDS[e.kind])
             group, source = e.data.get("group"), e.data.get("source")
             if e.delivery in origins:
                 group, source = origins[e.delivery]
             minute = e.at.replace(second=0, microsecond=0)
             for scope, key in (("tenant", e.tenant), ("provider", group), ("source", source)):
                 if key:
-                    counts[(scope, e.tenant, str(key), minute)][outcome] += 1
-            if outcome == 0:
+                    for outcome in found:
+                        counts[(scope, e.tenant, str(key), minute)][outcome] += 1
+            if found[0] == 0:
                 delivered[e.tenant] += 1
         keys = list(counts)
         await conn.execute(
@@ -114,7 +138,12 @@ class Reputation:
             [k[3] for k in keys],
             *([counts[k][i] for k in keys] for i in range(len(OUTCOMES))),
         )
-        await self._guard(conn, sorted({e.tenant for e in counted if e.tenant and e.kind != "deferred"}), delivered)
+        complaints = [e for e, _ in counted if e.kind == "complained" and e.delivery is not None and e.message]
+        if complaints:  # the warm-up of the address they left from, the health of the account they went through
+            await conn.execute("reputation/complaints", [e.id for e in complaints], [e.delivery for e in complaints],
+                               [e.message for e in complaints], [e.at for e in complaints])  # fmt: skip
+        touched = {e.tenant for e, _ in counted if e.tenant and e.kind != "deferred"}
+        await self._guard(conn, sorted(touched), delivered)
 
     async def _origins(
         self, conn: db.Connection, later: Sequence[consumers.Stored]

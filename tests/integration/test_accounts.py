@@ -7,6 +7,7 @@ import collections
 import dataclasses
 import json
 import random
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from mtad import db
 from mtad.base import errors
+from mtad.feedback import consumers, reputation
 from mtad.mailboxes import accounts
 from mtad.mailboxes.accounts import Answer, State
 from mtad.spool import leases
@@ -662,6 +664,22 @@ async def test_an_operators_enable_starts_an_accounts_health_afresh(database: db
     later = NOW + timedelta(minutes=2)
     assert await accounts.bounce(database, box, later, {"class": "recipient"}, floor=50) is None  # 1 / 2: 50
     assert await health(database, "a", later) == 50
+
+
+async def test_a_complaint_about_relayed_mail_lowers_its_accounts_health(database: db.Database) -> None:
+    counting = consumers.Consumers(database, [reputation.Reputation(reputation.Settings())])
+    await counting.catch_up()
+    await make(database, "box")
+    message = uuid.uuid4()
+    for kind, data in (("delivered", {"group": "gmail", "source": "192.0.2.9", "account": "box"}),
+                       ("complained", {"recipient": "r@example.net", "feedback_type": "abuse"})):  # fmt: skip
+        await query(database, "INSERT INTO events (at, kind, tenant, message, delivery, data) "
+                              "VALUES (now(), $1, 'shop', $2, 7, $3::jsonb)",
+                    kind, message, json.dumps(data))  # fmt: skip
+    await counting.catch_up()
+    [bounce] = [e for e in await account_events(database) if e["kind"] == "account_bounce"]
+    assert (bounce["data"]["name"], bounce["data"]["complaint"]) == ("box", True)
+    assert await health(database, "box", datetime.now(UTC)) == 50
 
 
 async def account_events(database: db.Database) -> list[dict[str, Any]]:

@@ -1,13 +1,17 @@
-"""Warm-up state against real PostgreSQL: save, load, and an upsert that never goes backwards."""
+"""Warm-up state against real PostgreSQL: save, load, an upsert that never goes backwards, and the
+complaints the reputation consumer counts, heard by the day they came in."""
 
 from __future__ import annotations
 
+import json
 import random
+import uuid
 from datetime import UTC, datetime
 
 from mtad import db
 from mtad.deliver import egress
 from mtad.deliver.egress import DAY, Egress, PoolSettings, SendOutcome, Warmup, WarmupRow
+from mtad.feedback import consumers, reputation
 from tests.conftest import query
 
 START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
@@ -47,7 +51,7 @@ def warm_up(clock: Clock) -> Egress:
         e.sent("bulk", "microsoft", W)
     e.report("bulk", "microsoft", W, SendOutcome.THROTTLED)
     e.sent("bulk", "yahoo", W, count=3)
-    e.report("bulk", "yahoo", W, SendOutcome.COMPLAINT)
+    e.heard(W, "yahoo", START + DAY, 1)
     e.sent("bulk", "microsoft", V)
     e.sent("bulk", "microsoft", A)  # a warm address: nothing to store
     return e
@@ -122,3 +126,49 @@ async def test_a_save_never_moves_a_row_backwards(database: db.Database) -> None
     assert merged[0] == newest[0]  # an older day is not written over a newer one
     assert merged[1][2:7] == (1, datetime.fromtimestamp(START + DAY, UTC), 3, 5, 1)  # the larger of each count
     assert merged[2][4] == 4
+
+
+async def signal(database: db.Database, kind: str, at: float, data: dict[str, str], message: uuid.UUID,
+                 delivery: int) -> None:  # fmt: skip
+    await query(database, "INSERT INTO events (at, kind, tenant, message, delivery, data) "
+                          "VALUES ($1, $2, 'shop', $3, $4, $5::jsonb)",
+                datetime.fromtimestamp(at, UTC), kind, message, delivery, json.dumps(data))  # fmt: skip
+
+
+async def test_complaints_counted_by_the_reputation_consumer_count_towards_the_day_they_came_in(
+    database: db.Database,
+) -> None:
+    counting = consumers.Consumers(database, [reputation.Reputation(reputation.Settings())])
+    await counting.catch_up()  # its position: the log's end
+    start = START + 30  # the day starts at 12:00:30: the minute 12:00 is cut in two
+    clock = Clock(start)
+    e = make(clock)
+    e.sent("bulk", "yahoo", W, count=10)
+    e.sent("bulk", "gmail", A)  # a warm address has no day to hold back
+    # Complaints about mail of W at yahoo, of W at gmail (another day) and of A, at
+    # these times around the day at yahoo.
+    times = {"before": start - 120, "cut": start - 20, "within": start + 3600, "next day": start + DAY - 10}
+    for n, (what, at) in enumerate(times.items()):
+        message = uuid.uuid4()
+        await signal(database, "delivered", start, {"group": "yahoo", "source": W}, message, n)
+        await signal(database, "complained", at, {"recipient": f"{what}@example.net"}, message, n)
+    for n, (group, source) in enumerate([("gmail", W), ("yahoo", A)], start=10):
+        message = uuid.uuid4()
+        await signal(database, "delivered", start, {"group": group, "source": source}, message, n)
+        await signal(database, "complained", start + 60, {"recipient": "r@example.net"}, message, n)
+    await counting.catch_up()
+
+    # The minute a day's start cuts in two counts towards that day; the minute the
+    # next day's start cuts, towards the next day.
+    assert e.hearing() == [(W, "yahoo", start)]
+    assert await egress.hear(database, e) == 1
+    [day] = e.statistics().pools[0].addresses[1].warmup
+    assert (day.provider, day.sent, day.complaints) == ("yahoo", 10, 2)
+    clock.t = start + DAY + 5
+    [ended] = e.advance_days(clock())
+    assert (ended.day, ended.next_day, ended.complaints) == (1, 1, 2)
+    assert ended.why == "complaint rate 0.2000 is not under 0.003"
+    assert await egress.hear(database, e) == 1
+    assert e.statistics().pools[0].addresses[1].warmup[0].complaints == 1  # the next day's
+    assert await egress.save(database, e) == 1
+    assert (await rows(database))[0][2:7] == (1, datetime.fromtimestamp(start + DAY, UTC), 0, 0, 1)

@@ -12,6 +12,7 @@ sets deliveries.state, inserts deliveries or events, or calls a function that do
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import uuid
@@ -159,7 +160,10 @@ async def exercise(database: db.Database) -> None:
                State.FAILED: Reason.INTERNAL}  # fmt: skip
     ends = zip(taken, sorted(leases.OUTCOMES), strict=True)
     reply = Reply(550, "5.0.0", "any")
-    await leases.record(database, "n1", [outcome(d, s, reasons[s], reply, next_attempt_at=until) for d, s in ends], now)
+    recorded = [outcome(d, s, reasons[s], reply, next_attempt_at=until) for d, s in ends]
+    through = {"mx": "mx1", "group": "g", "source": "192.0.2.1", "account": "acc"}  # relayed: complained of below
+    recorded = [dataclasses.replace(o, data=through) if o.state is State.DELIVERED else o for o in recorded]
+    await leases.record(database, "n1", recorded, now)
     await lease(1, until=now + timedelta(seconds=30))
     assert await leases.reap(database, now + timedelta(minutes=1)) == 1
     await lease(1, node="n2")
@@ -231,6 +235,8 @@ async def exercise(database: db.Database) -> None:
     delivered = dict(zip(sorted(leases.OUTCOMES), taken, strict=True))[State.DELIVERED]
     for kind in signals.Kind:
         await signals.record(database, signals.Signal(kind, "r1@example.com", now, delivery=delivered))
+    [row] = await query(database, "SELECT message FROM deliveries WHERE id = $1", delivered)
+    await database.execute("reputation/complaints", [0], [delivered], [row["message"]], [now])
 
     # DKIM keys: generated, activated (the one before retires), revoked, set by hand.
     sealer = vault.Vault(vault.Vault.new_key())

@@ -153,17 +153,25 @@ async def test_windows_count_by_tenant_provider_and_source(database: db.Database
     await counting.catch_up()
     sent = await delivered(database, "shop", 4)
     await event(database, "deferred", "shop", {"group": "gmail", "source": "192.0.2.10"})
-    await event(database, "bounced", "shop", {"group": "gmail", "source": "192.0.2.10", "class": "recipient"})
+    await event(database, "bounced", "shop", {"group": "gmail", "source": "192.0.2.10", "class": "recipient",
+                                              "reason": "userunknown"})  # fmt: skip
     await event(database, "bounced", "shop", {"group": "gmail", "source": "192.0.2.10", "class": "content"})
+    # Refused for the sender (the address, its authentication, the rate): a deferral
+    # counts as one, a bounce is not a hard bounce (the recipient is not at fault).
+    await event(database, "deferred", "shop", {"group": "gmail", "source": "192.0.2.10", "reason": "ratelimited"})
+    await event(database, "bounced", "shop", {"group": "gmail", "source": "192.0.2.10", "class": "content",
+                                              "reason": "blocked"})  # fmt: skip
     message, delivery = sent[0]
     # Later signals carry no group or source: they count where their delivery left from.
     await event(database, "complained", "shop", {"recipient": "a@x"}, delivery, message)
     await event(database, "unsubscribed", "shop", {"recipient": "a@x"}, delivery, message)
     await event(database, "bounced", "shop", {"async": True, "hard": True}, sent[1][1], sent[1][0])
     await event(database, "bounced", "shop", {"async": True, "hard": False}, sent[2][1], sent[2][0])
+    await event(database, "bounced", "shop", {"async": True, "hard": False, "reason": "authfailure"},
+                sent[3][1], sent[3][0])  # fmt: skip
     await counting.catch_up()
     found = {(w["scope"], w["key"]): w for w in await reputation.windows(database)}
-    expected = {"delivered": 4, "deferred": 1, "bounced": 2, "complained": 1, "unsubscribed": 1}
+    expected = {"delivered": 4, "deferred": 2, "bounced": 2, "complained": 1, "unsubscribed": 1, "refused": 3}
     for key in (("tenant", "shop"), ("provider", "gmail"), ("source", "192.0.2.10")):
         assert found[key]["1h"] == expected
         assert found[key]["24h"] == expected

@@ -326,15 +326,38 @@ def test_a_day_with_complaints_over_the_threshold_does_not_advance() -> None:
     e = make(warming_pool(warmup=Warmup(start=100, growth=2.0, target=1000, max_complaint_rate=0.01)), clock=clock)
     provider = next(providers_at(0, 2))
     send(e, "p", provider, 100)
-    e.report("p", provider, W, SendOutcome.COMPLAINT)  # 1%: not under 1%
+    assert e.hearing() == [(W, provider, START)]
+    e.heard(W, provider, START, 1)  # 1%: not under 1%
+    e.heard(W, provider, START, 0)  # a count heard again never goes down
     clock.advance(DAY)
     [ended] = e.advance_days(clock())
     assert (ended.next_day, ended.complaints, ended.why) == (1, 1, "complaint rate 0.0100 is not under 0.01")
     send(e, "p", provider, 200)
-    e.report("p", provider, W, SendOutcome.COMPLAINT)  # 1 in 100 sent on this day (the cap): refused again
+    e.heard(W, provider, START, 5)  # of the day that ended: too late for it, and not this day's
+    e.heard(W, provider, START + DAY, 1)  # 1 in 100 sent on this day (the cap): refused again
     e.report("p", provider, W, SendOutcome.DELIVERED)
     clock.advance(DAY)
-    assert e.advance_days(clock())[0].next_day == 1
+    [ended] = e.advance_days(clock())
+    assert (ended.next_day, ended.complaints) == (1, 1)
+    send(e, "p", provider, 100)
+    clock.advance(DAY)  # a day without complaints advances
+    assert e.advance_days(clock())[0].next_day == 2
+
+
+def test_each_node_answers_for_its_share_of_the_complaints() -> None:
+    clock = Clock()
+    e = make(warming_pool(warmup=Warmup(start=100, growth=2.0, target=1000, max_complaint_rate=0.01)), clock=clock)
+    e.set_nodes(2)  # each sends 50, and the 1 complaint heard is of the 100 both sent
+    provider = next(providers_at(0, 2))
+    send(e, "p", provider, 50)
+    e.heard(W, provider, START, 1)
+    clock.advance(DAY)
+    [ended] = e.advance_days(clock())
+    assert (ended.next_day, ended.complaints, ended.why) == (1, 1, "complaint rate 0.0100 is not under 0.01")
+    send(e, "p", provider, 50)
+    clock.advance(DAY)
+    assert e.advance_days(clock())[0].next_day == 2
+    assert e.hearing() == [(W, provider, START + 2 * DAY)]
 
 
 def test_a_day_without_sends_does_not_advance() -> None:
