@@ -1,7 +1,8 @@
 """The command line: `mtad run`, `migrate`, `check-config`, `tenants`, `queue`, `dkim`,
-`buckets`, `accounts`, `sink`.
+`buckets`, `accounts`, `bounces`, `sink`.
 
-Every command but `sink` and `accounts key` takes --config PATH (default:
+Every command but `sink`, `accounts key` and `bounces explain` (which reads one
+only when given) takes --config PATH (default:
 conf/mtad.toml when present, else /etc/mtad/mtad.toml) and works while the daemon
 runs, the embedded PostgreSQL included: a command attaches to the running server,
 or starts it and stops it again when it is done. A command imports what it needs
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # each command imports what it needs when it runs: `mtad --he
     from mtad import config
     from mtad.base import vault
     from mtad.db import opening
+    from mtad.feedback import explain, reports
     from mtad.outbound import routing
     from mtad.signing import dkim
 
@@ -58,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return accounts_key(args)
     if command is sink_cmd:  # a development tool: no configuration, no database
         return sink_cmd(args)
+    if command is bounces_explain and args.config is None:  # the shipped reply table, no spool
+        return bounces_explain(args, None)
     try:
         settings = _load(args.config, whole=command in _WHOLE_CONFIG)
     except errors.ConfigError as exc:
@@ -65,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_USAGE
-    if command in (check_config, run):
+    if command in (check_config, run, bounces_explain):
         return int(command(args, settings))
     import asyncio
 
@@ -1057,6 +1061,49 @@ def _list_name(tenant: str) -> str:
     return f"tenant {tenant}" if tenant else "the global list"
 
 
+def bounces_explain(args: argparse.Namespace, settings: config.Settings | None) -> int:
+    """Print how mtad reads a message: by the configured reply table and with the
+    delivery it matches in the spool when a configuration is given."""
+    from mtad.feedback import explain, reports
+
+    try:
+        raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as exc:
+        print(f"mtad: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
+    report = reports.parse(raw, settings.delivery.rules if settings is not None else None)
+    found = None
+    if settings is not None:
+        import asyncio
+
+        from mtad.base import log
+
+        log.configure("console", "warning", stream=sys.stderr)
+        try:
+            found = asyncio.run(_matches(settings, report, args.to))
+        except errors.MtadError as exc:
+            print(f"mtad: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    shown = explain.view(report, found)
+    print(_json(shown) if args.json else "\n".join(explain.lines(shown)))
+    return EXIT_OK
+
+
+async def _matches(settings: config.Settings, report: reports.Report, to: str | None) -> list[explain.Match]:
+    """The deliveries in the spool `report` is about (explain.matches)."""
+    from mtad.feedback import explain, verp
+
+    named = None
+    bounces = settings.bounces
+    if bounces.domain is not None and bounces.key_file is not None:
+        try:  # no key yet: no VERP address was ever sent
+            named = verp.Verp(bounces.domain, bounces.key_file.read_bytes().strip())
+        except (OSError, ValueError):
+            named = None
+    async with _spool(settings) as opened:
+        return await explain.matches(opened.database, report, verp=named, to=to)
+
+
 async def events_tail(args: argparse.Namespace, settings: config.Basics) -> int:
     from mtad.feedback import tail
 
@@ -1402,6 +1449,18 @@ def _parser() -> argparse.ArgumentParser:
     etail.add_argument("--json", action="store_true", help="one JSON object per event and line")
     etail.set_defaults(command=events_tail)
 
+    bounces_parser = commands.add_parser("bounces", parents=[common], help="See how mtad reads what comes back.")
+    bounces_commands = bounces_parser.add_subparsers(title="bounces commands", metavar="COMMAND", required=True)
+    bexplain = bounces_commands.add_parser(
+        "explain", parents=[common], help="Print how mtad reads a message: a bounce and what it does with each "
+        "recipient, complaints, a reply. With --config: by the configured reply table, and the delivery it "
+        "matches in the spool.")  # fmt: skip
+    bexplain.add_argument("file", metavar="FILE", help="the message as received (- for stdin)")
+    bexplain.add_argument("--to", metavar="ADDRESS", help="the address the message was sent to (a VERP bounce "
+                          "address names its delivery; with --config)")  # fmt: skip
+    bexplain.add_argument("--json", action="store_true", help="one JSON object")
+    bexplain.set_defaults(command=bounces_explain)
+
     dkim_parser = commands.add_parser("dkim", parents=[common], help="Manage DKIM signing keys.")
     dkim_commands = dkim_parser.add_subparsers(title="dkim commands", metavar="COMMAND", required=True)
     dgen = dkim_commands.add_parser(
@@ -1516,7 +1575,8 @@ def _port(text: str) -> int:
     return port
 
 
-_WHOLE_CONFIG = (run, check_config, reload_cmd, accounts_add, accounts_test, queue_purge, webhooks_test, tls_report)
+_WHOLE_CONFIG = (run, check_config, reload_cmd, accounts_add, accounts_test, queue_purge, webhooks_test, tls_report,
+                 bounces_explain)  # fmt: skip
 
 
 def entry_point() -> None:
