@@ -869,11 +869,12 @@ class Delivery:
     def _classify(self, job: _Job, result: sessions.Result) -> strategies.Verdicts:
         """Each recipient's verdict: the receiver's reply, else the local failure."""
         verdicts: strategies.Verdicts = {}
-        classified: dict[Reply, Verdict] = {}  # recipients accepted together share the reply to the data
+        classified: dict[tuple[Reply, str], Verdict] = {}  # recipients accepted together share the reply to the data
         for d in job.deliveries:
             reply = result.replies.get(d.recipient)
             if reply is not None:
-                verdict = classified.get(reply) or classified.setdefault(reply, self._rules.classify(reply))
+                key = (reply, result.commands.get(d.recipient, ""))
+                verdict = classified.get(key) or classified.setdefault(key, self._rules.classify(*key))
                 verdicts[d.id] = (verdict, reply)
             else:
                 verdicts[d.id] = (outcomes.classify_failure(result.failure or Failure.INTERNAL), None)
