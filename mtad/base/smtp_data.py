@@ -36,9 +36,12 @@ def has_long_line(data: bytes | bytearray) -> bool:
     return False
 
 
-async def read(reader: asyncio.StreamReader, limit: int, touch: Callable[[], None]) -> bytes | Refused:
+async def read(
+    reader: asyncio.StreamReader, limit: int, touch: Callable[[], None], *, long_lines: bool = False
+) -> bytes | Refused:
     """The message up to CRLF.CRLF, dot-unstuffed, or why it is refused (limit 0: no
-    size limit); `touch` is called at each chunk (the session's idle timer).
+    size limit; `long_lines`: a line over MAX_LINE is taken); `touch` is called at
+    each chunk (the session's idle timer).
     ConnectionResetError when the client goes before the end of data.
 
     One scan for CRLF "." finds both the end of data (CRLF "." CRLF) and any
@@ -73,7 +76,7 @@ async def read(reader: asyncio.StreamReader, limit: int, touch: Callable[[], Non
     if too_big:
         return Refused.TOO_BIG
     del buf[end + len(CRLF) :]
-    if has_long_line(buf):
+    if not long_lines and has_long_line(buf):
         return Refused.LINE_TOO_LONG
     if stuffed:
         buf = buf.replace(DOT_LINE, CRLF)  # RFC 5321 4.5.2: drop the transparency dot

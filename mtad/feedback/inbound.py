@@ -403,7 +403,8 @@ class _Session(Tracked):
             await self.push(replies.DATA_SYNTAX.line())
             return
         await self.push("354 End data with <CR><LF>.<CR><LF>")
-        read = await smtp_data.read(self._reader, self.data_size_limit or 0, self._reset_timeout)
+        # A report's long line (a JSON notification, an unwrapped diagnostic) is taken: refused, it would be lost.
+        read = await smtp_data.read(self._reader, self.data_size_limit or 0, self._reset_timeout, long_lines=True)
         if read is smtp_data.Refused.TOO_BIG:
             status = replies.MESSAGE_TOO_BIG.line()
         elif read is smtp_data.Refused.LINE_TOO_LONG:

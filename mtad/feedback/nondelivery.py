@@ -184,8 +184,8 @@ def build(
         per_recipient["Final-Recipient"] = f"rfc822; {f.recipient}"
         per_recipient["Action"] = "delayed" if delayed else "failed"
         per_recipient["Status"] = f.status
-        if f.reply:
-            per_recipient["Diagnostic-Code"] = f"smtp; {f.reply}"
+        if f.reply:  # a field of ASCII (RFC 3464): what is not is shown as "?"; the text part has it whole
+            per_recipient["Diagnostic-Code"] = f"smtp; {f.reply.encode('ascii', 'replace').decode()}"
         groups.append(per_recipient)
     status_part = Message()
     status_part["Content-Type"] = "message/delivery-status"

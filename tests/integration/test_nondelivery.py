@@ -77,7 +77,12 @@ async def test_a_failed_delivery_is_reported_and_a_report_never_is(database: db.
     assert isinstance(read, reports.Bounce)
     # Status 5.4.1 (given up), the reply 451 4.4.1: the reply's code, a temporary failure retried until given up
     failed = read.recipients[0]
-    assert (failed.recipient, failed.status, failed.reason, failed.hard) == ("slow@example.com", "4.4.1", "expired", False)
+    assert (failed.recipient, failed.status, failed.reason, failed.hard) == (
+        "slow@example.com",
+        "4.4.1",
+        "expired",
+        False,
+    )
 
     # The report itself fails: no report of a report (its sender is null).
     [again] = await query(database, "SELECT m.id, d.id AS delivery FROM messages m JOIN deliveries d ON "
@@ -141,3 +146,22 @@ async def test_the_recipients_of_one_message_that_bounce_together_share_a_report
     assert isinstance(read, reports.Bounce)
     assert [(f.recipient, f.status) for f in read.recipients] == [("one@example.com", "5.1.1"),
                                                                    ("two@example.com", "5.1.1")]  # fmt: skip
+
+
+async def test_a_reply_in_another_script_is_reported(database: db.Database) -> None:
+    reporting = consumers.Consumers(database, [Reporter("mtad.example.org")])
+    await reporting.catch_up()
+    message = new_message("taro@example.jp")
+    await accept(database, message)
+    [delivery] = await query(database, "SELECT id FROM deliveries WHERE message = $1", message.id)
+    reply = '{"recipient": "taro@example.jp", "reply": "550 5.1.1 宛先不明 (no such user)", "status": "5.1.1"}'
+    await query(database, "INSERT INTO events (at, kind, message, delivery, tenant, data) VALUES (now(), 'bounced', "
+                          "$1, $2, 't1', $3::jsonb)", message.id, delivery["id"], reply)  # fmt: skip
+    await reporting.catch_up()
+    [report] = await reports_spooled(database)
+    body = bytes(report["body"])  # type: ignore[arg-type]
+    assert b"Diagnostic-Code: smtp; 550 5.1.1 ???? (no such user)" in body  # the field is ASCII
+    assert "宛先不明".encode() in body or b"utf-8" in body  # the text part says it whole
+    read = reports.parse(body)
+    assert isinstance(read, reports.Bounce)
+    assert (read.recipients[0].recipient, read.recipients[0].reason) == ("taro@example.jp", "userunknown")
