@@ -35,20 +35,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
+import smtplib
 import statistics
 import subprocess
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtad.feedback import reports
+from bench import sink
+from bench.mtad_server import Delivery, MtadError, MtadServer
+from mtad.feedback import reports, suppression
+from mtad.feedback.verp import Verp
 
-ERRORS = (OSError, ValueError, subprocess.SubprocessError)
+ERRORS = (OSError, ValueError, subprocess.SubprocessError, smtplib.SMTPException, MtadError, sink.SinkError,
+          TimeoutError)  # fmt: skip
 
 # Goals of the issue, checked in the notes.
 GOALS = {"recognised": 0.97, "recipient": 0.97, "status": 0.95, "hard/soft": 0.95}
@@ -268,8 +274,8 @@ def measure(corpus: Path, tables: Path, given: Path | None) -> tuple[str, list[s
     p50, p99 = statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
     wall = max(r.seconds * 1000 for r in mtad.values())
     header = ["family", "entries", "recognised", "recipient", "status", "hard/soft", "over", "reason"]
-    rows = [total.row("**all**")] + [families[f].row(f) for f in sorted(families)]
-    body = "\n".join(_lines(header, rows))
+    table = [total.row("**all**")] + [families[f].row(f) for f in sorted(families)]
+    body = "\n".join(_lines(header, table))
     unexpected = len([f for f in mtad if f not in expected])
     body = (
         f"- corpus: `{corpus}`, {len(files)} messages, {total.entries} expected entries in "
@@ -335,9 +341,105 @@ def _lines(header: list[str], rows: Iterable[list[str]]) -> Iterable[str]:
         yield "| " + " | ".join(row) + " |"
 
 
+# --- the suppression list after a run over the corpus --------------------------------------------------
+
+BOUNCE_DOMAIN = "bounces.example.org"
+SENDER = "app@example.org"
+WAIT = 120.0  # seconds for the deliveries, then the consumers, to catch up
+
+
+def after_a_run(corpus: Path, tables: Path, given: Path | None, root: Path) -> tuple[str, list[str], bool]:
+    """Run the corpus through `mtad run`: a message to each report's first recipient
+    (Sisimai's), delivered to a sink, then the report sent to the inbound listener at
+    that delivery's VERP address, as if it had come back for it; then read what the
+    suppression list holds."""
+    expected = expectations(tables)
+    decoded, _ = reference(corpus, given)
+    chosen: dict[str, str] = {}  # file -> the recipient its mail went to
+    for file, entries in expected.items():
+        rows = decoded.get(file, [])
+        if (corpus / file).is_file() and rows and rows[0].get("recipient") and 1 in entries:
+            chosen[file] = str(rows[0]["recipient"])
+    domains = sorted({r.rpartition("@")[2].lower() for r in chosen.values()})
+    workdir = root / "suppression"
+    workdir.mkdir(parents=True, exist_ok=True)
+    key_file = workdir / "bounces.key"
+    key_file.write_text(os.urandom(32).hex())
+    verp = Verp(BOUNCE_DOMAIN, key_file.read_bytes().strip())  # the daemon reads the file's bytes as the key
+    inbound_port = sink.free_port()
+    notes: list[str] = []
+    with sink.Sink() as the_sink:
+        relay = f"{the_sink.host}:{the_sink.port}"
+        routes = "".join(f'[routes."{d}"]\nrelay = "{relay}"\n' for d in domains[1:])
+        extra = (f'[bounces]\ndomain = "{BOUNCE_DOMAIN}"\nkey_file = "{key_file}"\n[inbound]\n'
+                 f'listen = ["127.0.0.1:{inbound_port}"]\nmax_per_minute = 1000000\n{routes}')  # fmt: skip
+        with MtadServer(workdir / "mtad", Delivery(relay, domains[0]), extra) as server:
+            sent = _submit(server, chosen)
+            _wait(lambda: server.states().get("delivered", 0) >= len(sent), f"{len(sent)} deliveries delivered")
+            spooled = server.query("SELECT d.id, m.message_id FROM deliveries d JOIN messages m ON m.id = d.message")
+            delivery = {m: int(i) for i, m in (row.split("|", 1) for row in spooled)}
+            with smtplib.SMTP("127.0.0.1", inbound_port, timeout=30) as smtp:
+                for file, message_id in sent.items():
+                    smtp.sendmail("<>", [verp.sender(delivery[message_id])], (corpus / file).read_bytes())
+            kinds = ", ".join(f"'{k}'" for k in sorted(suppression.Suppressor.kinds))
+            done = ("SELECT NOT EXISTS (SELECT 1 FROM events e JOIN event_consumers c ON c.name = 'suppression' "
+                    f"WHERE e.kind IN ({kinds}) AND (e.xid, e.id) > (c.position_xid, c.position_id))")  # fmt: skip
+            _wait(lambda: server.query(done) == ["t"], "the suppression consumer caught up")
+            held = [row.split("|") for row in server.query("SELECT address, reason FROM suppressions ORDER BY 1")]
+            notes += [f"suppression run: mtad logged {n} x `{text}`" for text, n in server.log_problems().items()]
+            notes += [f"suppression run: {line}" for line in server.problem_lines()]
+    hard_of: dict[str, bool] = defaultdict(bool)  # Sisimai calls one of the address's bounces hard
+    for file, recipient in chosen.items():
+        if file in sent:
+            hard_of[recipient.lower()] |= expected[file][1].hard
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for address, reason in held:
+        by_reason[reason].append(address)
+    wrong = [a for a in by_reason.get("hard_bounce", []) if not hard_of.get(a)]
+    missed = sorted(a for a, hard in hard_of.items() if hard and a not in {h[0] for h in held})
+    lines = [f"- {len(sent)} reports sent to the inbound listener, each about a delivery of its own; "
+             f"{len(held)} addresses on the suppression list after it"]  # fmt: skip
+    for reason, addresses in sorted(by_reason.items()):
+        agree = sum(hard_of.get(a, False) for a in addresses)
+        lines.append(f"- {reason}: {len(addresses)} ({agree} of them an address Sisimai calls a hard bounce)")
+    lines.append(f"- suppressed as gone where no bounce of the address is hard for Sisimai: {len(wrong)}"
+                 + (f" ({', '.join(wrong[:10])})" if wrong else ""))  # fmt: skip
+    lines.append(f"- addresses Sisimai calls hard that mtad left off the list: {len(missed)} of "
+                 f"{sum(hard_of.values())}")  # fmt: skip
+    if wrong:
+        notes.append(f"{len(wrong)} addresses suppressed as gone that Sisimai does not call hard")
+    return "\n".join(lines) + "\n", notes, not wrong
+
+
+def _submit(server: MtadServer, chosen: Mapping[str, str]) -> dict[str, str]:
+    """One message to each file's recipient; {file: its Message-ID} of those accepted."""
+    sent = {}
+    with smtplib.SMTP(server.host, server.port, timeout=30) as smtp:
+        for number, (file, recipient) in enumerate(sorted(chosen.items())):
+            message_id = f"<bounces-{number}@bench.example.org>"
+            body = f"From: {SENDER}\r\nTo: {recipient}\r\nMessage-ID: {message_id}\r\nSubject: {file}\r\n\r\nhi\r\n"
+            try:
+                smtp.sendmail(SENDER, [recipient], body)
+            except smtplib.SMTPRecipientsRefused:  # an address the corpus anonymised past what SMTP takes
+                continue
+            sent[file] = message_id
+    return sent
+
+
+def _wait(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not done within {WAIT:.0f} s: {what}")
+        time.sleep(0.25)
+
+
 def run(args: argparse.Namespace, root: Path, versions: Mapping[str, str]) -> tuple[str, list[str], bool]:
     if args.bounce_corpus is None or args.bounce_tables is None:
         raise ValueError("give --bounce-corpus DIR and --bounce-tables DIR (see bench/bounces.py)")
     body, notes, ok = measure(args.bounce_corpus, args.bounce_tables, args.bounce_reference)
     print(body)
-    return body, notes, ok
+    held, more, right = after_a_run(args.bounce_corpus, args.bounce_tables, args.bounce_reference, root)
+    print(held)
+    body += "\nThe suppression list after a run over the corpus through `mtad run`:\n\n" + held
+    return body, notes + more, ok and right

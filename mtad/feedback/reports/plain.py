@@ -41,6 +41,7 @@ _LEAD = re.compile(r"^[\s<>\"'(\[*•·:;,-]*(?:[45]\d\d[ -]+)?(?:rcpt to|to|rec
 _RULE = re.compile(r"^\s*(?:-{3,}|={3,}|_{3,}|\*{3,})")
 _ADDRESSES = re.compile(ADDRESS.pattern)
 _WORDS = re.compile(r"[A-Za-z]{3,}")
+_REPLY_LINE = re.compile(r"^[\s<]*[245]\d\d[ -]")  # "550 ...", "<<< 550 ..."
 _FOLLOWING = re.compile(r"(?:following|these) (?:recipients?|address(?:es)?|users?|destinations?)(?:\(\w+\))?"
                         r"(?: or groups)?\s*(?:failed|had|could|was|were|did|:|$)", re.IGNORECASE)  # fmt: skip
 
@@ -72,11 +73,11 @@ def said(text: str, excluded: Collection[str]) -> list[Said]:
     found = []
     for number, m in enumerate(chosen.values()):
         following = [s for s in starts if s > m.line]
-        block = _block(lines, m, following[0] if following else len(lines))
+        block, end = _block(lines, m, following[0] if following else len(lines))
         if not block:  # a bare address: what is said may stand just above it ("User not listed\nx@y")
             block = _above(lines, m.line)
         if number < _AFTER_FOR and code_in(block) is None and status_in(block) is None:
-            block = f"{block} {_after(lines, m.line)}".strip()
+            block = f"{block} {_after(lines, end - 1)}".strip()
         command = command_in(block) or command_in(_leading(lines, m.line))
         found.append(
             Said(m.address, "", status_in(block, code_in(block)), code_in(block), squeeze(block) or None, command)
@@ -118,23 +119,30 @@ def _listed(lines: list[str]) -> int | None:
     return next((n for n, line in enumerate(lines) if _FOLLOWING.search(line)), None)
 
 
-def _block(lines: list[str], mention: _Mention, stop: int) -> str:
+def _block(lines: list[str], mention: _Mention, stop: int) -> tuple[str, int]:
     """What follows a recipient's mention: the rest of its line, then the lines up to
-    a blank one, a rule or the next recipient."""
+    a blank one, a rule, the next recipient, or another reply once it has one (a
+    transcript's next line is another's); and the line after it."""
     line = lines[mention.line]
     rest = line[mention.end :].lstrip(">:;,.)] \t")
     taken = [line.strip() if _WORDS.search(_ADDRESSES.sub("", line)) else rest]  # words next to it say why
     if not _ADDRESSES.sub("", taken[0]).strip(" <>()[]:;,.\t"):
         taken = []
-    for line in lines[mention.line + 1 : min(stop, mention.line + 1 + _LINES)]:
+    replied = bool(taken) and code_in(taken[0]) is not None
+    at = mention.line + 1
+    for at in range(mention.line + 1, min(stop, mention.line + 1 + _LINES)):
+        line = lines[at]
         if not line.strip():
             if taken:
                 break
             continue
-        if _RULE.match(line):
+        if _RULE.match(line) or (replied and _REPLY_LINE.match(line)):
             break
         taken.append(line.strip())
-    return " ".join(taken)
+        replied = replied or code_in(line) is not None
+    else:
+        at = min(stop, mention.line + 1 + _LINES)
+    return " ".join(taken), at
 
 
 def _above(lines: list[str], at: int) -> str:
