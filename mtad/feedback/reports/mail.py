@@ -35,6 +35,7 @@ _QUOTED = re.compile(
     re.IGNORECASE,
 )
 _QUOTED_LINE = 100  # characters of a line that says so, at most
+_QUOTED_HINT = re.compile(r"copy|original|unsent|returned|headers?|enclosed|undelivered|rfc822|below", re.IGNORECASE)
 # Field parts are read as text, as they were written: the email package would parse them into
 # blocks of headers, and a Diagnostic-Code continued on an unindented line would end a block.
 _FIELD_PARTS = re.compile(rb"(content-type:[ \t]*)message/(delivery-status|global-delivery-status|feedback-report)",
@@ -105,12 +106,18 @@ def read(raw: bytes) -> Mail:
 
 
 def _quoted(body: str) -> int | None:
-    """Where the line that says the original follows begins, if there is one."""
-    at = 0
-    for line in body.split("\n"):
+    """Where the line that says the original follows begins, if there is one: only
+    the short lines with one of the words such a line has are matched."""
+    seen = -1
+    for hint in _QUOTED_HINT.finditer(body):
+        start = body.rfind("\n", 0, hint.start()) + 1
+        if start == seen:
+            continue
+        seen = start
+        end = body.find("\n", hint.start())
+        line = body[start : end if end >= 0 else len(body)]
         if len(line) <= _QUOTED_LINE and _QUOTED.match(line):
-            return at
-        at += len(line) + 1
+            return start
     return None
 
 

@@ -1,5 +1,5 @@
-"""Amazon SES notifications (through SNS, by mail): a JSON document whose type says
-what it is, a bounce, a complaint or a delivery. Its recipients are read from
+"""Amazon SES notifications (through SNS, by mail, bare or in SNS's own envelope): a
+JSON document whose type says what it is, a bounce, a complaint or a delivery. Its recipients are read from
 their own fields, never from fragments of the text. Sync, no I/O."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from mtad.feedback.reports.said import Said, code_in, is_address, status_in
 
-_START = re.compile(r'\{\s*"(?:notificationType|eventType)"\s*:')
+_START = re.compile(r'\{\s*"(?:notificationType|eventType|Type)"\s*:')
 _WRAPPED = re.compile(r"!\n ")  # SNS wraps long lines of its mail with "!" at the end and a space after
 LIMIT = 100
 
@@ -32,6 +32,11 @@ def read(text: str) -> Notification | None:
         document, _ = json.JSONDecoder().raw_decode(_WRAPPED.sub("", text[start.start() :]))
     except ValueError:
         return None
+    if isinstance(document, dict) and isinstance(document.get("Message"), str):  # SNS's envelope, as it mails it
+        try:
+            document = json.loads(document["Message"])
+        except ValueError:
+            return None
     if not isinstance(document, dict):
         return None
     kind = str(document.get("notificationType") or document.get("eventType") or "").lower()
