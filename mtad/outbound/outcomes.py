@@ -117,6 +117,7 @@ _CLASS_REASON = {
 
 COMMANDS = ("CONN", "HELO", "MAIL", "RCPT", "DATA", "")  # "": the command is not known
 NO_CODE = 0  # `code = "none"` in the table
+_ENHANCED = re.compile(r"^[245](\.\d{1,3}){0,2}[.*]?$")  # a code of the table, or its prefix
 JUDGED = 600  # characters of a reply's text the rules read: what a receiver says comes first
 
 # Reasons for which a temporary reply slows the sender down (the shaper backs off).
@@ -131,7 +132,7 @@ class Rule:
     cls: Class | None = None
     reason: reasons.Reason | None = None
     codes: frozenset[int] = frozenset()  # NO_CODE: a report's own words, with no reply code
-    enhanced: tuple[str, ...] = ()  # "5.1.1" matches itself; "5.1." and "5.7.5*" every code they begin
+    enhanced: tuple[str, ...] = ()  # "5.1.1" matches itself; "5.1." and "5.7.5*" every code they begin; "none" none
     text: re.Pattern[str] | None = None
     commands: frozenset[str] = frozenset()  # the SMTP command the reply answered ("": not known)
     note: str = ""
@@ -185,6 +186,8 @@ class Rules:
 
 
 def _code_matches(enhanced: str, pattern: str) -> bool:
+    if pattern == "none":
+        return not enhanced
     if pattern.endswith("*"):
         return enhanced.startswith(pattern[:-1])
     return enhanced.startswith(pattern) if pattern.endswith(".") else enhanced == pattern
@@ -249,8 +252,8 @@ def parse_rules(document: Mapping[str, Any], where: str = "replies") -> Rules:
             problems.append(f'{at}: code must be an SMTP reply code, "none", or a list of them')
         enhanced = row.get("enhanced", [])
         enhanced = [enhanced] if isinstance(enhanced, str) else enhanced
-        if not all(isinstance(e, str) and re.match(r"^[245](\.\d{1,3}){0,2}[.*]?$", e) for e in enhanced):
-            problems.append(f'{at}: enhanced must be enhanced status codes, or prefixes such as "5.1." or "5.7.5*"')
+        if not all(isinstance(e, str) and (e == "none" or _ENHANCED.match(e)) for e in enhanced):
+            problems.append(f'{at}: enhanced must be status codes, prefixes such as "5.1." or "5.7.5*", or "none"')
         commands = row.get("command", [])
         commands = [commands] if isinstance(commands, str) else commands
         if not all(c in COMMANDS for c in commands):

@@ -48,6 +48,14 @@ _DELAYED = re.compile(
     r"|\(delay\)|warning: message .* still undelivered|temporarily (?:deferred|delayed)|will be retried",
     re.IGNORECASE,
 )
+# What a notice that a message was not delivered says, near its start.
+_BOUNCE_TEXT = re.compile(
+    r"could not be delivered to|was not delivered to|(?:was|is) undeliverable|delivery (?:has )?failed|delivery to "
+    r"the following recipients? failed|permanent (?:fatal )?errors?|(?:unable|not able) to deliver|returned to sender",
+    re.IGNORECASE,
+)
+_NOTICE = 3000  # characters of a notice's text looked at for it
+
 # What a temporary failure that was retried until given up was, as the last try saw it.
 _GAVE_UP_ON = frozenset({reasons.Reason.ON_HOLD, reasons.Reason.UNDEFINED, reasons.Reason.NETWORK_ERROR})
 _GAVE_UP = re.compile(r"too long|expired|given up|giving up|gave up|could not be delivered for|cannot send message for",
@@ -222,15 +230,22 @@ def _bouncing(read: mail.Mail) -> bool:
         return True
     if "delivery-status" in read.header("Content-Type").lower() or read.header("X-Failed-Recipients"):
         return True
-    return bool(_BOUNCE_SUBJECT.search(read.header("Subject")))
+    if _BOUNCE_SUBJECT.search(read.header("Subject")):
+        return True
+    # A notice from an address of no mail system (no-reply@, a provider's own), answering nothing, that says so
+    answers = read.header("In-Reply-To") or read.header("References")
+    return not answers and not personal.looks_automatic(read) and bool(_BOUNCE_TEXT.search(read.text[:_NOTICE]))
 
 
 def _plain(read: mail.Mail, bouncing: bool) -> list[Said]:
-    """The recipients of a notification in plain text: where it names them, else
-    X-Failed-Recipients, else what flufl.bounce's detectors find, else (a bounce
-    that names no one in its text) the original's recipient."""
+    """The recipients of a notification in plain text: where it names them (the
+    report's own addressee too, when the text names no other: a message to oneself),
+    else X-Failed-Recipients, else what flufl.bounce's detectors find, else (a
+    bounce that names no one in its text) the original's recipient."""
     excluded = _senders(read)
     said = plain.said(read.text, excluded) if bouncing else []
+    if bouncing and not said:
+        said = plain.said(read.text, excluded - _addresses(read.head, "To"))
     failed = [a.strip() for a in read.header("X-Failed-Recipients").split(",") if is_address(a.strip())]
     if failed:
         named = {s.recipient.lower(): s for s in said}
@@ -269,13 +284,16 @@ def _detected(read: mail.Mail) -> list[str]:
 
 def _senders(read: mail.Mail) -> set[str]:
     """The addresses that are the sender's, never a failed recipient: the report's
-    From and To, the reporting system's postmaster, the original's Sender,
-    Return-Path and Reply-To, and its From unless the original was sent to it."""
-    found = _addresses(read.head, "To", "From")
-    found |= {f"postmaster@{a.rpartition('@')[2]}" for a in _addresses(read.head, "From")}
+    From, the reporting system's postmaster, the original's Sender, Return-Path and
+    Reply-To, and the report's To and the original's From unless the original was
+    sent to them."""
+    found = _addresses(read.head, "From")
+    found |= {f"postmaster@{a.rpartition('@')[2]}" for a in found}
+    sent_to = _addresses(read.original, "To", "Cc") if read.original is not None else set()
+    found |= _addresses(read.head, "To") - sent_to  # a message to oneself bounces to oneself
     if read.original is not None:
         found |= _addresses(read.original, "Sender", "Return-Path", "Reply-To")
-        found |= _addresses(read.original, "From") - _addresses(read.original, "To", "Cc")
+        found |= _addresses(read.original, "From") - sent_to
     return found
 
 

@@ -100,5 +100,7 @@ def _address(value: str | None) -> str | None:
     found = _value(value)
     if found is None:
         return None
-    found = found.strip().strip("<>\"' ").strip()
+    found = found.strip().strip("<>' ").strip()
+    if not is_address(found):
+        found = found.strip('"')  # "x@y" quoted whole
     return found if is_address(found) else None

@@ -7,8 +7,11 @@ import re
 from dataclasses import dataclass
 
 # An address as bounces write them (no quoted local parts, no comments).
-_LOCAL = r"(?<![\w.!#$%&'*+/?^`{|}~-])[\w!#$%&*+/=?^`{|}~-][\w.!#$%&'*+/=?^`{|}~-]*"  # not begun by a quote
-ADDRESS = re.compile(_LOCAL + r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,}", re.ASCII)
+_LOCAL = r"(?<![\w.!#$%&*+/?^`{|}~-])[\w!#$%&*+/=?^`{|}~-][\w.!#$%&'*+/=?^`{|}~-]*"  # not begun by a quote
+_QUOTED_LOCAL = r'"[^"\\\r\n]{1,64}"'  # "neko..nyaan"@example.org: a local part that needs its quotes
+ADDRESS = re.compile(
+    f"(?:{_QUOTED_LOCAL}|{_LOCAL})" + r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,}", re.ASCII
+)
 # An enhanced status code (RFC 3463), not a piece of an IP address or a version: 5.1.1, #5.1.1
 _STATUS = re.compile(r"(?<![\w.])#?([245]\.\d{1,3}\.\d{1,3})(?![\w.]*\d)")
 # A basic reply code where a reply starts: "550 ", "550-", "550 5.1.1"
