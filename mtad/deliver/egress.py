@@ -116,6 +116,7 @@ class SendOutcome(enum.StrEnum):
     DELIVERED = "delivered"  # accepted: ends a run of throttling or connection failures
     DEFERRED = "deferred"  # a transient reply: counts towards the warm-up day's deferral rate
     THROTTLED = "throttled"  # the receiver asked us to slow down: deferral rate, and a strike against health
+    REFUSED = "refused"  # the receiver refused the sender for good (blocked, reputation): a strike against health
     CONNECT_FAILED = "connect_failed"  # no SMTP session through this address: a strike against health
 
 
@@ -639,7 +640,7 @@ class Egress:
                 health.strikes = 0
                 if health.until <= now:
                     del self._health[key]
-        elif outcome in (SendOutcome.THROTTLED, SendOutcome.CONNECT_FAILED):
+        elif outcome in (SendOutcome.THROTTLED, SendOutcome.REFUSED, SendOutcome.CONNECT_FAILED):
             health = self._health.setdefault(key, _Health())
             health.strikes += 1
             if health.strikes >= settings.unhealthy_after:

@@ -62,6 +62,7 @@ class Feedback:
 
     delivered: int = 0  # recipients accepted
     throttled: bool = False  # a reply classed as throttled (421, 4.7.x, provider wording)
+    refused: bool = False  # a permanent refusal of the sender (blocked, bad reputation, no PTR...)
     deferred: bool = False  # a transient reply
     connect_failed: bool = False  # no session through the source address
     maybe_sent: bool = False  # the connection dropped after the data: it may have gone out
@@ -69,10 +70,12 @@ class Feedback:
     @classmethod
     def of(cls, result: sessions.Result | None, verdicts: Verdicts) -> Feedback:
         """From the receiver's own words: the only feedback shaping takes."""
-        classes = [verdict.cls for verdict, reply in verdicts.values() if reply is not None]
+        answered = [verdict for verdict, reply in verdicts.values() if reply is not None]
+        classes = [verdict.cls for verdict in answered]
         return cls(
             delivered=classes.count(Class.DELIVERED),
             throttled=Class.THROTTLED in classes,
+            refused=any(_refuses_sender(v) for v in answered),
             deferred=Class.TRANSIENT in classes,
             connect_failed=result is not None and result.failure is Failure.CONNECT_FAILED,
             maybe_sent=result is not None and result.maybe_sent,
@@ -83,6 +86,8 @@ class Feedback:
         """What the send says about its source address, for the pool (None: nothing)."""
         if self.throttled:
             return egress.SendOutcome.THROTTLED
+        if self.refused:
+            return egress.SendOutcome.REFUSED
         if self.delivered:
             return egress.SendOutcome.DELIVERED
         if self.deferred or self.maybe_sent:
@@ -90,6 +95,11 @@ class Feedback:
         if self.connect_failed:
             return egress.SendOutcome.CONNECT_FAILED
         return None
+
+
+def _refuses_sender(verdict: Verdict) -> bool:
+    """A permanent refusal on the sender's side: its address, domain or rate."""
+    return verdict.cls is Class.CONTENT and verdict.why is not None and verdict.why.side is reasons.Side.SENDER
 
 
 class Strategy(Protocol):
@@ -181,7 +191,8 @@ class ToMx:
             return
         self._answered = True
         given = feedback or Feedback()
-        self._shaper.done(self.route.group, self.source.address, delivered=given.delivered, throttled=given.throttled)
+        self._shaper.done(self.route.group, self.source.address, delivered=given.delivered,
+                          throttled=given.throttled or given.refused)  # fmt: skip
         self._on_answer(self.source, feedback)
 
     async def settle(

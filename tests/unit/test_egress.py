@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 from mtad.base import errors
-from mtad.deliver import egress
+from mtad.base.replies import Reply
+from mtad.deliver import egress, strategies
 from mtad.deliver.egress import DAY, Egress, Granted, Policy, PoolSettings, SendOutcome, Wanted, Warmup
+from mtad.outbound import outcomes
 
 START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
 A, B, C = "192.0.2.1", "192.0.2.2", "192.0.2.3"
@@ -85,6 +87,24 @@ def test_sticky_moves_off_an_unhealthy_address_and_stays_on_the_new_one() -> Non
     clock.advance(600)  # A is healthy again; the provider stays where it went
     assert send(e, "p", first)[0].address == B
     assert e.statistics().pools[0].addresses[0].unhealthy_until == {}
+
+
+def test_a_permanent_refusal_of_the_sender_is_a_strike() -> None:
+    e = make(PoolSettings("p", (A, B), unhealthy_after=2))
+    provider = next(providers_at(0, 2))
+    assert e.report("p", provider, A, SendOutcome.REFUSED) is False
+    assert e.report("p", provider, A, SendOutcome.REFUSED) is True  # a blocked address rests like a throttled one
+    assert e.choose("p", provider).address == B
+
+
+def test_a_blocked_reply_tells_the_source_address_and_a_missing_mailbox_does_not() -> None:
+    rules = outcomes.shipped()
+    blocked = Reply(550, "5.7.1", "Service unavailable; client host [192.0.2.1] blocked using zen.spamhaus.org")
+    gone = Reply(550, "5.1.1", "No such user")
+    said = strategies.Feedback.of(None, {1: (rules.classify(blocked, "RCPT"), blocked)})
+    assert (said.refused, said.outcome) == (True, SendOutcome.REFUSED)
+    said = strategies.Feedback.of(None, {1: (rules.classify(gone, "RCPT"), gone)})
+    assert (said.refused, said.outcome) == (False, None)  # the recipient's fault: nothing against the address
 
 
 def test_a_delivery_breaks_a_run_of_strikes_and_connect_failures_count() -> None:
