@@ -95,13 +95,15 @@ def _mentions(lines: list[str], excluded: Collection[str]) -> list[_Mention]:
             if len(found) >= _MENTIONS:
                 return found
             address = match.group(0).strip(".")
+            x400 = address[:5].lower() == "smtp="  # Exchange's X.400 form: "c=US;...;dda:SMTP=x@y;"
+            if x400:
+                address = address[5:]
             lowered = address.lower()
             if lowered in standing:
                 continue  # its first standing mention is the one read
             before = line[: match.start()]
             if lowered in excluded or is_daemon(lowered) or _SENDER_INTRO.search(before[-30:]):
                 continue
-            x400 = before.lower().endswith("smtp=")  # Exchange's X.400 form: "c=US;...;dda:SMTP=x@y;"
             if not x400 and (
                 before.endswith(("mailto:", "=", "/")) or line[match.end() : match.end() + 1] in ("/", "=")
             ):

@@ -7,7 +7,8 @@ import re
 from dataclasses import dataclass
 
 # An address as bounces write them (no quoted local parts, no comments).
-_LOCAL = r"(?<![\w.!#$%&*+/?^`{|}~-])[\w!#$%&*+/=?^`{|}~-][\w.!#$%&'*+/=?^`{|}~-]*"  # not begun by a quote
+# A local part begun by no quote, and by "=" only where no word runs into it ("dda:SMTP=x@y" names x@y).
+_LOCAL = r"(?<![\w.!#$%&*+/?^`{|}~-])(?:(?<![A-Za-z0-9])=|[\w!#$%&*+/?^`{|}~-])[\w.!#$%&'*+/=?^`{|}~-]*"
 _QUOTED_LOCAL = r'"[^"\\\r\n]{1,64}"'  # "neko..nyaan"@example.org: a local part that needs its quotes
 ADDRESS = re.compile(
     f"(?:{_QUOTED_LOCAL}|{_LOCAL})" + r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,}", re.ASCII
