@@ -52,6 +52,14 @@ def send(node: Mtad, recipient: str, subject: str) -> None:
         client.sendmail("app@example.org", [recipient], email(subject).as_bytes(policy=SMTP))
 
 
+def checkpointed(dsn: str, group: str) -> None:
+    """Wait until a node has checkpointed a bucket of `group` (each does every few seconds)."""
+    deadline = time.monotonic() + 30
+    while not rows(dsn, "SELECT 1 FROM buckets WHERE route_group = $1", group):
+        assert time.monotonic() < deadline, f"no bucket of {group} checkpointed within 30 s"
+        time.sleep(0.1)
+
+
 def set_aside(dsn: str, recipient: str, kind: str) -> None:
     """Wait until a node set the recipient's delivery aside for a suspension of `kind`."""
     deadline = time.monotonic() + 30
@@ -94,6 +102,7 @@ def test_every_kind_of_suspension_holds_mail_on_both_nodes_until_resumed(
         queued = nodes[1].cli("queue", "ls", "--state", "queued").stdout
         assert "on resume" in queued
         if kind == "provider":
+            checkpointed(dsn, group)  # `buckets ls` shows the buckets the nodes have written
             assert f"provider: checking {kind}" in nodes[0].cli("buckets", "ls").stdout
         resumed = nodes[1].cli("resume", flag, key)
         assert resumed.returncode == 0, resumed.stderr
