@@ -53,7 +53,8 @@ def parse_path(arg: str) -> tuple[str, str] | None:
 
     Accepts `<addr>`, `<>` (returns an empty address), a source route
     `<@a,@b:addr>` (the route is dropped, RFC 5321 4.1.2) and a bare `addr`.
-    Returns None when the brackets or quotes do not balance.
+    Returns None when the brackets or quotes do not balance, or when a source
+    route leads to no mailbox (`<@a:>` is not the null path).
     """
     text = arg.strip()
     if not text:
@@ -68,6 +69,8 @@ def parse_path(arg: str) -> tuple[str, str] | None:
             if colon < 0:
                 return None
             inner = inner[colon + 1 :]
+            if not inner:
+                return None
         if _closing(inner, 0, "<") >= 0 or _closing(inner, 0, ">") >= 0:
             return None
         return inner, rest.strip()

@@ -418,10 +418,11 @@ class _Session(Tracked):
 
     def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
         """MAIL's and RCPT's path by mtad's parser: aiosmtpd's (the email package's,
-        with a class made per call) was a third of the listener's CPU."""
+        with a class made per call) was a third of the listener's CPU. A path that does
+        not parse (`<@route:>` included) is given as no address: aiosmtpd's 501."""
         parsed = envelope.parse_path(arg)
         if parsed is None:
-            return None, None
+            return "", ""
         address, rest = parsed
         return (address or ("<>" if arg.strip() else "")), rest  # the null sender of a bounce, as aiosmtpd gives it
 

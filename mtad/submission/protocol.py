@@ -137,7 +137,7 @@ class Protocol(SMTP):
         if await self.check_helo_needed() or await self.check_auth_needed("MAIL"):
             return
         assert self.envelope is not None
-        found = self._path("FROM:", arg, replies.MAIL_SYNTAX)
+        found = self._path("FROM:", arg, replies.MAIL_SYNTAX, replies.BAD_SENDER_SYNTAX)
         if isinstance(found, str):
             await self.push(found)
             return
@@ -180,7 +180,7 @@ class Protocol(SMTP):
         if self.envelope.mail_from is None:
             await self.push(refuse(replies.NEED_MAIL, "protocol"))
             return
-        found = self._path("TO:", arg, replies.RCPT_SYNTAX)
+        found = self._path("TO:", arg, replies.RCPT_SYNTAX, replies.BAD_RECIPIENT_SYNTAX)
         if isinstance(found, str):
             await self.push(found)
             return
@@ -194,16 +194,18 @@ class Protocol(SMTP):
             status = await self._call_handler_hook("RCPT", address, options)
         await self.push(status)
 
-    def _path(self, keyword: str, arg: str | None, syntax_reply: Reply) -> tuple[str, list[str]] | str:
+    def _path(
+        self, keyword: str, arg: str | None, syntax_reply: Reply, malformed: Reply
+    ) -> tuple[str, list[str]] | str:
         """The address ("" for `<>`) and upper-cased parameters of MAIL/RCPT, or the
-        refusal line."""
+        refusal line: `malformed` for a path that does not parse (501, RFC 5321 4.2.3)."""
         assert self.session is not None
         path = self._strip_command_keyword(keyword, arg or "")
         if not path:
             return refuse(syntax_reply, "syntax")
         parsed = envelope.parse_path(path)
         if parsed is None:
-            return refuse(replies.MALFORMED_ADDRESS, "bad_address")
+            return refuse(malformed, "bad_address")
         address, rest = parsed
         if rest and not self.session.extended_smtp:
             return refuse(syntax_reply, "syntax")

@@ -219,6 +219,19 @@ async def test_it_is_never_an_open_relay(database: db.Database) -> None:
         await client.close()
 
 
+async def test_a_path_that_does_not_parse_is_a_syntax_error(database: db.Database) -> None:
+    async with listening(database) as listener:
+        client = await RawClient.connect("127.0.0.1", listener.addresses[0].port)
+        await client.ehlo()
+        for path in ("<@x.test:>", "<@a.test,@b.test:>", "<app@example.org"):  # no mailbox; unbalanced
+            reply = await client.command(f"MAIL FROM:{path}")
+            assert reply.startswith("501 5.5.4 "), (path, reply)
+        assert (await client.command("MAIL FROM:<>")).startswith("250 ")  # the null sender stays one
+        reply = await client.command("RCPT TO:<@x.test:>")
+        assert reply.startswith("501 5.5.4 "), reply
+        await client.close()
+
+
 async def test_an_oversize_message_is_refused_with_552(database: db.Database) -> None:
     async with listening(database, max_message_size=2000) as listener:
         client = await RawClient.connect("127.0.0.1", listener.addresses[0].port)

@@ -122,7 +122,9 @@ async def test_failed_auth_is_rate_limited_per_client(make_submission: Factory) 
     ("commands", "expected"),
     [
         (["MAIL FROM:<a..b@example.org>"], "553 5.1.3"),
-        (["MAIL FROM:<app@example.org"], "553 5.1.3"),
+        (["MAIL FROM:<app@example.org"], "501 5.1.7"),
+        (["MAIL FROM:<@x.test:>"], "501 5.1.7"),  # a source route to no mailbox: not the null sender
+        (["MAIL FROM:<app@example.org>", "RCPT TO:<@x.test:>"], "501 5.1.3"),
         (["MAIL FROM:"], "501 5.5.4"),
         (["MAIL FROM:<>", "MAIL FROM:<>"], "503 5.5.1"),  # nested, after a null reverse-path
         (["MAIL FROM:<>", "RCPT TO:<>"], "501 5.5.4"),

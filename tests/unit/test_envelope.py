@@ -20,8 +20,12 @@ def test_parse_path(arg: str, expected: tuple[str, str]) -> None:
     assert envelope.parse_path(arg) == expected
 
 
-@pytest.mark.parametrize("arg", ["<a@example.com", '<"a@example.com>', "<a<b@example.com>", "<@relay:a@b.c"])
-def test_parse_path_refuses_unbalanced(arg: str) -> None:
+@pytest.mark.parametrize(
+    "arg",
+    ["<a@example.com", '<"a@example.com>', "<a<b@example.com>", "<@relay:a@b.c", "<@x.test:>", "<@a.test,@b.test:>"],
+)
+def test_parse_path_refuses_what_is_not_a_path(arg: str) -> None:
+    """Unbalanced brackets or quotes, or a source route that leads to no mailbox."""
     assert envelope.parse_path(arg) is None
 
 
