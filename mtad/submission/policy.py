@@ -105,6 +105,16 @@ class SubmissionSession(Session):
         self.trusted = False
         self.client = ""
 
+    # aiosmtpd sets its legacy login_data at every AUTH and logs a deprecation warning
+    # each time it is touched; mtad reads auth_data, so this one is kept quietly.
+    @property
+    def login_data(self) -> Any:
+        return self._login_data
+
+    @login_data.setter
+    def login_data(self, value: Any) -> None:
+        self._login_data = value
+
 
 class SubmissionEnvelope(Envelope):
     """aiosmtpd's envelope plus the validated recipients."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import ssl
 
 import aiosmtplib
@@ -105,6 +106,20 @@ async def test_require_auth_applies_to_trusted_networks_too(make_submission: Fac
         assert (await raw.command("czNjcmV0")).startswith("235 2.7.0")  # "s3cret"
         assert (await raw.command("MAIL FROM:<app@example.org>")).startswith("250 2.1.0")
         await raw.close()
+
+
+async def test_auth_logs_no_deprecation_of_aiosmtpd_login_data(
+    make_submission: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with make_submission(require_auth=True) as srv:
+        await tenants.add(srv.database, "shop", "s3cret")
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        with caplog.at_level(logging.WARNING):
+            assert (await raw.auth_plain("shop", "s3cret")).startswith("235 2.7.0")
+            assert (await raw.command("MAIL FROM:<app@example.org>")).startswith("250 2.1.0")
+        await raw.close()
+    assert [r.getMessage() for r in caplog.records if "login_data" in r.getMessage()] == []
 
 
 async def test_failed_auth_is_rate_limited_per_client(make_submission: Factory) -> None:
