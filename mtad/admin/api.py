@@ -5,8 +5,9 @@ Every route under /v1 but the OpenAPI document wants `Authorization: Bearer
 <token>` with the token of `[admin] token_file` (compared in constant time).
 Errors are JSON objects `{"error": ...}` with a 4xx or 5xx status: 400 for a body
 that is not JSON, 401 without the token, 404 for what does not exist, 409 for a
-conflict, 422 for a request that cannot be done as asked, 503 when PostgreSQL
-does not answer. A message injected is answered 202 only after its COMMIT.
+conflict, 422 for a request that cannot be done as asked (with "field" naming
+the field of the body at fault, when one is), 503 when PostgreSQL does not
+answer. A message injected is answered 202 only after its COMMIT.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def application(services: Services) -> web.Application:
         except _Bad as exc:
             return _error(exc.status, str(exc))
         except inject.Invalid as exc:
-            return _error(422, str(exc))
+            return _error(422, str(exc), **({"field": exc.field} if exc.field is not None else {}))
         except errors.NotFound as exc:
             return _error(404, str(exc))
         except errors.Conflict as exc:
@@ -108,6 +109,9 @@ def application(services: Services) -> web.Application:
             return _error(500, "the spool failed; see the log")
         except errors.MtadError as exc:
             return _error(422, str(exc))
+        except Exception:  # a bug: logged with its traceback, answered as JSON like every other error
+            log.exception("admin_failed", path=request.path)
+            return _error(500, "internal error; see the log")
 
     api = _Api(services)
     app = web.Application(middlewares=[guarded], client_max_size=MAX_BODY)

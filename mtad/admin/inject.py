@@ -9,6 +9,13 @@ or structured, built into MIME by the stdlib email package:
 Both may name a "tenant" (else [submission] default_tenant). The content's line
 endings become CRLF; the Idempotency-Key request header becomes the message's
 when it has none of its own.
+
+Every address is read by one strict parser (mtad.base.envelope.parse_named, on the
+checks MAIL and RCPT make): `a@example.com`, `<a@example.com>` or
+`Name <a@example.com>`; an ambiguous one ("x@evil.test <a@example.com>") is refused,
+never guessed at. The envelope sender is read as MAIL FROM's path ("" or "<>": the
+null sender). The structured form's header fields are written from what was parsed;
+a value that would hold a line break is refused. Each refusal names its field.
 """
 
 from __future__ import annotations
@@ -16,19 +23,30 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import email.utils
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from email.headerregistry import Address as HeaderAddress
 from email.message import EmailMessage
 from email.policy import SMTP, SMTPUTF8
 from typing import Any
 
 from mtad.base import envelope, errors, headers
+from mtad.base.envelope import Address
 from mtad.base.smtp_data import CRLF, MAX_LINE
 
 
 class Invalid(ValueError):
-    """What is wrong with the request, for its 422 answer."""
+    """What is wrong with the request, for its 422 answer; `field` names the field
+    ("to[1]", "attachments[0].filename"), when one is at fault."""
+
+    def __init__(self, why: str, field: str | None = None) -> None:
+        super().__init__(why)
+        self.field = field
+
+
+Named = tuple[str, Address]  # a name ("": none) and its mailbox
+_MEDIA_TYPE = re.compile(r"[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +90,8 @@ def parse(body: Any, idempotency_key: str | None = None) -> Injected:
 
 def _raw(body: Mapping[str, Any]) -> Injected:
     _known(body, _RAW_FIELDS)
-    sender = _text(body, "envelope_sender", required=True)
-    recipients = tuple(_address(given) for given in _addresses(body, "recipients", required=True))
+    sender = _sender(_text(body, "envelope_sender", required=True))
+    recipients = tuple(str(mailbox) for _, mailbox in _addresses(body, "recipients", required=True))
     content = _text(body, "content", required=True)
     raw = content.encode("utf-8")
     if not raw.strip():
@@ -88,34 +106,33 @@ def _raw(body: Mapping[str, Any]) -> Injected:
 
 def _structured(body: Mapping[str, Any]) -> Injected:
     _known(body, _STRUCTURED_FIELDS)
-    author = _text(body, "from", required=True)
+    author = _named(_text(body, "from", required=True), "from")
     to, cc, bcc = (_addresses(body, name) for name in ("to", "cc", "bcc"))
     if not (to or cc or bcc):
         raise Invalid('give at least one recipient in "to", "cc" or "bcc"')
-    named = email.utils.parseaddr(author)[1]
-    if not named or "@" not in named:
-        raise Invalid(f"from: {author!r} is not an address")
-    sender = _text(body, "envelope_sender") if "envelope_sender" in body else named
-    recipients = tuple(_address(given) for given in (*to, *cc, *bcc))
-    everyone = (author, sender, *to, *cc)
-    smtputf8 = not all(a.isascii() for a in everyone)
+    reply_to = _addresses(body, "reply_to")
+    sender = _sender(_text(body, "envelope_sender")) if "envelope_sender" in body else str(author[1])
+    recipients = tuple(str(mailbox) for _, mailbox in (*to, *cc, *bcc))
+    # Names are encoded (RFC 2047) as needed: only a mailbox's non-ASCII local part needs SMTPUTF8.
+    smtputf8 = not (sender.isascii() and all(m.local.isascii() for _, m in (author, *to, *cc, *reply_to)))
     message = EmailMessage(policy=SMTPUTF8 if smtputf8 else SMTP)
-    message["From"] = author
+    message["From"] = _header_addresses([author])
     if to:
-        message["To"] = ", ".join(to)
+        message["To"] = _header_addresses(to)
     if cc:
-        message["Cc"] = ", ".join(cc)
-    if "reply_to" in body:
-        message["Reply-To"] = _text(body, "reply_to")
-    message["Subject"] = _text(body, "subject")
+        message["Cc"] = _header_addresses(cc)
+    if reply_to:
+        message["Reply-To"] = _header_addresses(reply_to)
+    message["Subject"] = _header_text(body, "subject")
     extra = body.get("headers", {})
     if not isinstance(extra, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in extra.items()):
-        raise Invalid('headers: expected an object of names and values, e.g. {"X-Campaign": "7"}')
+        raise Invalid('headers: expected an object of names and values, e.g. {"X-Campaign": "7"}', "headers")
     for name, value in extra.items():
         if name.lower() in _OWN_HEADERS or not name or not all(33 <= ord(c) <= 126 and c != ":" for c in name):
-            raise Invalid(f"headers: {name!r} cannot be given here (a field name of its own, or set by the message)")
-        if "\r" in value or "\n" in value:
-            raise Invalid(f"headers: the value of {name} holds a line break")
+            raise Invalid(f"headers: {name!r} cannot be given here (a field name of its own, or set by the message)",
+                          "headers")  # fmt: skip
+        if not _one_line(value):
+            raise Invalid(f"headers: the value of {name} holds a line break or a control character", "headers")
         message[name] = value
     text, html = body.get("text"), body.get("html")
     if text is None and html is None:
@@ -135,23 +152,23 @@ def _structured(body: Mapping[str, Any]) -> Injected:
 def _attach(message: EmailMessage, attachment: Any, n: int) -> None:
     where = f"attachments[{n}]"
     if not isinstance(attachment, dict):
-        raise Invalid(f'{where}: expected {{"filename", "content_type", "content" (base64)}}')
-    filename = _text(attachment, "filename", required=True, where=where)
+        raise Invalid(f'{where}: expected {{"filename", "content_type", "content" (base64)}}', where)
+    filename = _header_text(attachment, "filename", required=True, where=where)
     kind = _text(attachment, "content_type", where=where) or "application/octet-stream"
+    if not _MEDIA_TYPE.fullmatch(kind):
+        raise Invalid(f"{where}.content_type: {kind!r} is not a type/subtype", f"{where}.content_type")
     main, _, sub = kind.partition("/")
-    if not main or not sub:
-        raise Invalid(f"{where}.content_type: {kind!r} is not a type/subtype")
     try:
         data = base64.b64decode(_text(attachment, "content", required=True, where=where), validate=True)
     except (binascii.Error, ValueError):
-        raise Invalid(f"{where}.content: not base64") from None
+        raise Invalid(f"{where}.content: not base64", f"{where}.content") from None
     message.add_attachment(data, maintype=main, subtype=sub, filename=filename)
 
 
 def _known(body: Mapping[str, Any], fields: frozenset[str]) -> None:
     unknown = sorted(set(body) - fields)
     if unknown:
-        raise Invalid(f"unknown fields: {', '.join(unknown)} (known: {', '.join(sorted(fields))})")
+        raise Invalid(f"unknown fields: {', '.join(unknown)} (known: {', '.join(sorted(fields))})", unknown[0])
 
 
 def _tenant(body: Mapping[str, Any]) -> str | None:
@@ -162,36 +179,78 @@ def _tenant(body: Mapping[str, Any]) -> str | None:
     try:
         return tenants.check_name(_text(body, "tenant", required=True))
     except errors.MtadError as exc:
-        raise Invalid(f"tenant: {exc}") from None
+        raise Invalid(f"tenant: {exc}", "tenant") from None
 
 
 def _text(body: Mapping[str, Any], name: str, *, required: bool = False, where: str = "") -> str:
     value = body.get(name, "")
     label = f"{where}.{name}" if where else name
     if not isinstance(value, str):
-        raise Invalid(f"{label}: expected a string")
+        raise Invalid(f"{label}: expected a string", label)
     if required and name not in body:
-        raise Invalid(f"{label}: required")
+        raise Invalid(f"{label}: required", label)
     return value
 
 
-def _address(given: str) -> str:
-    """The address of "Name <address>", or the address given alone."""
-    return email.utils.parseaddr(given)[1] if "<" in given else given.strip()
+def _one_line(value: str) -> bool:
+    """Whether a header field's value holds no line break and no other control
+    character (a tab aside)."""
+    return value.replace("\t", " ").isprintable()
 
 
-def _addresses(body: Mapping[str, Any], name: str, *, required: bool = False) -> tuple[str, ...]:
-    """The addresses of a field as given (display names kept), each checked."""
+def _header_text(body: Mapping[str, Any], name: str, *, required: bool = False, where: str = "") -> str:
+    """A text that goes into a header field (a subject, a file name): one line."""
+    value = _text(body, name, required=required, where=where)
+    if not _one_line(value):
+        label = f"{where}.{name}" if where else name
+        raise Invalid(f"{label}: holds a line break or a control character", label)
+    return value
+
+
+def _named(given: str, label: str) -> Named:
+    """An address as given ("Name <a@example.com>"), read by the one strict parser."""
+    try:
+        return envelope.parse_named(given, smtputf8=True)
+    except errors.AddressError as exc:
+        raise Invalid(f"{label}: {given!r}: {exc.text}", label) from None
+
+
+def _addresses(body: Mapping[str, Any], name: str, *, required: bool = False) -> tuple[Named, ...]:
+    """The addresses of a field (a list, or one string), each read by `_named`."""
     value = body.get(name, [])
     if isinstance(value, str):
-        value = [value]
+        return (_named(value, name),)
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
-        raise Invalid(f"{name}: expected a list of addresses")
+        raise Invalid(f"{name}: expected a list of addresses", name)
     if required and not value:
-        raise Invalid(f"{name}: at least one address")
-    for given in value:
-        try:
-            envelope.parse_mailbox(_address(given), smtputf8=True)
-        except errors.AddressError as exc:
-            raise Invalid(f"{name}: {given!r}: {exc.text}") from None
-    return tuple(value)
+        raise Invalid(f"{name}: at least one address", name)
+    return tuple(_named(given, f"{name}[{n}]") for n, given in enumerate(value))
+
+
+def _sender(given: str) -> str:
+    """The envelope sender, read as MAIL FROM's path is: "" or "<>" for the null sender,
+    else one mailbox, bare or in angle brackets, with nothing after it."""
+    if not given.isprintable():
+        raise Invalid(f"envelope_sender: {given!r} holds a control character (a line break?)", "envelope_sender")
+    if given.strip() in ("", "<>"):
+        return ""
+    parsed = envelope.parse_path(given)
+    if parsed is None or not parsed[0] or parsed[1]:
+        raise Invalid(f"envelope_sender: {given!r} is not an address (give local-part@domain, or \"\" for the "
+                      "null sender)", "envelope_sender")  # fmt: skip
+    try:
+        return str(envelope.parse_mailbox(parsed[0], smtputf8=True))
+    except errors.AddressError as exc:
+        raise Invalid(f"envelope_sender: {exc.text}", "envelope_sender") from None
+
+
+def _header_addresses(named: Sequence[Named]) -> list[HeaderAddress]:
+    """The addresses as the email package writes them into a field, quoting and
+    encoding each name as it needs: from what was parsed, never parsed again."""
+    return [HeaderAddress(display_name=name, username=_unquoted(mailbox.local), domain=mailbox.domain)
+            for name, mailbox in named]  # fmt: skip
+
+
+def _unquoted(local: str) -> str:
+    """A local part as its characters (`"john doe"` is `john doe`): the email package quotes it again."""
+    return re.sub(r"\\(.)", r"\1", local[1:-1]) if local.startswith('"') else local

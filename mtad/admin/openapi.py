@@ -105,6 +105,7 @@ DOCUMENT: dict[str, Any] = {
         "schemas": {
             "Error": {"type": "object", "required": ["error"], "properties": {
                 "error": {"type": "string"}, "smtp": {"type": "string", "description": "the SMTP reply it would be"},
+                "field": {"type": "string", "description": 'the field of the body at fault (a 422): "to[1]"'},
             }},
             "Message": {"oneOf": [
                 {"type": "object", "required": ["envelope_sender", "recipients", "content"], "properties": {
@@ -117,7 +118,8 @@ DOCUMENT: dict[str, Any] = {
                     "from": {"type": "string"}, "to": {"type": "array", "items": {"type": "string"}},
                     "cc": {"type": "array", "items": {"type": "string"}},
                     "bcc": {"type": "array", "items": {"type": "string"}},
-                    "reply_to": {"type": "string"}, "subject": {"type": "string"},
+                    "reply_to": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+                    "subject": {"type": "string"},
                     "text": {"type": "string"}, "html": {"type": "string"},
                     "headers": {"type": "object", "additionalProperties": {"type": "string"}},
                     "attachments": {"type": "array", "items": {"type": "object", "required": ["filename", "content"],

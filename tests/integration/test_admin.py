@@ -135,7 +135,7 @@ async def test_a_structured_message_is_built_into_mime(database: db.Database) ->
     [
         ({"content": "x"}, 422, "envelope_sender: required"),
         ({**RAW, "recipients": []}, 422, "recipients: at least one address"),
-        ({**RAW, "recipients": ["not an address"]}, 422, "recipients: 'not an address'"),
+        ({**RAW, "recipients": ["not an address"]}, 422, "recipients[0]: 'not an address'"),
         ({**RAW, "tenant": "no spaces"}, 422, "tenant:"),
         ({**RAW, "content": "Subject: x\n\n" + "y" * 1200}, 422, "longer than 998"),
         ({"from": "a@example.org", "to": ["b@example.com"]}, 422, 'give "text", "html" or both'),
@@ -151,6 +151,36 @@ async def test_a_bad_injection_says_what_is_wrong(
         got, answer = await client.call("POST", "/v1/messages", json=body)
         assert got == status
         assert says in answer["error"]
+        assert await query(database, "SELECT id FROM messages") == []
+
+
+STRUCTURED = {"from": "Shop <shop@example.org>", "to": ["ann@example.com"], "subject": "Hi", "text": "Thanks."}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({**RAW, "recipients": ["evil@elsewhere.test <probe@rcpt.test>"]}, "recipients[0]"),
+        ({**STRUCTURED, "to": ["evil@elsewhere.test <probe@rcpt.test>"]}, "to[0]"),
+        ({**STRUCTURED, "from": "evil@elsewhere.test <shop@example.org>"}, "from"),
+        ({**RAW, "envelope_sender": "app@example.org>\r\nRCPT TO:<victim@example.com"}, "envelope_sender"),
+        ({**STRUCTURED, "envelope_sender": "<app@example.org> SIZE=1"}, "envelope_sender"),
+        ({**STRUCTURED, "subject": "Hi\r\nBcc: victim@example.com"}, "subject"),
+        ({**STRUCTURED, "from": "Shop\n <shop@example.org>"}, "from"),
+        ({**STRUCTURED, "reply_to": "help@example.org\r\nBcc: victim@example.com"}, "reply_to"),
+        ({**STRUCTURED, "attachments": [{"filename": "r\r\n.txt", "content": "aGk="}]}, "attachments[0].filename"),
+    ],
+)  # fmt: skip
+async def test_hostile_addresses_and_line_breaks_are_a_422_naming_the_field(
+    database: db.Database, body: dict[str, Any], field: str
+) -> None:
+    async with serving(database) as client:
+        async with client.session.post(client.base + "/v1/messages", json=body,
+                                       headers={"Authorization": f"Bearer {TOKEN}"}) as response:  # fmt: skip
+            assert (response.status, response.content_type) == (422, "application/json")
+            answer = await response.json()
+        assert answer["field"] == field
+        assert answer["error"].startswith(f"{field}: ")
         assert await query(database, "SELECT id FROM messages") == []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email
+import email.policy
 from email.policy import SMTP
 
 import pytest
@@ -67,7 +68,8 @@ def test_a_structured_message_becomes_mime_with_every_recipient() -> None:
         ({**ENVELOPE, "content": "x", "cc": []}, "unknown fields: cc"),
         ({**ENVELOPE, "content": " \r\n"}, "content: empty"),
         ({"envelope_sender": "a@example.org", "recipients": [], "content": "x"}, "recipients: at least one"),
-        ({"envelope_sender": "a@example.org", "recipients": ["not an address"], "content": "x"}, "recipients:"),
+        ({"envelope_sender": "a@example.org", "recipients": ["not an address"], "content": "x"},
+         r"recipients\[0\]: 'not an address'"),
         ({"from": "app@example.org", "subject": "x", "text": "y"}, "at least one recipient"),
         ({"from": "app@example.org", "to": ["a@example.com"], "subject": "x"}, 'give "text", "html" or both'),
         ({"from": "app@example.org", "to": ["a@example.com"], "text": "y", "headers": {"From": "x"}}, "headers:"),
@@ -78,3 +80,93 @@ def test_a_structured_message_becomes_mime_with_every_recipient() -> None:
 def test_a_bad_request_says_what_is_wrong(body: object, why: str) -> None:
     with pytest.raises(inject.Invalid, match=why):
         inject.parse(body)
+
+
+STRUCTURED = {"from": "Shop <app@example.org>", "to": ["a@example.com"], "subject": "Hi", "text": "y"}
+AMBIGUOUS = "evil@elsewhere.test <probe@rcpt.test>"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({**ENVELOPE, "recipients": [AMBIGUOUS], "content": "x"}, "recipients[0]"),
+        ({**STRUCTURED, "to": ["ok@example.com", AMBIGUOUS]}, "to[1]"),
+        ({**STRUCTURED, "cc": [AMBIGUOUS]}, "cc[0]"),
+        ({**STRUCTURED, "bcc": AMBIGUOUS}, "bcc"),
+        ({**STRUCTURED, "from": AMBIGUOUS}, "from"),
+        ({**STRUCTURED, "reply_to": AMBIGUOUS}, "reply_to"),
+        ({**STRUCTURED, "to": ["evil@elsewhere.test, probe@rcpt.test"]}, "to[0]"),  # two in one
+        ({**STRUCTURED, "to": ["Ann <a@example.com> <b@example.com>"]}, "to[0]"),
+        ({**STRUCTURED, "to": ["Ann <a@example.com>, Bob <b@example.com>"]}, "to[0]"),
+        ({**STRUCTURED, "to": ["<@relay.test:a@example.com>"]}, "to[0]"),  # a source route in a header
+        ({**STRUCTURED, "to": ['"unclosed <a@example.com>']}, "to[0]"),
+        ({**STRUCTURED, "to": ["Ann (x) <a@example.com>"]}, "to[0]"),
+        ({**STRUCTURED, "to": ["Ann\r\nBcc: c@example.com <a@example.com>"]}, "to[0]"),
+        ({**STRUCTURED, "to": ["a@localhost"]}, "to[0]"),
+        ({**STRUCTURED, "from": "Shop <>"}, "from"),
+    ],
+)  # fmt: skip
+def test_an_ambiguous_or_malformed_address_is_refused_naming_its_field(body: object, field: str) -> None:
+    with pytest.raises(inject.Invalid) as info:
+        inject.parse(body)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+
+
+@pytest.mark.parametrize(
+    "sender",
+    ["app@example.org>\r\nRCPT TO:<victim@example.com", "app@example.org\n", "<app@example.org> SIZE=10",
+     "<app@example.org", "app@localhost", "Shop <app@example.org>", "<@x.test:>", "a b@example.org"],
+)  # fmt: skip
+def test_the_envelope_sender_is_checked_as_mail_from_is(sender: str) -> None:
+    for body in ({**ENVELOPE, "envelope_sender": sender, "content": "x"}, {**STRUCTURED, "envelope_sender": sender}):
+        with pytest.raises(inject.Invalid) as info:
+            inject.parse(body)
+        assert info.value.field == "envelope_sender"
+
+
+def test_the_envelope_sender_may_be_null_or_in_brackets() -> None:
+    cases = [("", ""), ("<>", ""), ("<App@Example.ORG>", "App@example.org"), ("b@example.org", "b@example.org")]
+    for sent, sender in cases:
+        assert inject.parse({**ENVELOPE, "envelope_sender": sent, "content": "x"}).sender == sender
+        assert inject.parse({**STRUCTURED, "envelope_sender": sent}).sender == sender
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({**STRUCTURED, "subject": "Hi\r\nBcc: victim@example.com"}, "subject"),
+        ({**STRUCTURED, "subject": "Hi\nthere"}, "subject"),
+        ({**STRUCTURED, "subject": "Hi\rthere"}, "subject"),
+        ({**STRUCTURED, "subject": "nul\x00"}, "subject"),
+        ({**STRUCTURED, "from": "Shop\r\n <app@example.org>"}, "from"),
+        ({**STRUCTURED, "reply_to": "help@example.org\r\nBcc: x@example.com"}, "reply_to"),
+        ({**STRUCTURED, "attachments": [{"filename": "a\r\n.txt", "content": "aGk="}]}, "attachments[0].filename"),
+        ({**STRUCTURED, "attachments": [{"filename": "a.txt", "content_type": "text/plain\r\nX-Evil: 1",
+                                         "content": "aGk="}]}, "attachments[0].content_type"),
+        ({**STRUCTURED, "headers": {"X-Campaign": "7\r\nBcc: x@example.com"}}, "headers"),
+    ],
+)  # fmt: skip
+def test_a_line_break_in_a_header_value_is_refused_naming_its_field(body: object, field: str) -> None:
+    with pytest.raises(inject.Invalid) as info:
+        inject.parse(body)
+    assert info.value.field == field
+
+
+def test_names_are_kept_and_written_by_the_parser_not_guessed() -> None:
+    made = inject.parse({**STRUCTURED, "from": '"Shop, Inc." <app@example.org>', "reply_to": "Help <help@Example.org>",
+                         "to": ["Ann O. Nymous <a@example.com>", "<b@example.com>", '"c d"@example.com'],
+                         "cc": ["José <jose@example.com>"], "subject": "Grüße"})  # fmt: skip
+    assert made.recipients == ("a@example.com", "b@example.com", '"c d"@example.com', "jose@example.com")
+    assert (made.sender, made.smtputf8) == ("app@example.org", False)  # a name needs no SMTPUTF8: it is encoded
+    message = email.message_from_bytes(made.content, policy=email.policy.default)
+    assert message["From"].addresses[0].display_name == "Shop, Inc."
+    assert message["From"].addresses[0].addr_spec == "app@example.org"
+    assert message["Reply-To"].addresses[0].addr_spec == "help@example.org"
+    assert [a.addr_spec for a in message["To"].addresses] == ["a@example.com", "b@example.com", '"c d"@example.com']
+    assert message["Cc"].addresses[0].display_name == "José"
+    assert message["Subject"] == "Grüße"
+    assert made.content.isascii()
+    utf8 = inject.parse({**STRUCTURED, "to": ["Jö <jö@example.com>"]})
+    assert (utf8.recipients, utf8.smtputf8) == (("jö@example.com",), True)
+    assert b"To: J\xc3\xb6 <j\xc3\xb6@example.com>\r\n" in utf8.content
