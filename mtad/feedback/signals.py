@@ -140,10 +140,23 @@ async def original(database: db.Database, message_id: str, recipient: str | None
 async def record(database: db.Database, signal: Signal) -> int:
     """The signal's event (the consumers take it from there); returns its id. A bounce
     that reports a failure (not a delay) of a delivery recorded as delivered moves it
-    to bounced (async_bounce)."""
+    to bounced (async_bounce). An unsubscribe is recorded once per delivery (the
+    recipient of a message), however often and however it comes (a click replayed,
+    a mail sent again, a feedback loop's opt-out): the id of the first is returned."""
+    if signal.kind is Kind.UNSUBSCRIBED:
+        return await _unsubscribed(database, signal)
     event = int(await database.fetchval("feedback/record", *_arguments(signal)))
     _count([signal])
     return event
+
+
+async def _unsubscribed(database: db.Database, signal: Signal) -> int:
+    recipient = signal.recipient.lower()
+    about = signal.message or (f"delivery {signal.delivery}" if signal.delivery else f"tenant {signal.tenant}")
+    async with database.transaction() as conn:
+        await conn.execute("feedback/unsubscribe_lock", f"{about} {recipient}")
+        arguments = _arguments(signal)[:6]  # at, kind, message, delivery, tenant, data
+        return int(await conn.fetchval("feedback/unsubscribed", *arguments, recipient))
 
 
 async def record_all(database: db.Database, recorded: Sequence[Signal]) -> list[None]:

@@ -263,7 +263,8 @@ class Unsubscribing:
 
 async def record(database: db.Database, subscriber: Subscriber, at: datetime) -> None:
     """The `suppress` of the daemon: an unsubscribed event for the subscriber (the
-    suppression consumer adds the address to the tenant's list)."""
+    suppression consumer adds the address to the tenant's list), once per delivery:
+    a POST replayed is answered alike and records nothing new (signals.record)."""
     await signals.record(database, signals.Signal(signals.Kind.UNSUBSCRIBED, subscriber.address, at,
                                                   message=subscriber.message, tenant=subscriber.tenant,
                                                   data={"via": "one-click"}))  # fmt: skip
@@ -271,7 +272,7 @@ async def record(database: db.Database, subscriber: Subscriber, at: datetime) ->
 
 def app(tokens: Tokens, suppress: Suppress, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> web.Application:
     """The endpoint: POST /unsubscribe/{token} with List-Unsubscribe=One-Click calls
-    `suppress` (again on each POST: it must be idempotent) and answers 200
+    `suppress` (again on each POST: it must be idempotent, as `record` is) and answers 200
     "unsubscribed"; GET /unsubscribe/{token} answers the page that makes that POST.
     A bad token or a POST without the one-click field: 400; another path: 404, another
     method: 405; a body over 64 KiB: 413; `suppress` raising SpoolError: 503. Every
