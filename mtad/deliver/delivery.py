@@ -329,9 +329,18 @@ class Delivery:
 
     def _spawn(self, coro: Any) -> None:
         assert self._tasks is not None
-        task = self._tasks.create_task(coro)
+        task = self._tasks.create_task(self._kept(coro))
         self._work.add(task)
         task.add_done_callback(self._work.discard)
+
+    @staticmethod
+    async def _kept(coro: Any) -> None:
+        """A piece of work the database went away under ends alone, never the engine:
+        what it held comes back when its leases run out."""
+        try:
+            await coro
+        except errors.SpoolError as exc:
+            log.warning("work_interrupted", work=getattr(coro, "__qualname__", "?"), error=str(exc))
 
     async def _every(self, interval: float, action: Callable[[], Any]) -> None:
         while True:
@@ -453,12 +462,21 @@ class Delivery:
         try:
             route = await self._router.route(job.domain)
         except errors.RouteTempFail as exc:
-            await self._finish(job, None, _failed(job, Failure.DNS_TEMPFAIL), {"dns": str(exc)})
+            await self._finish_or_forget(job, _failed(job, Failure.DNS_TEMPFAIL), {"dns": str(exc)})
             return
         if isinstance(route, routing.Undeliverable):
-            await self._finish(job, None, _failed(job, Failure.NO_ROUTE), {"route": route.text})
+            await self._finish_or_forget(job, _failed(job, Failure.NO_ROUTE), {"route": route.text})
             return
         self._queue(job, route, route.group, None)
+
+    async def _finish_or_forget(self, job: _Job, verdicts: strategies.Verdicts, data: dict[str, Any]) -> None:
+        """Record a job that ends before any attempt; with the database away, let go of it
+        (its leases run out and the reaper queues it again)."""
+        try:
+            await self._finish(job, None, verdicts, data)
+        except errors.SpoolError as exc:
+            log.warning("outcome_not_recorded", queue_id=str(job.message), error=str(exc))
+            self._forget(job)
 
     def _account_pool(self, job: _Job) -> str | None:
         """The account pool a job is relayed through: the message's (its header, its

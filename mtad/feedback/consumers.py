@@ -180,16 +180,22 @@ class Consumers:
             wake.clear()
             try:
                 done, full = await self._step(handler, 1 if alone else self.settings.batch)
-            except Exception as exc:  # a handler's bug, or the database: it must not stop the others
+            except errors.DatabaseUnavailable as exc:  # the database went away: wait for it; no event is at fault
+                log.warning("consumer_waiting", consumer=handler.name, error=str(exc))
+                pause = min(MAX_PAUSE, max(0.5, pause * 2))
+                await asyncio.sleep(pause)
+                continue
+            except Exception as exc:  # a handler's bug: it must not stop the others
                 failures += 1
                 metrics.CONSUMER_FAILURES.labels(consumer=handler.name).inc()
                 log.warning("consumer_failed", consumer=handler.name, failures=failures, error=str(exc))
                 if not alone and failures >= 2:
                     alone, failures = self.settings.batch, 0  # then one at a time
                 elif alone and failures >= self.settings.max_failures:
-                    await self._skip(handler, str(exc))
-                    alone, failures, pause = max(0, alone - 1), 0, 0.0
-                    continue
+                    with contextlib.suppress(errors.DatabaseUnavailable):  # not skipped now: tried again
+                        await self._skip(handler, str(exc))
+                        alone, failures, pause = max(0, alone - 1), 0, 0.0
+                        continue
                 pause = min(MAX_PAUSE, max(0.5, pause * 2))
                 await asyncio.sleep(pause)
                 continue

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mtad import db
-from mtad.base import metrics
+from mtad.base import errors, metrics
 from mtad.feedback import consumers
 from mtad.feedback.consumers import Consumers, Stored
 from tests.conftest import query
@@ -116,6 +116,37 @@ async def test_a_failed_batch_is_handled_again_and_a_poison_event_skipped(ready:
     assert await seen(ready, "failing") == [i for i in ids if i != ids[2]]
     assert failing.calls > 4  # the batch failed, then went one by one
     assert metrics.CONSUMER_FAILURES.labels(consumer="failing")._value.get() >= 2
+
+
+class Unreachable(Recording):
+    """Finds the database gone for its first `times` batches, as a handler does while
+    PostgreSQL restarts (the database layer raises DatabaseUnavailable)."""
+
+    def __init__(self, name: str, times: int) -> None:
+        super().__init__(name)
+        self.times = times
+
+    async def handle(self, conn: db.Connection, batch: Sequence[Stored]) -> None:
+        if self.times > 0:
+            self.times -= 1
+            raise errors.DatabaseUnavailable("connection refused")
+        await super().handle(conn, batch)
+
+
+async def test_a_database_away_skips_no_event_and_ends_no_consumer(ready: db.Database) -> None:
+    waiting = Unreachable("waiting", times=5)  # more than the failures that skip a poison event (4)
+    consuming = Consumers(ready, [waiting], consumers.Settings(poll=0.05, max_failures=2))
+    await consuming.catch_up()
+    ids = await write(ready, 5)
+    running = asyncio.create_task(consuming.run())
+    try:
+        await eventually(lambda: _has(ready, "waiting", 5), within=60)
+    finally:
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+    assert await seen(ready, "waiting") == ids  # every event, once: none was taken for a poison one
+    assert waiting.times == 0
 
 
 async def test_a_consumer_is_woken_by_notify_and_reports_its_lag(ready: db.Database) -> None:
