@@ -168,7 +168,7 @@ async def matches(database: db.Database, report: reports.Report, *, verp: Verp |
     """The deliveries `report` is about, as the intakes find them (mtad.feedback.inbound):
     the one the VERP address `to` (the address the report was sent to) names, else
     a complaint's original VERP sender's, else those of the original's Message-ID to
-    each recipient it reports."""
+    each recipient it reports (for a bounce or a complaint, not one sent with VERP)."""
     if to is not None and verp is not None and (named := verp.delivery(to)) is not None:
         found = await _delivery(database, named, "verp")
         if found is not None:
@@ -180,7 +180,8 @@ async def matches(database: db.Database, report: reports.Report, *, verp: Verp |
             found = await _delivery(database, named, "sender")
         if found is None and message_id is not None and recipient is not None:
             original = await signals.original(database, message_id, recipient)
-            if original is not None and original.delivery is not None:
+            by_token_only = isinstance(report, reports.Bounce | reports.Complaints)  # as the intakes judge
+            if original is not None and original.delivery is not None and not (original.verp and by_token_only):
                 found = await _delivery(database, original.delivery, "message-id")
         if found is not None:
             seen.setdefault(found.delivery, found)

@@ -5,8 +5,10 @@ mtad.feedback.verp) and for the complaints address, and refuses every other
 recipient (550 5.7.1): nothing received is ever sent on, so it is no relay. Each
 message is read as a report (reports.parse) and what it says is recorded as a
 signal (mtad.feedback.signals) about the delivery it names: by its VERP address,
-else by the original's Message-ID. A report that names no delivery, or a forged
-one, is logged and answered 250 all the same, so that a forger learns nothing.
+else by the original's Message-ID, but never a delivery that was sent with VERP
+(only a report to its VERP address is about it: a Message-ID can be learnt). A
+report that names no delivery, or a forged one, is logged and answered 250 all
+the same, so that a forger learns nothing.
 A client IP address may start `max_per_minute` messages in any minute; beyond, 421.
 """
 
@@ -288,7 +290,8 @@ class Inbound:
 
     async def _complained_of(self, complaint: reports.Complaint) -> _Target | None:
         """The delivery the original's envelope sender names when it is a good VERP
-        address, else the one of the original's Message-ID to the recipient reported."""
+        address, else the one of the original's Message-ID to the recipient reported,
+        unless that one was sent with VERP (then only its VERP address names it)."""
         sender = complaint.original_sender
         if self._verp is not None and sender is not None and self._is_verp(sender):
             delivery = self._verp.delivery(sender)
@@ -298,7 +301,7 @@ class Inbound:
         if complaint.original_message_id is None or complaint.recipient is None:
             return None
         original = await signals.original(self._db, complaint.original_message_id, complaint.recipient)
-        if original is None or original.delivery is None:
+        if original is None or original.delivery is None or original.verp:
             return None
         return _Target(complaint.recipient, original.message, original.delivery, original.group)
 

@@ -259,7 +259,8 @@ class Reader:
                                  feedback_type=complaint.feedback_type)  # fmt: skip
                         continue
                     matched |= await self._answer(as_kind, complaint.recipient, (complaint.original_message_id,),
-                                                  now, {**via, "feedback_type": complaint.feedback_type})  # fmt: skip
+                                                  now, {**via, "feedback_type": complaint.feedback_type},
+                                                  verp_sent=False)  # fmt: skip
             case reports.AutoReply():
                 kind = "auto_reply"
                 matched = await self._answer(signals.Kind.AUTO_REPLIED, report.sender,
@@ -283,14 +284,18 @@ class Reader:
         message_ids: tuple[str | None, ...],
         now: datetime,
         data: Mapping[str, object],
+        *,
+        verp_sent: bool = True,
     ) -> bool:
         """Record `kind` about the first of `message_ids` that mtad sent (and its
-        delivery to `sender`, the original's recipient, when there is one)."""
+        delivery to `sender`, the original's recipient, when there is one); not
+        about a delivery sent with VERP unless `verp_sent` (a complaint is not: its
+        report goes to the VERP address, as a bounce's does)."""
         if sender is None:
             return False
         for message_id in message_ids:
             found = await signals.original(self._db, message_id, sender) if message_id else None
-            if found is not None:
+            if found is not None and (verp_sent or not found.verp):
                 await signals.record(self._db, signals.Signal(kind, sender.lower(), now, message=found.message,
                                                               delivery=found.delivery, data=data))  # fmt: skip
                 return True

@@ -48,6 +48,7 @@ class Original:
     tenant: str
     delivery: int | None
     group: str | None = None  # the delivery's provider group
+    verp: bool = False  # the delivery was sent with a VERP envelope sender: only a report to it names it
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +131,11 @@ def _permanent(data: Mapping[str, Any]) -> bool:
 
 async def original(database: db.Database, message_id: str, recipient: str | None = None) -> Original | None:
     """The message a quoted Message-ID names (the newest with it), with its delivery
-    to `recipient` when there is one."""
+    to `recipient` when there is one, and whether that delivery was sent with VERP."""
     row = await database.fetchrow("feedback/original", message_id.strip(), recipient)
     if row is None:
         return None
-    return Original(row["message"], row["tenant"], row["delivery"], row["route_group"])
+    return Original(row["message"], row["tenant"], row["delivery"], row["route_group"], row["verp"])
 
 
 async def record(database: db.Database, signal: Signal) -> int:
@@ -186,8 +187,10 @@ async def bounced_by_message_id(
     database: db.Database, bounce: reports.Bounce, at: datetime, data: Mapping[str, Any] | None = None
 ) -> list[tuple[reports.Failed, Original]]:
     """Record a bounce that names no delivery by itself: each recipient it reports
-    (the first report of each) whose delivery of the original it quotes is found.
-    Returns what was recorded, in the bounce's order."""
+    (the first report of each) whose delivery of the original it quotes is found,
+    unless that delivery was sent with VERP: a real bounce of it comes to its VERP
+    address, and anyone can quote a Message-ID. Returns what was recorded, in the
+    bounce's order."""
     if bounce.original_message_id is None:
         return []
     first: dict[str, reports.Failed] = {}
@@ -196,7 +199,7 @@ async def bounced_by_message_id(
     recorded = []
     for failed in first.values():
         found = await original(database, bounce.original_message_id, failed.recipient)
-        if found is None or found.delivery is None:
+        if found is None or found.delivery is None or found.verp:
             continue
         signal = bounced(failed, failed.recipient, at, message=found.message, delivery=found.delivery,
                          group=found.group, data=data)  # fmt: skip

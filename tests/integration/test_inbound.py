@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -15,14 +16,22 @@ from prometheus_client import REGISTRY
 
 from mtad import db
 from mtad.base.endpoints import HostPort
+from mtad.deliver import delivery, egress
 from mtad.feedback import consumers, inbound, suppression
 from mtad.feedback.inbound import Inbound, Rate
 from mtad.feedback.suppression import Reason
 from mtad.feedback.verp import Verp
+from mtad.mailboxes import relay
+from mtad.outbound import outcomes, routing, sessions
 from tests.conftest import query
-from tests.integration.test_delivery import accept, deliveries, new_message
+from tests.integration.test_delivery import PROVIDERS, RULES, ZONE, accept, deliveries, new_message
+from tests.integration.test_relay import trusting
+from tests.integration.test_relay_delivery import SEALER as RELAY_SEALER
+from tests.integration.test_relay_delivery import add, relayed
+from tests.sink import Sink
 from tests.smtpclient import RawClient
 from tests.unit.test_reports import OUT_OF_OFFICE, arf, dsn
+from tests.zones import ZoneResolver
 
 VERP = Verp("bounces.example.org", b"k" * 32)
 COMPLAINTS = "fbl@example.org"
@@ -149,6 +158,63 @@ async def test_a_bounce_without_verp_is_matched_by_the_original_message_id(datab
     assert rows["other@example.com"]["state"] == "delivered"
     [event] = await bounced_events(database)
     assert (event["delivery"], event["data"]["recipient"]) == (ids["Gone@example.com"], "gone@example.com")
+
+
+def engine(database: db.Database, sink: Sink, verp: Verp | None, **more: Any) -> delivery.Delivery:
+    """Delivery to MX (the sink), with VERP envelope senders when `verp` is given."""
+    router = routing.Router(ZoneResolver(ZONE), PROVIDERS, port=sink.port)
+    pool = sessions.Pool(sessions.Settings(port=sink.port, ehlo_hostname="mtad.test"), relay_tls=more.pop("tls", None))
+    settings = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0))
+    return delivery.Delivery(settings, database, router, pool, RULES, pools=egress.Egress({}), verp=verp, **more)
+
+
+async def test_mail_sent_with_verp_is_bounced_by_its_verp_address_only(database: db.Database, sink: Sink) -> None:
+    consuming = consumers.Consumers(database, [suppression.Suppressor()])
+    await consuming.catch_up()
+    signed, plain = new_message("gone@sink.test"), new_message("also-gone@sink.test")
+    await accept(database, signed)
+    await engine(database, sink, VERP).run_until_idle()
+    await accept(database, plain)
+    await engine(database, sink, None).run_until_idle()  # no [bounces]: the message's own sender
+    ids = {r: int(str(d["id"])) for r, d in (await deliveries(database)).items()}
+    postmaster = "postmaster@bounces.example.org"
+    async with listening(database) as listener:
+        with structlog.testing.capture_logs() as logs:
+            # Whoever learns a Message-ID and a recipient gets nowhere without the token: no bounce, no complaint.
+            forged = dsn("gone@sink.test", signed.message_id, to=postmaster)
+            assert (await send(listener, postmaster, forged)).startswith("250 ")
+            complaint = arf("gone@sink.test", signed.message_id)
+            assert (await send(listener, COMPLAINTS, complaint, sender="fbl@fbl.example.net")).startswith("250 ")
+        assert [line["event"] for line in logs if line["event"].endswith("_unmatched")] == [
+            "bounce_unmatched", "complaint_unmatched"]  # fmt: skip
+        assert await bounced_events(database) == []
+        # Mail sent without VERP is matched by its Message-ID as before; VERP mail by its token.
+        matched = dsn("also-gone@sink.test", plain.message_id, to=postmaster)
+        assert (await send(listener, postmaster, matched)).startswith("250 ")
+        real = dsn("gone@sink.test", signed.message_id, to=VERP.sender(ids["gone@sink.test"]))
+        assert (await send(listener, VERP.sender(ids["gone@sink.test"]), real)).startswith("250 ")
+    assert [(e["kind"], e["delivery"]) for e in await bounced_events(database)] == [
+        ("bounced", ids["also-gone@sink.test"]), ("bounced", ids["gone@sink.test"])]  # fmt: skip
+    assert await consuming.catch_up() == 2
+
+
+async def test_relayed_mail_is_bounced_by_its_message_id_with_verp_on(
+    database: db.Database, smarthost: Sink, tls_files: tuple[Path, Path]
+) -> None:
+    """What comes back to a sending mailbox names no VERP address: the Message-ID
+    decides, [bounces] set or not (the inbox reader and the listener alike)."""
+    await add(database, smarthost, "a")
+    sent = relayed("gone@example.net")
+    await accept(database, sent)
+    mailboxes = relay.Mailboxes(database, relay.Settings(poll=0.2), RELAY_SEALER)
+    await engine(database, smarthost, VERP, mailboxes=mailboxes, tls=trusting(tls_files[0])).run_until_idle()
+    [row] = (await deliveries(database)).values()
+    assert row["state"] == "delivered"
+    async with listening(database) as listener:
+        postmaster = "postmaster@bounces.example.org"
+        report = dsn("gone@example.net", sent.message_id, to=postmaster)
+        assert (await send(listener, postmaster, report)).startswith("250 ")
+    assert [(e["kind"], e["delivery"]) for e in await bounced_events(database)] == [("bounced", row["id"])]
 
 
 async def test_a_forged_verp_bounce_is_answered_250_and_changes_nothing(database: db.Database) -> None:
