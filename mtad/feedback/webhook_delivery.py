@@ -303,7 +303,8 @@ class Refused(OSError):
 
 class _Guard(AbstractResolver):
     """aiohttp's resolver, keeping only the addresses a request may go to: not
-    loopback, link-local, private, multicast or reserved, unless `allowed` holds them."""
+    loopback, link-local, private, multicast or reserved, in any IPv6 form that
+    carries one (`allows`), unless `allowed` holds them."""
 
     def __init__(self, allowed: Sequence[Network]) -> None:
         self._resolver = DefaultResolver()
@@ -326,10 +327,32 @@ class _Guard(AbstractResolver):
         await self._resolver.close()
 
 
+# IPv6 prefixes whose last 32 bits are an IPv4 address, the same host by another name.
+_CARRYING = (
+    ipaddress.ip_network("64:ff9b::/96"),  # NAT64, the well-known prefix (RFC 6052)
+    ipaddress.ip_network("::ffff:0:0/96"),  # IPv4-mapped
+    ipaddress.ip_network("::ffff:0:0:0/96"),  # IPv4-translated (RFC 2765)
+    ipaddress.ip_network("::/96"),  # IPv4-compatible (deprecated; :: and ::1 are in it too)
+)
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # local-use NAT64 (RFC 8215): inside by definition
+
+
 def allows(address: ipaddress.IPv4Address | ipaddress.IPv6Address, allowed: Sequence[Network]) -> bool:
-    """Whether a request may go to the address: a global one, or one of `allowed`."""
+    """Whether a request may go to the address: a global one, or one of `allowed`. An
+    IPv6 address that carries an IPv4 one is judged as that IPv4 address would be:
+    NAT64, IPv4-mapped, -translated or -compatible by it alone; a tunnel (6to4,
+    Teredo) only when it is global itself and every IPv4 address it carries is
+    allowed. Sync, no I/O."""
     if any(address in network for network in allowed):
         return True
+    if isinstance(address, ipaddress.IPv6Address):
+        if address in _NAT64_LOCAL:
+            return False
+        if any(address in prefix for prefix in _CARRYING):
+            return allows(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), allowed)
+        tunnelled = [address.sixtofour] if address.sixtofour else list(address.teredo or ())
+        if tunnelled and not all(allows(carried, allowed) for carried in tunnelled):
+            return False
     return address.is_global and not address.is_multicast
 
 
