@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import datetime
 import json
 import logging
 import select
@@ -84,8 +85,15 @@ class _Coalescing:
         return self._stream.isatty()
 
 
+def _plain(value: Any) -> str:
+    """What JSON cannot encode: a time as ISO 8601, anything else as its repr."""
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return repr(value)
+
+
 _out: _Coalescing | None = None
-_encode = json.JSONEncoder(separators=(", ", ": "), default=repr).encode
+_encode = json.JSONEncoder(separators=(", ", ": "), default=_plain).encode
 _second: list[Any] = [0, ""]  # the last whole second formatted, and its text
 
 

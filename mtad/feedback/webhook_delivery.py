@@ -554,7 +554,8 @@ class Sender:
         if why is not None:
             log.warning("webhook_failed" if next_at is not None else "webhook_dead", endpoint=request.endpoint,
                         tenant=request.tenant, request=request.webhook_id, events=len(request.payloads),
-                        attempts=request.attempts, error=why, retry_at=next_at)  # fmt: skip
+                        attempts=request.attempts, error=why,
+                        retry_at=next_at.isoformat() if next_at is not None else None)  # fmt: skip
 
     async def _send(self, session: aiohttp.ClientSession, request: _Request) -> None:
         try:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import structlog
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
@@ -138,9 +139,13 @@ async def test_a_failing_endpoint_is_retried_then_given_up(database: db.Database
         settings = Settings(allow_networks=LOOPBACK, retry_base=60.0, max_age=3600.0)
         clock[0] = datetime.now(UTC) + timedelta(seconds=1)  # the request is due from when it was written
         sender = Sender(database, SEALER, settings, "n1", now=lambda: clock[0])
-        await send(sender)
+        with structlog.testing.capture_logs() as logs:
+            await send(sender)
         [failed] = await requests(database)
         assert (failed["state"], failed["attempts"], failed["last_error"]) == ("pending", 1, "HTTP 500")
+        [logged] = [line for line in logs if line["event"] == "webhook_failed"]
+        retry_at = datetime.fromisoformat(logged["retry_at"])  # ISO 8601, as every time in the log
+        assert clock[0] + timedelta(seconds=30) <= retry_at <= clock[0] + timedelta(seconds=90)
         await send(sender)  # not due yet
         assert len(receiver.got) == 1
         clock[0] += timedelta(minutes=2)

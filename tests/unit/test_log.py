@@ -72,6 +72,12 @@ def test_standard_library_records_share_the_format() -> None:
     assert (record["event"], record["level"], record["logger"]) == ("from stdlib", "warning", "mtad.test")
 
 
+def test_times_are_written_as_iso_8601() -> None:
+    at = datetime(2026, 12, 1, 12, 30, tzinfo=UTC)
+    [record] = records(lambda: structlog.get_logger().info("later", retry_at=at, day=at.date()))
+    assert (record["retry_at"], record["day"]) == ("2026-12-01T12:30:00+00:00", "2026-12-01")
+
+
 def test_values_json_cannot_encode_are_written_as_their_repr() -> None:
     [record] = records(lambda: structlog.get_logger().info("odd", value={1, 2}))
     assert record["value"] == "{1, 2}"
