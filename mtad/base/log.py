@@ -3,7 +3,8 @@
 Every record has `event`, `level` and an ISO `timestamp`; keys are stable so
 that log pipelines can rely on them. Libraries that log through the standard
 library (aiosmtpd logs every command at INFO) are routed through the same
-renderer and held at WARNING.
+renderer and held at WARNING; asyncpg's pool, reconnecting after the database
+went away, logs each failure as one `database_unavailable` line, not a traceback.
 
 Lines written while an event loop runs are written out together at the end of
 the loop iteration: the accept path logs a line per message, and the sessions
@@ -115,6 +116,21 @@ def _json_line(logger: Any, method_name: str, event_dict: structlog.types.EventD
     return _encode(event_dict)
 
 
+def _database_unavailable(logger: Any, method_name: str, event_dict: structlog.types.EventDict) -> Any:
+    """asyncpg's record of a failure it goes on retrying (its pool reconnecting to a
+    database that went away) as one line: `database_unavailable`, asyncpg's words
+    as `detail` and the exception's type and text as `error`, not its traceback."""
+    record = event_dict.get("_record")
+    exc_info = event_dict.get("exc_info")
+    if record is None or not record.name.startswith("asyncpg") or not isinstance(exc_info, tuple):
+        return event_dict
+    del event_dict["exc_info"]
+    event_dict["detail"] = event_dict["event"]
+    event_dict["event"] = "database_unavailable"
+    event_dict["error"] = f"{type(exc_info[1]).__name__}: {exc_info[1]}"
+    return event_dict
+
+
 def flush() -> None:
     """Write out whatever is held now (at shutdown, or before telling another process what was logged)."""
     if _out is not None:
@@ -154,7 +170,7 @@ def configure(format: str = "json", level: str = "info", stream: TextIO | None =
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-            foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, _database_unavailable, *shared],
         )
     )
     root = logging.getLogger()
