@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any, TypeVar, cast
@@ -106,9 +107,16 @@ class Connection:
                 yield row
 
     async def copy_in(self, table: str, source: Any, columns: Sequence[str]) -> None:
-        """COPY CSV with a header line from `source` (a path or a binary file) into `table`."""
+        """COPY CSV with a header line from `source` (a path or a binary file) into
+        `table`; a row that cannot be read is a SpoolError that names its line."""
         with _translated():
-            await self._conn.copy_to_table(table, source=source, columns=list(columns), format="csv", header=True)
+            try:
+                await self._conn.copy_to_table(table, source=source, columns=list(columns), format="csv", header=True)
+            except asyncpg.PostgresError as exc:
+                line = re.match(r"COPY [^,]+, line (\d+)", getattr(exc, "context", None) or "")
+                if line is None:
+                    raise
+                raise errors.SpoolError(f"line {line.group(1)}: {exc}") from exc
 
     async def copy_out(self, name: str, output: Any, *args: Any) -> None:
         """COPY the rows of a named query to `output` (a path or a binary file) as CSV

@@ -142,7 +142,7 @@ async def import_csv(database: db.Database, source: Path | BinaryIO, now: dateti
             raise errors.ConfigError([f"the CSV cannot be read: {exc}"]) from exc
         bad = await conn.fetchrow("suppression/import_check")
         if bad is not None:
-            raise errors.ConfigError([f"line {bad['line']}: {bad['why']} ({bad['address']!r})"])
+            raise errors.ConfigError([f"line {bad['line']}: {bad['why']} ({bad['value']!r})"])
         return int(await conn.fetchval("suppression/import", now))
 
 

@@ -169,6 +169,27 @@ async def test_csv_import_and_export(database: db.Database) -> None:
     assert [e.tenant for e in await suppression.entries(database) if e.address == "a@example.com"] == [GLOBAL]
 
 
+@pytest.mark.parametrize(
+    ("line3", "says"),
+    [
+        ("nope,,manual,", "line 3: address: not an email address ('nope')"),
+        ("x@example.com,,spam,", "line 3: reason: expected hard_bounce, soft_bounce, complaint, unsubscribe or "
+                                 "manual ('spam')"),
+        ("x@example.com,,manual,at noon", "line 3: created: not a time ('at noon')"),
+        ("x@example.com,,manual,,extra", "the CSV cannot be read: line 3: extra data after last expected column"),
+        ("x@example.com", "the CSV cannot be read: line 3: missing data for column \"tenant\""),
+    ],
+)  # fmt: skip
+async def test_a_bad_row_is_refused_with_its_line_and_the_value_at_fault(
+    database: db.Database, line3: str, says: str
+) -> None:
+    csv = f"address,tenant,reason,created\nok@example.com,t1,manual,\n{line3}\nlast@example.com,,,\n"
+    with pytest.raises(errors.ConfigError) as info:
+        await suppression.import_csv(database, io.BytesIO(csv.encode()), NOW)
+    assert info.value.problems == (says,)
+    assert await suppression.entries(database) == []  # all or nothing
+
+
 DAY = timedelta(days=1)
 SOFT = suppression.Settings(bounce_expiry=180 * 86400.0, soft_after=3, soft_window=30 * 86400.0)
 
