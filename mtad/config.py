@@ -5,7 +5,9 @@ of seconds, "10.0.0.0/8" a network). Every problem is collected and raised at
 once as ConfigError; a bad value never falls back to a default. A key absent
 from both the file and the environment takes the default documented in
 conf/mtad.toml. A relative path in the file (or a relative default) is relative
-to the file's directory, never the working directory.
+to the file's directory, never the working directory; an unset [database]
+data_dir is found beside the file too (`default_data_dir`), so that the daemon and
+the tools given one file reach one spool.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class DatabaseSettings:
     dsn: str | None  # None: run the embedded PostgreSQL under data_dir
     data_dir: Path
     pool_size: int
+    wait: float = 30.0  # how long a command-line tool waits for the embedded server
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,8 +403,9 @@ def _optional_ip(value: Any) -> str | None:
 SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
     "database": {
         "dsn": (_optional_string, ""),
-        "data_dir": (_path, "./var/pgdata"),
+        "data_dir": (_path, ""),  # "": default_data_dir(the file)
         "pool_size": (_integer(2, 500), 10),
+        "wait": (_positive_duration, "30s"),
     },
     "submission": {
         "listen": (_list_of(host_port), ["127.0.0.1:2525"]),
@@ -574,6 +578,23 @@ def shipped_table(name: str) -> Path:
     return Path(str(resources.files("mtad").joinpath("tables", f"{name}.toml")))
 
 
+def default_data_dir(path: Path | None) -> Path:
+    """The embedded PostgreSQL's data directory when [database] data_dir is not set,
+    found beside the configuration file: for a file in an etc/NAME/ directory,
+    var/lib/NAME/pgdata beside that etc (/etc/mtad/mtad.toml: /var/lib/mtad/pgdata,
+    the systemd unit's StateDirectory); for any other file, var/pgdata beside the
+    file's directory (conf/mtad.toml in a source tree: ./var/pgdata). Without a file,
+    ./var/pgdata in the working directory."""
+    if path is None:
+        return Path("var") / "pgdata"
+    home = path.expanduser().resolve().parent
+    if home.name == "etc":
+        return home.parent / "var" / "lib" / "mtad" / "pgdata"
+    if home.parent.name == "etc":
+        return home.parent.parent / "var" / "lib" / home.name / "pgdata"
+    return home.parent / "var" / "pgdata"
+
+
 def default_path() -> Path | None:
     """conf/mtad.toml when present, else /etc/mtad/mtad.toml when present."""
     for candidate in DEFAULT_PATHS:
@@ -689,7 +710,9 @@ def _read(
         values[section] = {}
         for key, (parse, default) in SCHEMA[section].items():
             value = raw.get(section, {}).get(key, default)
-            if parse in PATHS and (section, key) not in origin:  # from the file, or the default
+            if (section, key) == ("database", "data_dir") and key not in raw.get(section, {}):
+                value = str(default_data_dir(path))
+            elif parse in PATHS and (section, key) not in origin:  # from the file, or the default
                 value = _anchored(value, home)
             try:
                 values[section][key] = parse(value)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from mtad import config
+
 UNIT = Path(__file__).parents[2] / "systemd" / "mtad.service"
 
 
@@ -30,7 +32,20 @@ def test_the_unit_is_hardened_and_notifies() -> None:
                        ("StateDirectory", "mtad"), ("CapabilityBoundingSet", "CAP_NET_BIND_SERVICE")]:  # fmt: skip
         assert unit[key] == [value], key
     assert int(unit["LimitNOFILE"][0]) >= 65536
-    assert "MTAD_DATABASE_DATA_DIR=/var/lib/mtad/pgdata" in unit["Environment"]
+
+
+def test_the_unit_passes_only_the_configuration_file() -> None:
+    """The file is the one source of the spool: the tools, given the same file, reach
+    the daemon's (tests/acceptance/test_one_spool.py), where the unit's environment
+    would give the daemon one of its own."""
+    unit = settings()
+    [start] = unit["ExecStart"]
+    assert start.split()[1:] == ["run", "--config", "/etc/mtad/mtad.toml"]
+    assert not [e for e in unit.get("Environment", []) if e.startswith("MTAD_")]
+    assert "EnvironmentFile" not in unit
+    # Unset in the reference file, the data directory of a file in /etc/mtad/ is in the StateDirectory.
+    assert config.default_data_dir(Path("/etc/mtad/mtad.toml")).parent == Path("/var/lib") / unit["StateDirectory"][0]
+    assert "\ndata_dir = " not in (UNIT.parents[1] / "conf" / "mtad.toml").read_text()
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
