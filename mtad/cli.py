@@ -4,9 +4,10 @@
 Every command but `sink`, `accounts key` and `bounces explain` (which reads one
 only when given) takes --config PATH (default:
 conf/mtad.toml when present, else /etc/mtad/mtad.toml) and works while the daemon
-runs, the embedded PostgreSQL included: a command attaches to the running server,
-or starts it and stops it again when it is done. A command imports what it needs
-when it runs. Exit status: 0 done, 1 failed, 2 bad usage or config.
+runs, the embedded PostgreSQL included: a command attaches to the daemon's server
+(waiting at most [database] wait while the daemon starts it again), or with no
+daemon starts it and stops it again when it is done. A command imports what it
+needs when it runs. Exit status: 0 done, 1 failed, 2 bad usage or config.
 """
 
 from __future__ import annotations
@@ -111,12 +112,15 @@ def _sealer(settings: config.Settings | config.Basics) -> vault.Vault:
 
 
 def _spool(settings: config.Settings | config.Basics) -> AbstractAsyncContextManager[opening.Spool]:
-    """The spool, for a tool: attached to the running embedded server, or started and
-    stopped again."""
+    """The spool, for a tool: the daemon's embedded server attached to (waited for at
+    most [database] wait while the daemon starts it again), or with no daemon started
+    and stopped again; refused while the daemon of this file runs on another spool."""
+    from mtad import config
     from mtad.db import opening
 
     base = settings.database
-    return opening.open_spool(base.dsn, base.data_dir, pool_size=2)
+    return opening.open_spool(base.dsn, base.data_dir, pool_size=2, wait=base.wait, config=settings.source,
+                              defaults=config.DEFAULT_PATHS)  # fmt: skip
 
 
 # --- commands -------------------------------------------------------------------
@@ -133,7 +137,10 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
     log.configure(settings.log.format, settings.log.level)
     logger = structlog.get_logger("mtad.cli")
     try:
-        uvloop.run(daemon.Daemon(settings).run())
+        try:
+            uvloop.run(daemon.Daemon(settings).run())
+        except BaseExceptionGroup as group:  # raised inside the daemon's TaskGroup: what it holds
+            raise _alone(group) from None
     except errors.MtadError as exc:
         logger.error("startup_failed", error=str(exc))
         return EXIT_FAILED
@@ -141,6 +148,20 @@ def run(args: argparse.Namespace, settings: config.Settings) -> int:
         logger.error("startup_failed", error=f"{exc.strerror or exc} ({exc.filename or 'listen address'})")
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _alone(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one mtad or OS error a group holds (nested or not), else the group itself."""
+    found = group.subgroup(lambda exc: isinstance(exc, (errors.MtadError, OSError)))
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [found] if found is not None else []
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else group
 
 
 async def reload_cmd(args: argparse.Namespace, settings: config.Settings) -> int:

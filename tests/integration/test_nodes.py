@@ -1,15 +1,16 @@
-"""Nodes in the `nodes` table: only live nodes that deliver share the buckets; a node
-that starts knows whether its previous life is gone."""
+"""Nodes in the `nodes` table: only live nodes that deliver share the buckets; one
+process at a time claims a node id."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
-import sys
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from mtad import db
+from mtad.base import errors
 from mtad.spool import nodes
 from tests.conftest import query
 
@@ -31,20 +32,24 @@ async def test_only_live_delivering_nodes_share_the_buckets(database: db.Databas
     assert await nodes.live(database, since) == 2
 
 
-async def test_a_previous_life_is_gone_when_its_process_is_or_its_heartbeat_stopped(database: db.Database) -> None:
-    now = datetime.now(UTC)
-    assert await nodes.previous_life_gone(database, "n1", now, 30)  # never registered
-    child = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(60)")
+async def test_one_process_claims_a_node_id_until_its_session_ends(dsn: str, database: db.Database) -> None:
+    first = await nodes.Claim.take(dsn, "n1")
     try:
-        await query(database, "INSERT INTO nodes (id, hostname, pid, started_at, heartbeat_at, delivers) "
-                              "VALUES ('n1', $1, $2, $3, $3, true)", socket.gethostname(), child.pid, now)  # fmt: skip
-        assert not await nodes.previous_life_gone(database, "n1", now, 30)  # alive, on this host
-        assert await nodes.previous_life_gone(database, "n1", now + timedelta(seconds=31), 30)  # silent too long
+        await nodes.register(database, "n1", datetime.now(UTC))
+        await nodes.listening(database, "n1", {"submission": ["127.0.0.1:2525"], "http": []})
+        with pytest.raises(errors.SpoolInUse) as refused:
+            await nodes.Claim.take(dsn, "n1")
+        assert f"pid {os.getpid()} on {socket.gethostname()}" in str(refused.value)
+        assert "listening on 127.0.0.1:2525 (submission)" in str(refused.value)
+        other = await nodes.Claim.take(dsn, "n2")  # another id: its own claim
+        await other.release()
+        await first.keep()  # still held: nothing to do
+        await query(database, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+                              "AND classid = hashtext('mtad_node')::oid")  # fmt: skip
+        await first.keep()  # its connection was lost (a restart of the server): claimed again
+        with pytest.raises(errors.SpoolInUse):
+            await nodes.Claim.take(dsn, "n1")
     finally:
-        child.kill()
-        await child.wait()
-    assert await nodes.previous_life_gone(database, "n1", now, 30)  # its process is gone
-    await query(database, "UPDATE nodes SET hostname = 'elsewhere', pid = $1", os.getpid())
-    assert not await nodes.previous_life_gone(database, "n1", now, 30)  # another host's, heartbeating
-    await query(database, "UPDATE nodes SET hostname = $1", socket.gethostname())
-    assert await nodes.previous_life_gone(database, "n1", now, 30)  # this very process
+        await first.release()
+    again = await nodes.Claim.take(dsn, "n1")  # released with its session
+    await again.release()
