@@ -152,6 +152,7 @@ def test_a_soft_bounce_repeated_suppresses_and_an_auth_failure_report_does_not(
             client.sendmail("app@example.org", ["full@sink.test"],
                             email(f"news {n}", f"<news-{n}@example.org>").as_bytes(policy=SMTP))  # fmt: skip
     senders = [m.sender for m in sink.wait_for(4) if m.recipients == ["full@sink.test"]]
+    [dmarc] = [m.sender for m in sink.wait_for(4) if m.recipients == ["dmarc@sink.test"]]
     assert len(senders) == 3  # a VERP address each
     deadline = time.monotonic() + 30
     while len(query(dsn, "SELECT 1 FROM deliveries WHERE state = 'delivered'")) < 4:
@@ -164,8 +165,8 @@ def test_a_soft_bounce_repeated_suppresses_and_an_auth_failure_report_does_not(
 
     full = {"status": "5.2.2", "diagnostic": "smtp; 552 5.2.2 Mailbox full"}
     # A DMARC failure report, a delay notice and two failures: nothing is suppressed yet.
-    report(arf("dmarc@sink.test", "<news-1@example.org>", feedback_type="auth-failure"), "fbl@bounces.example.org",
-           "feedback@fbl.example.net")  # fmt: skip
+    report(arf("dmarc@sink.test", "<news-1@example.org>", feedback_type="auth-failure", sender=f"<{dmarc}>"),
+           "fbl@bounces.example.org", "feedback@fbl.example.net")  # fmt: skip
     report(bounce_report("full@sink.test", "<news-1@example.org>", to=senders[0], action="delayed",
                          status="4.2.2", diagnostic="smtp; 452 4.2.2 Mailbox full"), senders[0])  # fmt: skip
     for sender in senders[:2]:

@@ -109,11 +109,12 @@ def test_probation_graduation_then_complaints_pause_a_tenant_until_resumed(
     assert send_as(daemon.smtp_port, "shop", "r3@sink.test", "p3")[0] == 250
     assert sink.wait_for(4)[-1].peer == "127.0.0.11"
 
-    # A complaint for one of 4 delivered passes 0.2 over the minimum volume: paused.
+    # A complaint for one of 4 delivered passes 0.2 over the minimum volume: paused. Its
+    # original's envelope sender is the delivery's VERP address, as a feedback loop reports it.
+    verp = next(m.sender for m in sink.wait_for(4) if m.recipients == ["r0@sink.test"])
+    complaint = arf("r0@sink.test", "<p0@example.org>", sender=f"<{verp}>")
     with smtplib.SMTP("127.0.0.1", inbound, timeout=30) as client:
-        client.sendmail(
-            "", ["fbl@bounces.example.org"], arf("r0@sink.test", "<p0@example.org>").replace(b"\n", b"\r\n")
-        )
+        client.sendmail("", ["fbl@bounces.example.org"], complaint.replace(b"\n", b"\r\n"))
     paused = until(daemon, "shop", lambda s: s["paused"])
     assert paused["paused_by"] == "auto"
     assert paused["paused_reason"].startswith("complaint rate 0.2500 over 1h (1 of 4 delivered)")

@@ -120,6 +120,20 @@ def test_the_reports_the_other_tiers_send_read_as_they_expect() -> None:
     assert reports.parse(OUT_OF_OFFICE) == AutoReply("<original-6@example.org>", "bob@example.net")
 
 
+def test_a_complaint_names_the_originals_envelope_sender_from_its_return_path_too() -> None:
+    """Original-Mail-From says it; without it, the Return-Path its receiver stamped on
+    the original (a VERP address there names the delivery)."""
+    verp = "<b-1f-abcdefghijklmnop@bounces.example.org>"
+    for report in (arf("a@example.net", "<o@x>", sender=verp, return_path="<other@example.org>"),
+                   arf("a@example.net", "<o@x>", sender=None, return_path=verp)):  # fmt: skip
+        complaint = reports.parse(report)
+        assert isinstance(complaint, Complaints)
+        assert [c.original_sender for c in complaint.reports] == ["b-1f-abcdefghijklmnop@bounces.example.org"]
+    neither = reports.parse(arf("a@example.net", "<o@x>", sender=None))
+    assert isinstance(neither, Complaints)
+    assert [c.original_sender for c in neither.reports] == [None]
+
+
 def test_only_the_head_of_a_large_message_is_read() -> None:
     huge_original = EXCHANGE.replace(b"hello\n\n--_000_EXCH_--", b"hello\n" + (b"x" * 70 + b"\n") * 150_000)
     assert reports.parse(huge_original) == reports.parse(EXCHANGE)
@@ -289,10 +303,14 @@ hello
 """
 
 
-def arf(recipient: str | None, original_message_id: str, *, sender: str = "<app@example.org>",
-        feedback_type: str = "abuse") -> bytes:  # fmt: skip
-    """A feedback report (RFC 5965) as a mailbox provider's feedback loop sends it."""
+def arf(recipient: str | None, original_message_id: str, *, sender: str | None = "<app@example.org>",
+        feedback_type: str = "abuse", return_path: str | None = None) -> bytes:  # fmt: skip
+    """A feedback report (RFC 5965) as a mailbox provider's feedback loop sends it;
+    `sender` None: without Original-Mail-From; `return_path`: the original's, as its
+    receiver stamped it."""
     rcpt_to = f"Original-Rcpt-To: <{recipient}>\n" if recipient else ""
+    mail_from = f"Original-Mail-From: {sender}\n" if sender is not None else ""
+    stamped = f"Return-Path: {return_path}\n" if return_path is not None else ""
     text = f"""\
 From: feedback@fbl.example.net
 To: fbl@example.org
@@ -315,8 +333,7 @@ Content-Type: message/feedback-report
 Feedback-Type: {feedback_type}
 User-Agent: ExampleFBL/1.0
 Version: 1
-Original-Mail-From: {sender}
-{rcpt_to}Arrival-Date: Tue, 1 Dec 2026 12:00:00 +0000
+{mail_from}{rcpt_to}Arrival-Date: Tue, 1 Dec 2026 12:00:00 +0000
 Source-IP: 192.0.2.10
 Reported-Domain: example.org
 
@@ -324,7 +341,7 @@ Reported-Domain: example.org
 Content-Type: message/rfc822
 Content-Disposition: inline
 
-From: app@example.org
+{stamped}From: app@example.org
 To: {recipient or "redacted@example.net"}
 Subject: hello
 Message-ID: {original_message_id}

@@ -35,14 +35,15 @@ def is_report(mail: Mail) -> bool:
 
 def read(mail: Mail) -> list[tuple[str | None, str, str | None, str | None]]:
     """The complaints: (recipient, feedback type in lower case, the original's
-    Message-ID, the original's envelope sender), a report's recipients in order."""
+    Message-ID, the original's envelope sender: Original-Mail-From, else the
+    original's Return-Path), a report's recipients in order."""
     found: list[tuple[str | None, str, str | None, str | None]] = []
     reports = list(mail.feedback) or ([mail.text] if _FIELDS_IN_TEXT.search(mail.text) else [])
     for number, text in enumerate(reports):
         fields = email.parser.HeaderParser(policy=_POLICY).parsestr(text.strip() + "\n")
         original = mail.originals[number] if number < len(mail.originals) else mail.original
         feedback_type = (header(fields, "Feedback-Type") or "unknown").lower().split()[0]
-        sender = _address(header(fields, "Original-Mail-From"))
+        sender = _address(header(fields, "Original-Mail-From")) or _return_path(original)
         message_id = header(original, "Message-ID") or None if original is not None else None
         recipients = [_address(str(v)) for v in fields.get_all("Original-Rcpt-To", [])]
         recipients += [_address(str(v)) for v in fields.get_all("Removal-Recipient", [])]
@@ -50,7 +51,7 @@ def read(mail: Mail) -> list[tuple[str | None, str, str | None, str | None]]:
         found += [(r, feedback_type, message_id, sender) for r in named]
     if not reports and (original := _hotmail(mail)) is not None:
         recipient = _address(header(original, "X-HmXmrOriginalRecipient")) or _enclosed_recipient(original)
-        found.append((recipient, "abuse", header(original, "Message-ID") or None, None))
+        found.append((recipient, "abuse", header(original, "Message-ID") or None, _return_path(original)))
     return found[:RECIPIENTS]
 
 
@@ -60,6 +61,12 @@ def _hotmail(mail: Mail) -> Message | None:
     if not _HOTMAIL.search(sender):
         return None
     return next((o for o in mail.originals if o.get("X-HmXmrOriginalRecipient")), None)
+
+
+def _return_path(original: Message | None) -> str | None:
+    """The original's envelope sender as its receiver stamped it (Return-Path), when
+    the report encloses it: where a report without Original-Mail-From names it."""
+    return _address(header(original, "Return-Path")) if original is not None else None
 
 
 def _enclosed_recipient(original: Message | None) -> str | None:
