@@ -126,8 +126,8 @@ def holder(data_dir: Path) -> Holder | None:
     path = lock_path(data_dir)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
+    except OSError:
+        return None  # none yet; or not ours to read, and then neither is the data directory
     try:
         deadline = time.monotonic() + SETTLE
         while True:
