@@ -102,6 +102,7 @@ def add_account(dsn: str, key: bytes, port: int) -> None:
     run_sync(add)
 
 
+@pytest.mark.timeout(900)  # twenty restarts of PostgreSQL: 2-4 minutes, more on a loaded machine
 def test_no_kill_of_the_database_ends_the_daemon_or_loses_a_message(
     mtad_factory: Any,
     tmp_path: Path,
