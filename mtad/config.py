@@ -1,4 +1,5 @@
-"""Configuration: one TOML file, overridable by MTAD_<SECTION>_<KEY> variables.
+"""Configuration: one TOML file, overridable by MTAD_<SECTION>_<KEY> variables (any
+other MTAD_ variable but those of NOT_CONFIG is refused, as an unknown key is).
 
 Values parse into typed settings at load ("25MiB" becomes an int, "2ms" a float
 of seconds, "10.0.0.0/8" a network). Every problem is collected and raised at
@@ -12,7 +13,6 @@ the tools given one file reach one spool.
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import os
 import re
@@ -33,6 +33,7 @@ from mtad.spool import tenants
 
 if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of them
     from mtad import submission
+    from mtad.admin import names as admin_names
     from mtad.deliver import delivery, egress
     from mtad.feedback import inbound, inbox, reputation, suppression, webhook_delivery
     from mtad.mailboxes import relay
@@ -128,6 +129,7 @@ class Basics:
     dns: DnsSettings
     tenants: TenantLimits
     source: Path | None
+    default_tenant: str = "default"  # [submission] default_tenant: a tenant with or without a row
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +188,10 @@ class Settings:
     reputation: reputation.Settings
     delayed_after: float | None  # [reports]: a notice of mail still retried this long after it came
     source: Path | None
+
+    @property
+    def default_tenant(self) -> str:
+        return self.submission.default_tenant
 
 
 # --- value parsers: each takes the raw TOML (or environment) value, returns the
@@ -567,6 +573,13 @@ SCHEMA: Mapping[str, Mapping[str, tuple[Callable[[Any], Any], Any]]] = {
         "key_file": (_optional_path, ""),
     },
 }
+# Every MTAD_<SECTION>_<KEY> variable that overrides a key of the file.
+ENV_NAMES = frozenset(f"MTAD_{section}_{key}".upper() for section, keys in SCHEMA.items() for key in keys)
+# MTAD_ variables that are not configuration, left alone (any other is a misspelt key, an
+# error); and the variable [accounts] key_env names, whatever its name.
+NOT_CONFIG = {
+    "MTAD_TEST_DSN": "the PostgreSQL server the test suite uses instead of its embedded one (tests/conftest.py)",
+}
 # Sections whose keys are names the operator chooses: [routes."example.org"] relay = "host:port",
 # [pools.bulk] addresses = [...], [tenants."shop"] priority = 10, [account_pools.outreach] rewrite_from = true.
 DYNAMIC_SECTIONS = ("routes", "pools", "tenants", "account_pools")
@@ -635,10 +648,25 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
     return settings
 
 
+def names(settings: Settings) -> admin_names.Configured:
+    """The names the configuration makes, as the command line and the admin API check
+    an operator's: source pools and their addresses, account pools, provider groups."""
+    from mtad.admin import names as admin_names
+
+    out = settings.delivery
+    groups = {p.name for p in out.providers.known} | {f"relay:{relay}" for relay in out.routes.values()}
+    return admin_names.Configured(
+        pools={name: pool.addresses for name, pool in out.pools.items()},
+        account_pools=frozenset(out.relay.pools),
+        groups=frozenset(groups | {f"accounts:{pool}" for pool in out.relay.pools}),
+        default_source=out.sessions.source_address,
+    )
+
+
 def load_basics(path: Path | None, environ: Mapping[str, str] | None = None) -> Basics:
     """What a command-line tool needs (the database, the node, the account key, DNS),
     parsed and checked alone: it imports none of the delivery or submission code."""
-    values, document, _, problems = _read(path, environ, BASIC_SECTIONS)
+    values, document, _, problems = _read(path, environ, BASIC_SECTIONS, also=(("submission", "default_tenant"),))
     limits = _tenant_limits(document.get("tenants", {}), problems)
     if problems:
         raise errors.ConfigError(problems)
@@ -650,6 +678,7 @@ def load_basics(path: Path | None, environ: Mapping[str, str] | None = None) -> 
         dns=DnsSettings(dns["nameservers"], dns["timeout"]),
         tenants=limits,
         source=path,
+        default_tenant=values["submission"]["default_tenant"],
     )
 
 
@@ -691,11 +720,14 @@ def _unsubscribe(values: dict[str, dict[str, Any]]) -> UnsubscribeSettings:
 
 
 def _read(
-    path: Path | None, environ: Mapping[str, str] | None, sections: Iterable[str]
+    path: Path | None,
+    environ: Mapping[str, str] | None,
+    sections: Iterable[str],
+    also: Iterable[tuple[str, str]] = (),
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any], dict[tuple[str, str], str], list[str]]:
     """The file and the environment merged (every unknown section or key a problem), and
-    the keys of `sections` parsed: (values, the document, where each override came
-    from, problems)."""
+    the keys of `sections` parsed, and the (section, key)s of `also`: (values, the
+    document, where each override came from, problems)."""
     env = os.environ if environ is None else environ
     problems: list[str] = []
     document: dict[str, Any] = {}
@@ -706,18 +738,19 @@ def _read(
         _anchor_account_pools(document.get("account_pools"), home)
     raw, origin = _merge(document, env, problems)
     values: dict[str, dict[str, Any]] = {}
-    for section in sections:
-        values[section] = {}
-        for key, (parse, default) in SCHEMA[section].items():
-            value = raw.get(section, {}).get(key, default)
-            if (section, key) == ("database", "data_dir") and key not in raw.get(section, {}):
-                value = str(default_data_dir(path))
-            elif parse in PATHS and (section, key) not in origin:  # from the file, or the default
-                value = _anchored(value, home)
-            try:
-                values[section][key] = parse(value)
-            except ValueError as exc:
-                problems.append(f"{origin.get((section, key), f'[{section}] {key}')}: {exc}")
+    wanted = [(section, key) for section in sections for key in SCHEMA[section]] + list(also)
+    for section, key in wanted:
+        values.setdefault(section, {})
+        parse, default = SCHEMA[section][key]
+        value = raw.get(section, {}).get(key, default)
+        if (section, key) == ("database", "data_dir") and key not in raw.get(section, {}):
+            value = str(default_data_dir(path))
+        elif parse in PATHS and (section, key) not in origin:  # from the file, or the default
+            value = _anchored(value, home)
+        try:
+            values[section][key] = parse(value)
+        except ValueError as exc:
+            problems.append(f"{origin.get((section, key), f'[{section}] {key}')}: {exc}")
     return values, document, origin, problems
 
 
@@ -756,13 +789,18 @@ def _merge(
                 problems.append(f"[{section}] {key}: unknown key{_did_you_mean(key, SCHEMA[section])}")
                 continue
             raw.setdefault(section, {})[key] = value
+    accounts = document.get("accounts")
+    keys_in = {str(accounts.get("key_env")) if isinstance(accounts, dict) else "",
+               str(_env_value(env.get("MTAD_ACCOUNTS_KEY_ENV", "")))}  # fmt: skip
     for name, text in env.items():
-        if not name.startswith("MTAD_"):
+        if not name.startswith("MTAD_") or name in NOT_CONFIG or name in keys_in:
             continue
         rest = name[5:].lower()
         env_section = next((s for s in SCHEMA if rest.startswith(s + "_")), None)
         if env_section is None:
-            continue  # not a configuration variable (MTAD_TEST_DSN, ...)
+            hint = _did_you_mean(name, ENV_NAMES)
+            problems.append(f"{name}: not a configuration variable (MTAD_<SECTION>_<KEY>){hint}")
+            continue
         key = rest[len(env_section) + 1 :]
         if key not in SCHEMA[env_section]:
             problems.append(f"{name}: unknown key {key!r} in [{env_section}]{_did_you_mean(key, SCHEMA[env_section])}")
@@ -780,9 +818,8 @@ def _env_value(text: str) -> Any:
         return text
 
 
-def _did_you_mean(word: str, options: Mapping[str, Any]) -> str:
-    close = difflib.get_close_matches(word, list(options), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+def _did_you_mean(word: str, options: Iterable[str]) -> str:
+    return values.did_you_mean(word, options)
 
 
 def _named_tables(
@@ -895,14 +932,25 @@ _ACCOUNT_POOL_KEYS = {
     "time_zone": "an IANA time zone",
     "ca_file": "a PEM file of CA certificates",
     "health_floor": "a whole number from 0 to 100",
+    "sent_check_after": "a duration from 1s to 1d",
+    "on_unknown": '"hold" or "resend"',
 }
+
+
+def _sent_check_after(value: Any) -> float:
+    """How long a send whose outcome is unknown is looked for in its Sent folder: a
+    provider files its sent mail within minutes, and past a day the mail is stale."""
+    seconds = _positive_duration(value)
+    if not 1 <= seconds <= 86_400:
+        raise ValueError(f"expected a duration from 1s to 1d, got {value!r}")
+    return seconds
 
 
 def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.PoolSettings]:
     """The [account_pools.NAME] tables: whether the pool rewrites From, the limits
     `mtad accounts add` gives its accounts when it is not told, the CA file its
-    smarthosts are verified against, and the health below which an account rests
-    (all optional)."""
+    smarthosts are verified against, the health below which an account rests, and
+    what becomes of a send whose outcome is unknown (all optional)."""
     from mtad.mailboxes import accounts, relay
 
     if not isinstance(table, dict):
@@ -921,7 +969,9 @@ def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.Pool
         parsed: dict[str, Any] = {}
         for key, parse in (("rewrite_from", _boolean), ("daily_cap", cap), ("min_gap", duration),
                            ("per_second", cap), ("per_minute", cap), ("per_hour", cap),
-                           ("ca_file", _ca_file), ("health_floor", _integer(0, 100))):  # fmt: skip
+                           ("ca_file", _ca_file), ("health_floor", _integer(0, 100)),
+                           ("sent_check_after", _sent_check_after),
+                           ("on_unknown", _choice(*relay.ON_UNKNOWN))):  # fmt: skip
             if key in keys:
                 try:
                     parsed[key] = parse(keys[key])
@@ -945,7 +995,9 @@ def parse_account_pools(table: Any, problems: list[str]) -> dict[str, relay.Pool
         if len(problems) == before:
             found[name] = relay.PoolSettings(parsed.get("rewrite_from", False), limits, str(zone),
                                              parsed.get("ca_file"),
-                                             parsed.get("health_floor", relay.HEALTH_FLOOR))  # fmt: skip
+                                             parsed.get("health_floor", relay.HEALTH_FLOOR),
+                                             parsed.get("sent_check_after", relay.SENT_CHECK_AFTER),
+                                             parsed.get("on_unknown", "hold"))  # fmt: skip
     return found
 
 

@@ -5,4 +5,5 @@ views    what the tools show: deliveries, messages, tenants, accounts, as JSON-a
 inject   a message given over HTTP (raw with its envelope, or structured) to the accept
 api      the aiohttp application: bearer token, JSON errors, the /v1 routes
 openapi  the OpenAPI document of /v1
+names    the names an operator gives (tenants, pools, groups, accounts, ...) checked, with a did-you-mean
 """

@@ -2,13 +2,15 @@
 sizes. Pure (layer 0): config parses mtad.toml with them, and the modules that
 parse their own tables (egress's [pools]) use the same ones, so a duration or a
 size is written the same way everywhere. Each raises ValueError with a message
-for the operator; the caller names the key.
+for the operator; the caller names the key. And the "did you mean" of a name
+the operator misspelt.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -65,3 +67,15 @@ def size(value: Any) -> int:
     if octets <= 0:
         raise ValueError("a size must be larger than zero")
     return octets
+
+
+def closest(word: str, options: Iterable[str]) -> str | None:
+    """The option most like `word` (difflib's ratio of at least 0.6), if one is."""
+    found = difflib.get_close_matches(word, list(options), n=1)
+    return found[0] if found else None
+
+
+def did_you_mean(word: str, options: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the option most like `word`, else ''."""
+    close = closest(word, options)
+    return f" (did you mean {close!r}?)" if close is not None else ""

@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 import structlog
 
 from mtad import db
-from mtad.base import errors, events
+from mtad.base import errors, events, values
 from mtad.base.batching import Batcher
 from mtad.feedback import consumers, signals
 
@@ -128,12 +128,15 @@ class Checker:
         return [r["suppressed"] for r in rows]
 
 
-async def import_csv(database: db.Database, source: Path | BinaryIO, now: datetime) -> int:
+async def import_csv(
+    database: db.Database, source: Path | BinaryIO, now: datetime, *, default_tenant: str | None = None
+) -> int:
     """Take the rows of a CSV file with a header line (address, tenant, reason,
     created; tenant empty: the global list, reason empty: manual, created empty:
     now) into the lists; an address already on its list stays as it is. All or
-    nothing: the first row that cannot be taken is refused with its line. Returns
-    how many were added."""
+    nothing: the first row that cannot be taken is refused with its line. With
+    `default_tenant` (the tenant that needs no row), a row's tenant must be one.
+    Returns how many were added."""
     async with database.transaction() as conn:
         await conn.execute("suppression/import_table")
         try:
@@ -143,6 +146,11 @@ async def import_csv(database: db.Database, source: Path | BinaryIO, now: dateti
         bad = await conn.fetchrow("suppression/import_check")
         if bad is not None:
             raise errors.ConfigError([f"line {bad['line']}: {bad['why']} ({bad['value']!r})"])
+        unknown = None if default_tenant is None else await conn.fetchrow("suppression/import_tenant", default_tenant)
+        if unknown is not None:
+            known = [t["name"] for t in await conn.fetch("tenants/list")] + [default_tenant]
+            hint = values.did_you_mean(unknown["tenant"], known)
+            raise errors.ConfigError([f"line {unknown['line']}: tenant: no tenant {unknown['tenant']!r}{hint}"])
         return int(await conn.fetchval("suppression/import", now))
 
 

@@ -136,6 +136,25 @@ def test_a_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
     assert "MTAD_LOG_COLOUR: unknown key 'colour' in [log]" in problems
 
 
+def test_a_misspelt_environment_variable_is_refused_with_the_one_meant(tmp_path: Path) -> None:
+    path = write(tmp_path, '[accounts]\nkey_env = "MTAD_SEALING_KEY"\n')
+    misspelt = {"MTAD_DATABSE_DSN": "postgresql://env/db", "MTAD_SUBMISION_MAX_RECIPIENTS": "7", "MTAD_X": "1"}
+    for load in (config.load, config.load_basics):
+        with pytest.raises(errors.ConfigError) as info:
+            load(path, environ=misspelt)
+        assert sorted(info.value.problems) == [
+            "MTAD_DATABSE_DSN: not a configuration variable (MTAD_<SECTION>_<KEY>) (did you mean 'MTAD_DATABASE_DSN'?)",
+            "MTAD_SUBMISION_MAX_RECIPIENTS: not a configuration variable (MTAD_<SECTION>_<KEY>) "
+            "(did you mean 'MTAD_SUBMISSION_MAX_RECIPIENTS'?)",
+            "MTAD_X: not a configuration variable (MTAD_<SECTION>_<KEY>)",
+        ]
+    # Not configuration, and left alone: the test suite's server, and the variable key_env names.
+    others = {"MTAD_TEST_DSN": "postgresql://tests/db", "MTAD_SEALING_KEY": "a key"}
+    assert config.load(path, environ=others).accounts.key_env == "MTAD_SEALING_KEY"
+    named = {"MTAD_ACCOUNTS_KEY_ENV": "MTAD_ACCOUNTS_KEY", "MTAD_ACCOUNTS_KEY": "a key"}
+    assert config.load(write(tmp_path, ""), environ=named).accounts.key_env == "MTAD_ACCOUNTS_KEY"
+
+
 def test_tls_needs_both_files_and_they_must_load(tmp_path: Path) -> None:
     with pytest.raises(errors.ConfigError, match="set both or neither"):
         config.load(write(tmp_path, '[tls]\ncert = "/nonexistent/cert.pem"\n'), environ={})

@@ -1,0 +1,2 @@
+-- Every sending account's name.
+SELECT name FROM accounts ORDER BY name

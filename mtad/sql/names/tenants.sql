@@ -1,0 +1,2 @@
+-- Every tenant's name.
+SELECT name FROM tenants ORDER BY name
