@@ -29,12 +29,13 @@ from mtad.base.lifecycle import State
 if TYPE_CHECKING:  # each command imports what it needs when it runs: `mtad --help` imports none
     from contextlib import AbstractAsyncContextManager
 
-    from mtad import config
+    from mtad import config, db
     from mtad.base import vault
     from mtad.db import opening
     from mtad.feedback import explain, reports
     from mtad.outbound import routing
     from mtad.signing import dkim
+    from mtad.spool import controls
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # The parser's choices, spelled here so that parsing imports no domain module
@@ -349,7 +350,9 @@ async def tenants_pause(args: argparse.Namespace, settings: config.Basics) -> in
             print(f"mtad: tenant {args.name} is paused already ({why['paused_by']}: {why['paused_reason']})",
                   file=sys.stderr)  # fmt: skip
             return EXIT_FAILED
+        acks = await _held(opened.database, settings)
     print(f"tenant {args.name} paused; {held} deliveries wait")
+    _told(acks)
     return EXIT_OK
 
 
@@ -358,10 +361,12 @@ async def tenants_resume(args: argparse.Namespace, settings: config.Basics) -> i
 
     async with _spool(settings) as opened:
         released = await tenants.resume(opened.database, args.name, by="operator", now=datetime.now(UTC))
-    if released is None:
-        print(f"mtad: tenant {args.name} is not paused", file=sys.stderr)
-        return EXIT_FAILED
+        if released is None:
+            print(f"mtad: tenant {args.name} is not paused", file=sys.stderr)
+            return EXIT_FAILED
+        acks = await _held(opened.database, settings)
     print(f"tenant {args.name} resumed; {released} deliveries due now")
+    _told(acks)
     return EXIT_OK
 
 
@@ -696,7 +701,9 @@ async def accounts_state(args: argparse.Namespace, settings: config.Basics) -> i
     async with _spool(settings) as opened:
         change = accounts.enable if args.command_name == "enable" else accounts.disable
         account = await change(opened.database, args.name, args.reason, now)
+        acks = await _held(opened.database, settings)
     print(f"account {account.name} is {account.state.value}")
+    _told(acks)
     return EXIT_OK
 
 
@@ -763,6 +770,24 @@ async def queue_purge(args: argparse.Namespace, settings: config.Settings) -> in
 # --- suspensions and reroutes -------------------------------------------------------------
 
 
+async def _held(database: db.Database, settings: config.Basics) -> controls.Acks:
+    """Once an operator's change is committed: until every live node has applied it
+    (a few seconds at most)."""
+    from mtad.admin import control
+
+    return await control.held(database, 3 * settings.node.heartbeat_interval)
+
+
+def _told(acks: controls.Acks) -> None:
+    """The acknowledgements on stdout; a warning on stderr for each live node that did
+    not apply the change in time (the command still succeeds: the change is committed)."""
+    from mtad.spool import controls
+
+    print(acks.said())
+    for line in acks.warnings(controls.WITHIN, datetime.now(UTC)):
+        print(f"mtad: warning: {line}", file=sys.stderr)
+
+
 def _suspended(args: argparse.Namespace) -> tuple[str, str]:
     """The (kind, key) of --provider, --tenant, --pool, --source or --account."""
     from mtad.spool import suspensions
@@ -787,8 +812,10 @@ async def suspend_cmd(args: argparse.Namespace, settings: config.Basics) -> int:
     until = now + timedelta(seconds=args.for_) if args.for_ is not None else None
     async with _spool(settings) as opened:
         done = await control.suspend(opened.database, kind, key, args.reason, until, now)
+        acks = await _held(opened.database, settings)
     ends = f"until {done.until:%Y-%m-%d %H:%M:%S} UTC" if done.until else "until resumed"
-    print(f"suspended {kind} {done.key} {ends}: its mail waits (every node heeds it within seconds)")
+    print(f"suspended {kind} {done.key} {ends}: its mail waits")
+    _told(acks)
     return EXIT_OK
 
 
@@ -798,10 +825,12 @@ async def resume_cmd(args: argparse.Namespace, settings: config.Basics) -> int:
     kind, key = _suspended(args)
     async with _spool(settings) as opened:
         released = await control.resume(opened.database, kind, key, datetime.now(UTC))
-    if released is None:
-        print(f"mtad: {kind} {key} is not suspended", file=sys.stderr)
-        return EXIT_FAILED
+        if released is None:
+            print(f"mtad: {kind} {key} is not suspended", file=sys.stderr)
+            return EXIT_FAILED
+        acks = await _held(opened.database, settings)
     print(f"resumed {kind} {key}; {released} deliveries due now")
+    _told(acks)
     return EXIT_OK
 
 
@@ -835,12 +864,16 @@ async def queue_reroute(args: argparse.Namespace, settings: config.Basics) -> in
             if ended is None:
                 print(f"mtad: provider group {args.provider} is not rerouted", file=sys.stderr)
                 return EXIT_FAILED
+            acks = await _held(opened.database, settings)
             print(f"provider group {args.provider} leaves from its own pool again")
+            _told(acks)
             return EXIT_OK
         until = now + timedelta(seconds=args.for_) if args.for_ is not None else None
         done = await suspensions.reroute(opened.database, args.provider, args.pool, args.reason, until, now)
+        acks = await _held(opened.database, settings)
     ends = f"until {done.until:%Y-%m-%d %H:%M:%S} UTC" if done.until else "until --back"
     print(f"provider group {done.provider} leaves from pool {done.pool} {ends}")
+    _told(acks)
     return EXIT_OK
 
 

@@ -67,6 +67,7 @@ from mtad.mailboxes import relay
 from mtad.outbound import fetching, policies, routing, sessions, tlsrpt
 from mtad.signing import dkim, rotation
 from mtad.spool import commit, leases, nodes, quotas, retention, suspensions, tenants
+from mtad.spool import controls as node_controls
 from mtad.submission import port, processes
 
 logger = structlog.get_logger("mtad.daemon")
@@ -74,7 +75,7 @@ logger = structlog.get_logger("mtad.daemon")
 WATCH_INTERVAL = 1.0  # seconds between looks at whether the embedded PostgreSQL still runs
 RESTART_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 30.0, 30.0)  # waits after each failed restart, then give up
 DKIM_RELOAD_INTERVAL = 60.0  # seconds between reads of the active DKIM keys (a key made active anywhere signs soon)
-CONTROLS_EVERY = 2.0  # seconds between reads of the suspensions and reroutes: every node heeds one within this
+CONTROLS_EVERY = 2.0  # seconds between reads of the operator's controls, should a NOTIFY be lost
 
 
 def notify(message: str) -> None:
@@ -241,6 +242,11 @@ class Daemon:
                     tasks.create_task(gate.run(), name="tenant-states"),
                     tasks.create_task(controls.run(CONTROLS_EVERY), name="suspensions"),
                 ]
+                # An operator's command holds on this node once it is applied here and in
+                # every submission process: the command waits for the acknowledgement.
+                apply = functools.partial(_apply_controls, controls, gate, accepting, engine)
+                heeding = node_controls.Heeding(database, node_id, apply, every=CONTROLS_EVERY)
+                background.append(tasks.create_task(heeding.run(), name="controls"))
                 reputing = reputation.Reputation(settings.reputation) if settings.reputation.enabled else None
                 if reputing is not None:
                     handlers.append(reputing)
@@ -490,6 +496,20 @@ def _bind(key: str, addresses: Sequence[HostPort]) -> list[socket.socket]:
                 sock.close()
             raise errors.ListenError(_cannot_listen(key, [address], exc)) from None
     return bound
+
+
+async def _apply_controls(
+    controls: suspensions.Controls, gate: quotas.Gate, accepting: port.InProcess | processes.Processes,
+    engine: delivery.Delivery | None,
+) -> None:  # fmt: skip
+    """The operator's controls applied on this node: the suspensions and reroutes, the
+    tenants' states here and in every submission process; then delivery looks again
+    at what it holds and leases what a resume made due. MtadError when one could not."""
+    await controls.load(_now())
+    await gate.refresh()
+    await accepting.heed()
+    if engine is not None:
+        engine.controls_changed()
 
 
 async def _listen(key: str, addresses: Sequence[HostPort], start: Awaitable[None]) -> None:

@@ -272,14 +272,14 @@ class _Api:
         held = await tenants.pause(self._db, name, reason, by="operator", now=datetime.now(UTC))
         if held is None:
             raise errors.Conflict(f"tenant {name} is paused already")
-        return _json({"tenant": name, "paused": True, "held": held})
+        return _json({"tenant": name, "paused": True, "held": held, "acknowledged": await self._held()})
 
     async def tenant_resume(self, request: web.Request) -> web.Response:
         name = _tenant(request)
         released = await tenants.resume(self._db, name, by="operator", now=datetime.now(UTC))
         if released is None:
             raise errors.Conflict(f"tenant {name} is not paused")
-        return _json({"tenant": name, "paused": False, "released": released})
+        return _json({"tenant": name, "paused": False, "released": released, "acknowledged": await self._held()})
 
     async def reputation(self, request: web.Request) -> web.Response:
         scope = request.query.get("scope")
@@ -314,6 +314,14 @@ class _Api:
 
     # --- suspensions and reroutes ----------------------------------------------------------
 
+    async def _held(self) -> dict[str, Any]:
+        """Once an operator's change is committed: until every live node has applied it
+        (a few seconds at most); the acknowledgements, as the answer says them."""
+        acks = await control.held(self._db, self._s.node_timeout)
+        if acks.late:
+            log.warning("controls_late", version=acks.version, nodes=[late.node for late in acks.late])
+        return acks.as_dict()
+
     async def suspensions_list(self, request: web.Request) -> web.Response:
         suspended, rerouted = await suspensions.listing(self._db, datetime.now(UTC))
         return _json({"suspensions": [dataclasses.asdict(x) for x in suspended],
@@ -327,14 +335,14 @@ class _Api:
         now = datetime.now(UTC)
         reason = _reason_text(body, "suspended by an operator")
         done = await control.suspend(self._db, body["kind"], body["key"], reason, _until(body, now), now)
-        return _json(dataclasses.asdict(done), 201)
+        return _json({**dataclasses.asdict(done), "acknowledged": await self._held()}, 201)
 
     async def resume(self, request: web.Request) -> web.Response:
         kind, key = request.match_info["kind"], request.match_info["key"]
         released = await control.resume(self._db, kind, key, datetime.now(UTC))
         if released is None:
             raise errors.NotFound(f"{kind} {key} is not suspended")
-        return _json({"kind": kind, "key": key, "released": released})
+        return _json({"kind": kind, "key": key, "released": released, "acknowledged": await self._held()})
 
     async def reroute(self, request: web.Request) -> web.Response:
         body = await _body(request)
@@ -344,13 +352,13 @@ class _Api:
         now = datetime.now(UTC)
         reason = _reason_text(body, "rerouted by an operator")
         done = await suspensions.reroute(self._db, body["provider"], body["pool"], reason, _until(body, now), now)
-        return _json(dataclasses.asdict(done), 201)
+        return _json({**dataclasses.asdict(done), "acknowledged": await self._held()}, 201)
 
     async def unroute(self, request: web.Request) -> web.Response:
         ended = await suspensions.unroute(self._db, request.match_info["provider"])
         if ended is None:
             raise errors.NotFound(f"provider group {request.match_info['provider']} is not rerouted")
-        return _json({"provider": ended.provider, "rerouted": False})
+        return _json({"provider": ended.provider, "rerouted": False, "acknowledged": await self._held()})
 
     # --- webhooks, accounts, buckets: read only --------------------------------------
 
@@ -430,7 +438,7 @@ class _Api:
         reason = body.get("reason") if isinstance(body, dict) else None
         change = accounts.enable if action == "enable" else accounts.disable
         account = await change(self._db, request.match_info["name"], reason, datetime.now(UTC))
-        return _json({"name": account.name, "state": account.state.value})
+        return _json({"name": account.name, "state": account.state.value, "acknowledged": await self._held()})
 
     async def accounts_list(self, request: web.Request) -> web.Response:
         now = datetime.now(UTC)

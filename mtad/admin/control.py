@@ -1,6 +1,11 @@
 """An operator's suspensions, as the command line and the admin API make them: a
 suspended account is disabled too (until the suspension ends), so that the
-account pools skip it; everything else is held by delivery (mtad.spool.suspensions)."""
+account pools skip it; everything else is held by delivery (mtad.spool.suspensions).
+
+Every command that changes what may be sent or submitted (suspend, resume, tenants
+pause|resume, queue reroute, accounts disable|enable) calls `held()` once its change
+is committed: it returns once every live node has applied it (mtad.spool.controls),
+so that it holds when the command answers."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from datetime import datetime
 
 from mtad import db
 from mtad.mailboxes import accounts
-from mtad.spool import suspensions
+from mtad.spool import controls, suspensions
 
 
 async def suspend(
@@ -24,3 +29,12 @@ async def resume(database: db.Database, kind: str, key: str, now: datetime) -> i
     if released is not None and kind == "account":
         await accounts.enable(database, key, "resumed", now)
     return released
+
+
+async def held(database: db.Database, node_timeout: float, *, within: float = controls.WITHIN) -> controls.Acks:
+    """Tell every node of the change just committed and wait (at most `within`
+    seconds) until each live node has applied it; then wake delivery, for what a
+    resume made due (each node has applied the change before it leases it)."""
+    acks = await controls.held(database, node_timeout, within=within)
+    await database.execute("leases/notify_due")
+    return acks

@@ -565,6 +565,26 @@ class Delivery:
         if self._mailboxes is not None and relaying is not None:
             self._mailboxes.settings = relaying
 
+    def controls_changed(self) -> None:
+        """The operator's controls were read again (a suspension, reroute, pause or
+        account changed): every queue looks at its jobs again now (a suspended one is
+        set aside as it comes up, an account pool waiting for an account asks again),
+        and the lease loop takes what a resume made due. Sync, no I/O."""
+        for group in self._groups.values():
+            group.resume_at = None
+            group.freed.set()
+        self._wake.set()
+
+    async def _controls_again(self) -> None:
+        """Read the controls now (begin.sql found this node's view behind), then lease
+        what it queued again to leave another way."""
+        if self._controls is not None:
+            try:
+                await self._controls.load(self._now())
+            except errors.SpoolError as exc:
+                log.warning("controls_unread", error=str(exc))
+        self.controls_changed()
+
     def _suspended(self, job: _Job, provider: str, pool: str | None) -> suspensions.Suspension | None:
         """Why a job waits for an operator (a suspension of its provider group, tenant,
         source pool or every address it could leave from), if it does."""
@@ -809,7 +829,7 @@ class Delivery:
             await self._finish(job, group.name, _failed(job, Failure.MESSAGE_UNREADABLE), {"message": "missing"})
             return
         attempt = uuid.uuid4()
-        if not await self._begin_attempt(job, attempt, group.name):
+        if not await self._begin_attempt(job, attempt, group.name, way):
             await way.abandon()
             return
         started_at = self._now()
@@ -916,12 +936,19 @@ class Delivery:
         domain = self.settings.tenant_dkim_domains.get(message.tenant)
         return await self._signatures.sign(message, body, domain, self.settings.dkim_canonicalization)
 
-    async def _begin_attempt(self, job: _Job, attempt: uuid.UUID, group: str) -> bool:
+    async def _begin_attempt(self, job: _Job, attempt: uuid.UUID, group: str, way: strategies.Strategy) -> bool:
         """Write the attempt id before DATA; drop deliveries whose lease was lost, those
-        whose recipient was suppressed while they waited (cancelled now) and those of a
-        tenant paused meanwhile (queued again). False when none is left to send."""
+        whose recipient was suppressed while they waited (cancelled now), those of a
+        tenant paused meanwhile and those an operator's control forbids to send this
+        way (queued again: begin.sql checks them all, whatever this node's view of
+        them). False when none is left to send."""
         ids = tuple(d.id for d in job.deliveries)
-        begun = await self._begin.submit(leases.Attempt(attempt, ids, group, job.tenant))
+        source = way.source if isinstance(way, strategies.ToMx | strategies.ThroughMailbox) else None
+        account = way.reservation.account.id if isinstance(way, strategies.ThroughMailbox) else None
+        begun = await self._begin.submit(leases.Attempt(
+            attempt, ids, group, job.tenant, source.pool if source else None, source.address if source else None,
+            account,
+        ))  # fmt: skip
         lost = [d for d in job.deliveries if d.id not in begun.owned]
         if lost:
             for d in lost:
@@ -931,13 +958,20 @@ class Delivery:
             if begun.held:
                 log.info("held", queue_id=str(job.message), tenant=job.tenant, count=len(begun.held),
                          reason="tenant_paused", group=group)  # fmt: skip
-            if len(lost) > len(begun.suppressed) + len(begun.held):
-                log.warning("leases_lost_before_sending", count=len(lost) - len(begun.suppressed) - len(begun.held))
+            if begun.set_aside:  # this node's view of the controls was behind: read them again
+                log.info("set_aside", queue_id=str(job.message), count=len(begun.set_aside), before_attempt=True,
+                         group=group)  # fmt: skip
+                self._spawn(self._controls_again())
+            gone = len(begun.suppressed) + len(begun.held) + len(begun.set_aside)
+            if len(lost) > gone:
+                log.warning("leases_lost_before_sending", count=len(lost) - gone)
             self._stats.cancelled += len(begun.suppressed)
             self._holdings.let_go(d.id for d in lost)
             job.deliveries = [d for d in job.deliveries if d.id in begun.owned]
             if not job.deliveries:
                 self._holdings.job_done(job.message)
+                if not self._holdings:
+                    self._idle.set()
                 return False
         return True
 

@@ -88,22 +88,27 @@ class Attempt:
     deliveries: tuple[int, ...]
     group: str
     tenant: str = ""
+    pool: str | None = None  # the source pool it leaves from (None: none)
+    source: str | None = None  # the source address (None: the system's choice)
+    account: int | None = None  # the sending account it goes through (None: to MX)
 
 
 @dataclass(frozen=True, slots=True)
 class Begun:
     """What begin() found: the deliveries to send now; those suppressed meanwhile
     (cancelled, with their event); those of a tenant paused meanwhile (queued again
-    to wait for its resume)."""
+    to wait for its resume); those an operator's suspension, reroute or disabled
+    account forbids to send this way (set aside, or queued again to go another way)."""
 
     owned: frozenset[int]
     suppressed: frozenset[int] = frozenset()
     held: frozenset[int] = frozenset()
+    set_aside: frozenset[int] = frozenset()
 
     def of(self, ids: Sequence[int]) -> Begun:
         """The part of this answer about `ids` (one attempt's)."""
         mine = frozenset(ids)
-        return Begun(self.owned & mine, self.suppressed & mine, self.held & mine)
+        return Begun(self.owned & mine, self.suppressed & mine, self.held & mine, self.set_aside & mine)
 
 
 async def begin(database: db.Database, node: str, attempts: Sequence[Attempt], now: datetime) -> Begun:
@@ -113,13 +118,17 @@ async def begin(database: db.Database, node: str, attempts: Sequence[Attempt], n
     attempt_ids = [a.id for a in attempts for _ in a.deliveries]
     groups = [a.group for a in attempts for _ in a.deliveries]
     tenants = [a.tenant for a in attempts for _ in a.deliveries]
-    rows = await database.fetch("leases/begin", node, ids, attempt_ids, groups, now, tenants)
-    became: dict[str, set[int]] = {"begun": set(), "suppressed": set(), "held": set()}
+    pools = [a.pool for a in attempts for _ in a.deliveries]
+    sources = [a.source or None for a in attempts for _ in a.deliveries]
+    accounts = [a.account for a in attempts for _ in a.deliveries]
+    rows = await database.fetch("leases/begin", node, ids, attempt_ids, groups, now, tenants, pools, sources, accounts)
+    became: dict[str, set[int]] = {"begun": set(), "suppressed": set(), "held": set(), "set_aside": set()}
     for row in rows:
         became[row["became"]].add(row["id"])
-    if became["suppressed"] or became["held"]:  # their events are committed
+    if became["suppressed"] or became["held"] or became["set_aside"]:  # their events are committed
         await wakeups.consumers(database)
-    return Begun(frozenset(became["begun"]), frozenset(became["suppressed"]), frozenset(became["held"]))
+    return Begun(frozenset(became["begun"]), frozenset(became["suppressed"]), frozenset(became["held"]),
+                 frozenset(became["set_aside"]))  # fmt: skip
 
 
 async def unbegin(database: db.Database, node: str, ids: Sequence[int], now: datetime) -> None:

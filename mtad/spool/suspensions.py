@@ -9,7 +9,10 @@ is also disabled until then, by the caller (mtad.admin.control), so that the
 account pools skip it. `mtad queue reroute --provider G
 --pool P` sends a provider group's mail from another source pool meanwhile.
 
-Both live in PostgreSQL; each node reads them every few seconds (`Controls`).
+Both live in PostgreSQL; each node reads them every few seconds (`Controls`), and
+at once when a command tells it to (mtad.spool.controls): the command returns
+once every live node has. A send that begins checks them again in SQL
+(leases/begin.sql), whatever the node's view.
 """
 
 from __future__ import annotations
@@ -134,7 +137,8 @@ async def hold(
 
 class Controls:
     """The suspensions and reroutes in force, as PostgreSQL said at the last load()
-    (every few seconds on each node): what its delivery heeds."""
+    (every few seconds on each node, and at once when a command tells it): what its
+    delivery heeds."""
 
     def __init__(self, database: db.Database) -> None:
         self._db = database

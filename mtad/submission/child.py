@@ -6,6 +6,7 @@ over the control socket; it dies with the daemon."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import pickle
@@ -18,7 +19,7 @@ import structlog
 
 from mtad import db
 from mtad.base import errors, log, metrics
-from mtad.spool import commit, tenants
+from mtad.spool import commit, quotas, tenants
 from mtad.submission import control
 from mtad.submission.port import InProcess
 
@@ -72,7 +73,9 @@ async def _serve(start: control.Start) -> None:
         async with asyncio.TaskGroup() as tasks:
             committing = tasks.create_task(port.run(), name="group-commit")
             checking = tasks.create_task(gate.run(), name="tenant-states")
-            answering = tasks.create_task(_answer(reader, writer, handing, port), name="control")
+            answering = tasks.create_task(_answer(reader, writer, handing, port, gate), name="control")
+            with contextlib.suppress(errors.SpoolError):  # the states before the first session (else gate.run's)
+                await gate.refresh()
             await port.start(listening)
             logger.info("submission_process_ready", process=start.index, pid=os.getpid())
             log.flush()  # on stdout before the daemon's own "ready" line, which this message lets it write
@@ -113,8 +116,9 @@ class _Handing:
 
 
 async def _answer(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handing: _Handing | None, port: InProcess
-) -> None:
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handing: _Handing | None, port: InProcess,
+    gate: quotas.Gate,
+) -> None:  # fmt: skip
     """Answer the daemon; when it is gone, exit at once, as if the node had crashed.
     (Its files close before the kernel sends the parent-death signal: a child that
     stopped gracefully meanwhile would tell some sessions 421.)"""
@@ -127,6 +131,14 @@ async def _answer(
             case control.Reconfigure(settings):
                 port.reconfigure(settings)
                 logger.info("reconfigured", pid=os.getpid())
+            case control.Heed():
+                try:
+                    await gate.refresh()
+                except errors.SpoolError as exc:
+                    logger.warning("tenant_states_unread", error=str(exc))
+                    control.say(writer, control.Heeded(False))
+                else:
+                    control.say(writer, control.Heeded(True))
             case _:
                 logger.warning("control_message_unexpected", message=type(message).__name__)
     logger.error("daemon_gone", pid=os.getpid())

@@ -6,10 +6,14 @@ each pickled after its length (4 octets), and what a child is handed on its stdi
                     to the node (the fast path)
                     Counts(counts) in answer to AskCounts(), and once more as it
                     exits cleanly
+                    Heeded(ok) in answer to Heed(), once its gate has read the
+                    tenants' states again (ok False: it could not)
   daemon -> child   AskCounts() send your counts now
                     Room(room) whether to lease new deliveries to the node (sent
                     when that changes)
                     Reconfigure(settings) the port's settings after a reload
+                    Heed() read the tenants' states now (an operator paused or
+                    resumed one: the command waits for every process)
 
 Both ends are this program: unpickling what the other end sent is no more trust
 than running it.
@@ -69,7 +73,17 @@ class Reconfigure:
     settings: PortSettings
 
 
-Message = Ready | Accepted | Counts | AskCounts | Room | Reconfigure
+@dataclass(frozen=True, slots=True)
+class Heed:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Heeded:
+    ok: bool
+
+
+Message = Ready | Accepted | Counts | AskCounts | Room | Reconfigure | Heed | Heeded
 
 
 def say(writer: asyncio.StreamWriter, message: Message) -> None:

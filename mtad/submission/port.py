@@ -121,5 +121,8 @@ class InProcess:
     async def counts(self) -> list[list[metrics.Counted]]:
         return []  # this process's own metrics are all there is
 
+    async def heed(self) -> None:
+        """Nothing: this process's gate is the daemon's, which reads the states itself."""
+
     def close(self) -> None:
         self.committer.close()

@@ -69,6 +69,8 @@ class _Child:
     exited: asyncio.Event = field(default_factory=asyncio.Event)  # before it was ever ready
     answer: asyncio.Future[tuple[list[metrics.Counted], int]] | None = None
     asking: asyncio.Lock = field(default_factory=asyncio.Lock)
+    heeded: asyncio.Future[bool] | None = None  # its answer to Heed
+    heeding: asyncio.Lock = field(default_factory=asyncio.Lock)
     last: list[metrics.Counted] = field(default_factory=list)  # its last counts
     retired: int = 0  # how many times `last` went into the counts of the children gone
     room: bool = True  # what it was last told
@@ -187,6 +189,31 @@ class Processes:
             finally:
                 child.answer = None
 
+    async def heed(self) -> None:
+        """Every child's gate reads the tenants' states again now; ProcessError names
+        a child that did not within ANSWER_TIMEOUT. A child not started yet reads
+        them as it starts."""
+        answers = await asyncio.gather(*(self._heed(child) for child in self._children))
+        late = [child.index for child, ok in zip(self._children, answers, strict=True) if not ok]
+        if late:
+            raise errors.ProcessError(f"submission process {', '.join(map(str, late))} did not read the tenants' "
+                                      f"states within {ANSWER_TIMEOUT:g} s")  # fmt: skip
+
+    async def _heed(self, child: _Child) -> bool:
+        async with child.heeding:
+            writer = child.writer
+            if writer is None:
+                return True
+            child.heeded = asyncio.get_running_loop().create_future()
+            try:
+                control.say(writer, control.Heed())
+                async with asyncio.timeout(ANSWER_TIMEOUT):
+                    return await child.heeded
+            except (TimeoutError, ConnectionError):
+                return child.writer is None  # it exited meanwhile: its next life reads them as it starts
+            finally:
+                child.heeded = None
+
     async def _supervise(self, child: _Child) -> None:
         loop = asyncio.get_running_loop()
         pause = RESTART_FIRST
@@ -258,6 +285,9 @@ class Processes:
                     child.answer.set_result((child.last, child.retired))
             case control.Ready():
                 child.ready.set()
+            case control.Heeded(ok):
+                if child.heeded is not None and not child.heeded.done():
+                    child.heeded.set_result(ok)
             case _:
                 logger.warning("control_message_unexpected", process=child.index, message=type(message).__name__)
 

@@ -1,8 +1,10 @@
 """Nodes in the `nodes` table: only live nodes that deliver share the buckets; one
-process at a time claims a node id."""
+process at a time claims a node id; an operator's command waits until every live
+node has applied it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from datetime import UTC, datetime, timedelta
@@ -11,7 +13,7 @@ import pytest
 
 from mtad import db
 from mtad.base import errors
-from mtad.spool import nodes
+from mtad.spool import controls, nodes
 from tests.conftest import query
 
 
@@ -53,3 +55,71 @@ async def test_one_process_claims_a_node_id_until_its_session_ends(dsn: str, dat
         await first.release()
     again = await nodes.Claim.take(dsn, "n1")  # released with its session
     await again.release()
+
+
+# --- an operator's command held on every live node ---------------------------------------
+
+
+async def test_a_command_waits_until_every_live_node_has_applied_it(database: db.Database) -> None:
+    now = datetime.now(UTC)
+    for node in ("a", "b"):
+        await nodes.register(database, node, now)
+    await nodes.register(database, "dead", now - timedelta(minutes=5))  # not waited for
+    version = await controls.announce(database)
+    assert await controls.version(database) == version
+    await controls.applied(database, "a", version)
+    early = await controls.acks(database, version, now - timedelta(seconds=30))
+    assert (early.applied, [late.node for late in early.late]) == (("a",), ["b"])
+    await controls.applied(database, "b", version + 1)  # a later version holds this one too
+    await controls.applied(database, "b", version)  # and is not taken back by an older one
+    acks = await controls.wait(database, version, 30.0)
+    assert (acks.applied, acks.late, acks.said()) == (("a", "b"), (), "held on 2 of 2 live nodes (a, b)")
+    assert (await controls.acks(database, version + 1, now - timedelta(seconds=30))).applied == ("b",)
+
+
+async def test_a_live_node_that_does_not_apply_it_is_named_once_the_wait_is_over(database: db.Database) -> None:
+    now = datetime.now(UTC)
+    await nodes.register(database, "a", now)
+    await nodes.register(database, "stuck", now - timedelta(seconds=12))
+    version = await controls.announce(database)
+    await controls.applied(database, "a", version)
+    acks = await controls.wait(database, version, 30.0, within=0.2)
+    assert (acks.applied, [late.node for late in acks.late], acks.live) == (("a",), ["stuck"], 2)
+    assert acks.said() == "held on 1 of 2 live nodes (a)"
+    [warning] = acks.warnings(0.2, now)
+    assert warning.startswith("node stuck did not apply it within 0.2 s (its last heartbeat 12 s ago)")
+    assert acks.as_dict() == {"version": version, "live": 2, "applied": ["a"], "late": ["stuck"]}
+    assert (await controls.wait(database, version, 30.0, within=0)).said() == "held on 1 of 2 live nodes (a)"
+    await nodes.deregister(database, "stuck")
+    await nodes.deregister(database, "a")
+    assert (await controls.wait(database, version, 30.0)).said() == "no live node: each node reads it as it starts"
+
+
+async def test_a_node_told_by_notify_applies_then_acknowledges(database: db.Database) -> None:
+    """Heeding wakes on the NOTIFY alone (its periodic read is an hour away), applies
+    the controls, then acknowledges; an apply that fails acknowledges nothing."""
+    await nodes.register(database, "n1", datetime.now(UTC))
+    applied: list[int] = []
+    failing = False
+
+    async def apply() -> None:
+        if failing:
+            raise errors.SpoolError("the states could not be read")
+        applied.append(await controls.version(database))
+
+    heeding = controls.Heeding(database, "n1", apply, every=3600.0)
+    async with asyncio.TaskGroup() as tasks:
+        running = tasks.create_task(heeding.run())
+        acks = await controls.wait(database, await controls.version(database), 30.0, within=30.0)
+        assert acks.applied == ("n1",)  # its first read, as it starts
+        version = await controls.announce(database)
+        acks = await controls.wait(database, version, 30.0, within=30.0)
+        assert (acks.applied, applied[-1]) == (("n1",), version)
+        assert await heeding.heed() == version  # nothing new: not applied again
+        assert applied.count(version) == 1
+        failing = True
+        version = await controls.announce(database)
+        acks = await controls.wait(database, version, 30.0, within=0.5)
+        assert [late.node for late in acks.late] == ["n1"]
+        assert heeding.applied == version - 1
+        running.cancel()

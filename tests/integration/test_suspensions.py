@@ -2,11 +2,15 @@
 PostgreSQL and a real SMTP sink: mail of a suspended provider group, tenant, pool
 or source address waits (queued, due when the suspension ends) and goes when it
 is resumed; a suspended address is left out of its pool; a reroute sends a
-provider group's mail from another pool; a suspended account is disabled."""
+provider group's mail from another pool; a suspended account is disabled; a send
+begun after a suspension is set aside whatever the node's view of it; a command
+over HTTP answers once the live nodes hold it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,9 +20,10 @@ from mtad.admin import control
 from mtad.deliver import delivery, egress
 from mtad.mailboxes import accounts
 from mtad.outbound import outcomes, routing, sessions
-from mtad.spool import suspensions
+from mtad.spool import controls, leases, nodes, suspensions
 from tests.conftest import query
 from tests.integration.test_accounts import make
+from tests.integration.test_admin import serving
 from tests.integration.test_delivery import PROVIDERS, RULES, ZONE, accept, new_message
 from tests.sink import Sink
 from tests.zones import ZoneResolver
@@ -137,3 +142,84 @@ async def test_a_suspended_account_is_disabled_until_resumed(database: db.Databa
     assert (account.state, account.state_until) == (accounts.State.DISABLED, now + timedelta(hours=1))
     assert await control.resume(database, "account", "box", now) == 0
     assert (await accounts.get(database, "box")).state is accounts.State.ACTIVE
+
+
+async def test_a_node_whose_view_is_behind_does_not_send_what_was_suspended(database: db.Database, sink: Sink) -> None:
+    """The engine read the controls before the suspension: where the send is handed
+    out (leases/begin.sql) the suspension is found all the same, the delivery set
+    aside, and the engine reads the controls again."""
+    behind = await engine(database, sink)
+    now = datetime.now(UTC)
+    await suspensions.suspend(database, "provider", GROUP, "an incident", None, now)
+    await accept(database, new_message("a@sink.test"))
+    await behind.run_until_idle()
+    assert sink.received == []
+    assert [state for state, _ in await waiting(database)] == ["queued"]
+    [event] = await query(database, "SELECT data FROM events WHERE kind = 'requeued'")
+    said = json.loads(event["data"])
+    assert (said["suspended"], said["key"], said["until"], said["before_attempt"]) == ("provider", GROUP, None, True)
+    assert await suspensions.resume(database, "provider", GROUP, datetime.now(UTC)) == 1
+    await behind.run_until_idle()  # its view was read again: nothing held now
+    assert sink.recipients() == ["a@sink.test"]
+
+
+async def test_the_begin_of_a_send_checks_every_kind_of_control(database: db.Database) -> None:
+    now = datetime.now(UTC)
+    until = now + timedelta(hours=2)
+    box = await make(database, "box")
+    await accept(database, *(new_message(f"r{i}@sink.test") for i in range(7)))
+    ids = sorted(d.id for d in await leases.lease(database, "n1", 7, now + timedelta(minutes=1), until))
+    await suspensions.suspend(database, "provider", "held-group", "incident", None, now)
+    await suspensions.suspend(database, "tenant", "held-tenant", "a bad list", until, now)
+    await suspensions.suspend(database, "pool", "held-pool", "maintenance", None, now)
+    await suspensions.suspend(database, "source", A, "listed", None, now)
+    await accounts.disable(database, "box", "its owner asked", now)
+    await suspensions.reroute(database, "rerouted", "bulk", "pair is throttled", None, now)
+    attempts = [
+        leases.Attempt(uuid.uuid4(), (ids[0],), "held-group", "t1"),
+        leases.Attempt(uuid.uuid4(), (ids[1],), GROUP, "held-tenant"),
+        leases.Attempt(uuid.uuid4(), (ids[2],), GROUP, "t1", "held-pool", C),
+        leases.Attempt(uuid.uuid4(), (ids[3],), GROUP, "t1", "pair", A),  # another address of the pool may send it
+        leases.Attempt(uuid.uuid4(), (ids[4],), "accounts:p", "t1", None, None, box),  # another account may
+        leases.Attempt(uuid.uuid4(), (ids[5],), "rerouted", "t1", "pair", B),  # from the reroute's pool
+        leases.Attempt(uuid.uuid4(), (ids[6],), "rerouted", "t1", "bulk", C),  # as the reroute says: sent
+    ]
+    begun = await leases.begin(database, "n1", attempts, now)
+    assert (begun.owned, begun.set_aside) == ({ids[6]}, set(ids[:6]))
+    rows = await query(database, "SELECT id, state::text, next_attempt_at, lease_owner, route_group FROM deliveries "
+                                  "WHERE id = ANY($1) ORDER BY id", ids[:6])  # fmt: skip
+    assert [(r["state"], r["lease_owner"]) for r in rows] == [("queued", None)] * 6
+    due = [r["next_attempt_at"] for r in rows]
+    assert due[0].year == due[2].year == 9999 or due[0] == due[2] == datetime.max  # until resumed
+    assert due[1:2] + due[3:] == [until, now, now, now]  # when it ends; or now, to leave another way
+    assert rows[4]["route_group"] == "accounts:p"
+    events = await query(database, "SELECT delivery, data FROM events WHERE kind = 'requeued' ORDER BY delivery")
+    said = [json.loads(e["data"]) for e in events]
+    assert [(s["reason"], s.get("suspended") or s.get("account") or s.get("pool")) for s in said] == [
+        ("suspended", "provider"), ("suspended", "tenant"), ("suspended", "pool"), ("suspended", "source"),
+        ("account_disabled", "box"), ("rerouted", "bulk")]  # fmt: skip
+    assert said[1]["why"] == "a bad list"
+    # Resumed, what was set aside until then is due (the pool's too: it is set aside again when taken).
+    assert await suspensions.resume(database, "provider", "held-group", datetime.now(UTC)) == 2
+    assert await suspensions.resume(database, "tenant", "held-tenant", datetime.now(UTC)) == 1  # due at its end: now
+
+
+async def test_a_command_over_http_answers_once_the_live_nodes_hold_it(database: db.Database) -> None:
+    """The node's view of the controls holds a suspension by the time the admin API
+    answers (it waits for the node's acknowledgement), and the answer says so."""
+    await nodes.register(database, "n1", datetime.now(UTC))
+    view = suspensions.Controls(database)
+
+    async def apply() -> None:
+        await view.load(datetime.now(UTC))
+
+    heeding = controls.Heeding(database, "n1", apply, every=3600.0)  # woken by NOTIFY only
+    async with asyncio.TaskGroup() as tasks, serving(database) as client:
+        running = tasks.create_task(heeding.run())
+        status, made = await client.call("POST", "/v1/suspensions", json={"kind": "provider", "key": "google"})
+        assert (status, made["acknowledged"]["applied"], made["acknowledged"]["late"]) == (201, ["n1"], [])
+        assert view.suspended("provider", "google", datetime.now(UTC)) is not None
+        status, resumed = await client.call("DELETE", "/v1/suspensions/provider/google")
+        assert (status, resumed["acknowledged"]["applied"]) == (200, ["n1"])
+        assert view.suspended("provider", "google", datetime.now(UTC)) is None
+        running.cancel()

@@ -1,27 +1,70 @@
 -- Written before DATA: each delivery in $2 is about to be sent by node $1 as
--- attempt $3[i] to group $4[i], for tenant $6[i]. A delivery whose recipient is
--- on its tenant's suppression list or the global one (not expired at $5) is not
--- sent: it is cancelled now, reason suppressed, with its event. A delivery of a
--- paused tenant is not sent either: it is queued again, due at infinity (until
--- tenants/unhold.sql), with a requeued event; the paused tenants' rows are locked
+-- attempt $3[i] to group $4[i], for tenant $6[i], from source pool $7[i] (NULL:
+-- none) and address $8[i] (NULL: the system's), through account $9[i] (NULL: to
+-- MX). What an operator forbade since the node looked is not sent, whatever the
+-- node's view of it:
+--  - a recipient on its tenant's suppression list or the global one (not expired
+--    at $5): cancelled now, reason suppressed;
+--  - a paused tenant's: queued again, due at infinity (until tenants/unhold.sql);
+--  - a suspended provider group's, tenant's or pool's: set aside as
+--    suspensions/hold.sql does, due when the suspension ends;
+--  - one from a suspended address, through a disabled account, or from another
+--    pool than its group's reroute: queued again, due now, to leave another way.
+-- Each with its event. The paused tenants' and the suspensions' rows are locked
 -- FOR SHARE, so a resume waits for this statement or this one for the resume.
 -- Returns the ids still leased to the node (a lost lease must not be sent), each
--- with what became of it: 'begun', 'suppressed' or 'held'. Found by primary key,
--- no join (see record.sql).
+-- with what became of it: 'begun', 'suppressed', 'held' or 'set_aside'. Found by
+-- primary key, no join (see record.sql).
 WITH paused AS MATERIALIZED (
     SELECT t.tenant FROM tenant_states t
     WHERE t.tenant = ANY($6::text[]) AND t.paused_at IS NOT NULL
     FOR SHARE
 ),
+standing AS MATERIALIZED (
+    SELECT s.kind, s.key, s.reason, s.until FROM suspensions s
+    WHERE (s.until IS NULL OR s.until > $5)
+      AND ((s.kind = 'provider' AND s.key = ANY($4::text[])) OR (s.kind = 'tenant' AND s.key = ANY($6::text[]))
+           OR (s.kind = 'pool' AND s.key = ANY($7::text[])) OR (s.kind = 'source' AND s.key = ANY($8::text[])))
+    FOR SHARE
+),
+rerouted AS MATERIALIZED (
+    SELECT r.provider, r.pool FROM reroutes r
+    WHERE r.provider = ANY($4::text[]) AND (r.until IS NULL OR r.until > $5)
+),
+disabled AS MATERIALIZED (
+    SELECT a.id, a.name FROM accounts a
+    WHERE a.id = ANY($9::bigint[]) AND a.state = 'disabled' AND (a.state_until IS NULL OR a.state_until > $5)
+),
 mine AS (
-    SELECT d.id, d.message, d.recipient, ($6::text[])[array_position($2::bigint[], d.id)] AS tenant,
+    SELECT d.id, d.message, d.recipient, x.tenant, x.grp,
            EXISTS (
                SELECT 1 FROM suppressions s
-               WHERE s.tenant IN (($6::text[])[array_position($2::bigint[], d.id)], '')
-                 AND s.address = lower(d.recipient) AND (s.expires_at IS NULL OR s.expires_at > $5)
+               WHERE s.tenant IN (x.tenant, '') AND s.address = lower(d.recipient)
+                 AND (s.expires_at IS NULL OR s.expires_at > $5)
            ) AS suppressed,
-           ($6::text[])[array_position($2::bigint[], d.id)] IN (SELECT tenant FROM paused) AS paused
+           x.tenant IN (SELECT tenant FROM paused) AS paused,
+           (SELECT jsonb_build_object('reason', 'suspended', 'suspended', s.kind, 'key', s.key, 'why', s.reason,
+                                      'until', s.until)
+            FROM standing s
+            WHERE (s.kind = 'provider' AND s.key = x.grp) OR (s.kind = 'tenant' AND s.key = x.tenant)
+               OR (s.kind = 'pool' AND s.key = x.pool)
+            ORDER BY s.kind LIMIT 1) AS aside,
+           CASE
+               WHEN x.source IN (SELECT s.key FROM standing s WHERE s.kind = 'source') THEN
+                   jsonb_build_object('reason', 'suspended', 'suspended', 'source', 'key', x.source, 'again', 'now')
+               WHEN x.account IN (SELECT id FROM disabled) THEN
+                   jsonb_build_object('reason', 'account_disabled', 'again', 'now',
+                                      'account', (SELECT name FROM disabled WHERE id = x.account))
+               WHEN EXISTS (SELECT 1 FROM rerouted r WHERE r.provider = x.grp AND r.pool IS DISTINCT FROM x.pool) THEN
+                   jsonb_build_object('reason', 'rerouted', 'again', 'now',
+                                      'pool', (SELECT r.pool FROM rerouted r WHERE r.provider = x.grp))
+           END AS again
     FROM deliveries d
+    CROSS JOIN LATERAL (SELECT array_position($2::bigint[], d.id) AS i) p
+    CROSS JOIN LATERAL (
+        SELECT ($6::text[])[p.i] AS tenant, ($4::text[])[p.i] AS grp, ($7::text[])[p.i] AS pool,
+               ($8::text[])[p.i] AS source, ($9::bigint[])[p.i] AS account
+    ) x
     WHERE d.id = ANY($2::bigint[]) AND d.state::text = 'leased' AND d.lease_owner = $1  -- state as text: see record.sql
 ),
 begun AS (
@@ -29,8 +72,9 @@ begun AS (
     SET attempt_id = ($3::uuid[])[array_position($2::bigint[], d.id)],
         route_group = ($4::text[])[array_position($2::bigint[], d.id)],
         updated_at = $5
-    WHERE d.id = ANY(ARRAY(SELECT id FROM mine WHERE NOT suppressed AND NOT paused)) AND d.state::text = 'leased'
-      AND d.lease_owner = $1
+    WHERE d.id = ANY(ARRAY(SELECT id FROM mine
+                           WHERE NOT suppressed AND NOT paused AND aside IS NULL AND again IS NULL))
+      AND d.state::text = 'leased' AND d.lease_owner = $1
     RETURNING d.id
 ),
 waiting AS (
@@ -39,6 +83,19 @@ waiting AS (
         next_attempt_at = 'infinity', updated_at = $5
     WHERE d.id = ANY(ARRAY(SELECT id FROM mine WHERE paused AND NOT suppressed)) AND d.state::text = 'leased'
       AND d.lease_owner = $1
+    RETURNING d.id, d.message
+),
+aside AS (
+    UPDATE deliveries d
+    SET state = 'queued', reason = 'released', lease_owner = NULL, lease_expires_at = NULL,
+        next_attempt_at = coalesce((SELECT CASE WHEN m.aside IS NOT NULL
+                                                THEN coalesce((m.aside->>'until')::timestamptz, 'infinity') END
+                                    FROM mine m WHERE m.id = d.id), $5),
+        route_group = ($4::text[])[array_position($2::bigint[], d.id)],
+        updated_at = $5
+    WHERE d.id = ANY(ARRAY(SELECT id FROM mine
+                           WHERE NOT suppressed AND NOT paused AND (aside IS NOT NULL OR again IS NOT NULL)))
+      AND d.state::text = 'leased' AND d.lease_owner = $1
     RETURNING d.id, d.message
 ),
 cancelled AS (
@@ -59,9 +116,14 @@ logged AS (
     UNION ALL
     SELECT $5, 'requeued', w.message, w.id, h.tenant, '{"reason": "tenant_paused"}'::jsonb
     FROM waiting w JOIN mine h ON h.id = w.id CROSS JOIN quiet
+    UNION ALL
+    SELECT $5, 'requeued', a.message, a.id, h.tenant, coalesce(h.aside, h.again) || '{"before_attempt": true}'
+    FROM aside a JOIN mine h ON h.id = a.id CROSS JOIN quiet
 )
 SELECT id, 'begun' AS became FROM begun
 UNION ALL
 SELECT id, 'suppressed' FROM cancelled
 UNION ALL
 SELECT id, 'held' FROM waiting
+UNION ALL
+SELECT id, 'set_aside' FROM aside
