@@ -45,7 +45,7 @@ TLS_MODES = ("starttls", "implicit")  # accounts.Tls
 MECHANISMS = ("plain", "login", "xoauth2")  # accounts.Mechanism
 REASONS = ("hard_bounce", "soft_bounce", "complaint", "unsubscribe", "manual")  # suppression.Reason
 EVENT_KINDS = (
-    "received", "delivered", "deferred", "bounced", "failed", "cancelled", "requeued", "account_state",
+    "received", "delivered", "deferred", "bounced", "failed", "cancelled", "requeued", "unknown", "account_state",
     "account_failure", "account_bounce", "account_pool", "dkim_key", "complained", "auth_failure", "unsubscribed",
     "replied", "auto_replied", "tenant_paused", "tenant_resumed", "tenant_graduated",
 )  # events.Kind  # fmt: skip
@@ -742,8 +742,8 @@ async def queue_act(args: argparse.Namespace, settings: config.Basics) -> int:
     for delivery in changed:
         print(f"delivery {delivery}: {done}")
     for row in untouched:
-        why = "in flight, try again shortly" if row["state"] == "leased" else f"already {row['state']}"
-        print(f"delivery {row['id']}: unchanged ({why})", file=sys.stderr)
+        why = {"leased": "in flight, try again shortly", "unknown": "its send may have gone out: retry or cancel it"}
+        print(f"delivery {row['id']}: unchanged ({why.get(row['state'], 'already ' + row['state'])})", file=sys.stderr)
     return EXIT_OK if changed else EXIT_FAILED
 
 
@@ -931,6 +931,16 @@ _DELIVERY_COLUMNS = ["id", "queue_id", "state", "attempts", "next_attempt", "sen
 _SHOWN_COLUMNS = [*_DELIVERY_COLUMNS[:-1], "reason", "status", "last_reply"]
 
 
+def _next_attempt(row: dict[str, Any]) -> str:
+    """When a delivery goes: a time; held (due at infinity) until a resume, or, one whose
+    relayed send may have gone out (unknown), until `queue retry`; such a one looked for
+    in its Sent folder goes at its time unless found there."""
+    if row["next_attempt_at"].year == 9999:
+        return "on retry" if row["state"] == "unknown" else "on resume"
+    at = str(row["next_attempt_at"].strftime("%Y-%m-%d %H:%M:%S"))
+    return f"{at} unless found sent" if row["state"] == "unknown" else at
+
+
 def _delivery_text(row: dict[str, Any]) -> dict[str, Any]:
     reply = ""
     if row["last_code"] is not None:
@@ -940,10 +950,7 @@ def _delivery_text(row: dict[str, Any]) -> dict[str, Any]:
         "queue_id": str(row["message"]),
         "state": row["state"],
         "attempts": row["attempts"],
-        "next_attempt": "on resume"
-        if row["next_attempt_at"].year == 9999
-        # held: paused or suspended
-        else row["next_attempt_at"].strftime("%Y-%m-%d %H:%M:%S"),
+        "next_attempt": _next_attempt(row),
         "sender": row["sender"] or "<>",  # the null reverse-path
         "recipient": row["recipient"],
         "reason": row.get("last_reason"),

@@ -95,6 +95,13 @@ userdb {{
   args = uid={self._uid} gid={self._gid} home={self._homes}/%u
 }}
 mail_location = maildir:~/Maildir
+namespace inbox {{
+  inbox = yes
+  separator = /
+  mailbox Sent {{
+    special_use = \\Sent
+  }}
+}}
 {"" if self._idle else "imap_capability = IMAP4rev1 SASL-IR LITERAL+ ID ENABLE UIDPLUS"}
 service imap-login {{
   inet_listener imap {{
@@ -173,13 +180,24 @@ service stats {{
         for path in [self._homes / name, *(self._homes / name).rglob("*")]:
             os.chown(path, self._uid, self._gid)
 
-    def _maildir(self, name: str) -> Path:
-        return self._homes / name / "Maildir"
+    def _maildir(self, name: str, folder: str | None = None) -> Path:
+        inbox = self._homes / name / "Maildir"
+        return inbox if folder is None else inbox / ("." + folder.replace("/", "."))  # Maildir++
 
-    def deliver(self, name: str, raw: bytes, *, received: float | None = None) -> None:
-        """Put the message `raw` into the user's inbox, as a delivery agent does;
-        `received`: its arrival time (its IMAP INTERNALDATE), as a Unix time."""
-        maildir = self._maildir(name)
+    def folder(self, name: str, folder: str) -> None:
+        """A folder of the user's mailbox besides the inbox ("Sent", "[Gmail]/Sent Mail", ...;
+        one named Sent is flagged \\Sent, RFC 6154)."""
+        maildir = self._maildir(name, folder)
+        for sub in ("cur", "new", "tmp"):
+            (maildir / sub).mkdir(parents=True, exist_ok=True)
+        for path in [maildir, *maildir.iterdir()]:
+            os.chown(path, self._uid, self._gid)
+
+    def deliver(self, name: str, raw: bytes, *, received: float | None = None, folder: str | None = None) -> None:
+        """Put the message `raw` into the user's inbox (or `folder`, made by folder()), as
+        a delivery agent does; `received`: its arrival time (its IMAP INTERNALDATE), as a
+        Unix time."""
+        maildir = self._maildir(name, folder)
         unique = f"{time.time_ns()}.{uuid.uuid4().hex}.mtad-tests"
         staged = maildir / "tmp" / unique
         staged.write_bytes(raw.replace(b"\r\n", b"\n"))

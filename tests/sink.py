@@ -9,6 +9,7 @@ The reply to a recipient is chosen by its local part:
     disabled-...            550 5.2.1 at RCPT (a disabled mailbox: a soft bounce)
     content-...             550 5.7.1 after the data
     disconnect-in-data...   the connection drops after the data, without a reply
+    lost-once-...           the same the first time, then 250
     slow-...                the reply to the data waits until `release()`
     anything else           250
 
@@ -219,7 +220,8 @@ class _Counting(SMTP):
 
 def _kind(recipient: str) -> str:
     local = recipient.rpartition("@")[0].lower()
-    for kind in ("tempfail", "flaky", "throttle", "reject", "550", "disabled", "content", "disconnect-in-data", "slow"):
+    for kind in ("tempfail", "flaky", "throttle", "reject", "550", "disabled", "content", "disconnect-in-data", "slow",
+                 "lost-once"):  # fmt: skip
         if local.startswith(kind):
             return kind
     return "ok"
@@ -297,7 +299,9 @@ class _Handler:
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         kinds = {_kind(r) for r in envelope.rcpt_tos}
-        if "disconnect-in-data" in kinds:
+        lost = [r for r in envelope.rcpt_tos if _kind(r) == "lost-once" and r not in self.sink.seen]
+        self.sink.seen.update(lost)
+        if "disconnect-in-data" in kinds or lost:
             assert server.transport is not None
             server.transport.abort()  # the reply below goes nowhere
             return "250 2.0.0 never seen"

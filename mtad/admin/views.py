@@ -28,7 +28,7 @@ def delivery(row: dict[str, Any]) -> dict[str, Any]:
         "state": row["state"],
         "priority": row["priority"],
         "attempts": row["attempts"],
-        # null: held until its tenant is resumed or its suspension ends (due at infinity)
+        # null: held until its tenant is resumed or its suspension ends, or (unknown) until retried: infinity
         "next_attempt_at": None if row["next_attempt_at"].year == 9999 else row["next_attempt_at"].isoformat(),
         "reason": row["reason"],
         "last_reply": reply,

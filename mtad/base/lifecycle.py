@@ -21,6 +21,9 @@ class State(enum.StrEnum):
     BOUNCED = "bounced"  # permanent reply, older than max age, or bounced by an operator (final)
     FAILED = "failed"  # non-SMTP failure after repeated tries: dead letter (final)
     CANCELLED = "cancelled"  # suppressed, cancelled by tenant or admin (final)
+    # Its send through a sending mailbox may have gone out and nobody knows: not sent
+    # again until found in the mailbox's Sent folder, its wait ends, or an operator retries.
+    UNKNOWN = "unknown"
 
 
 class Reason(enum.StrEnum):
@@ -46,6 +49,7 @@ class Reason(enum.StrEnum):
     INTERNAL = "internal"  # mtad itself failed (never counts as throttling)
     RECLAIMED = "reclaimed"  # its node started again after its previous life died holding it
     ASYNC_BOUNCE = "async_bounce"  # a hard bounce came back after the receiver's 250
+    MAYBE_SENT = "maybe_sent"  # a relayed send may have gone out (a crash, a connection lost after the data)
 
 
 TRANSITIONS: Mapping[State, frozenset[State]] = {
@@ -53,8 +57,9 @@ TRANSITIONS: Mapping[State, frozenset[State]] = {
     # `bounce`: reason admin), or cancelled at accept (suppressed); one in flight may not.
     State.QUEUED: frozenset({State.LEASED, State.CANCELLED, State.BOUNCED}),
     # A leased delivery found suppressed just before its attempt is cancelled, unsent.
+    # A relayed send that may have gone out is held unknown, never sent again unseen.
     State.LEASED: frozenset(
-        {State.DELIVERED, State.DEFERRED, State.BOUNCED, State.FAILED, State.QUEUED, State.CANCELLED}
+        {State.DELIVERED, State.DEFERRED, State.BOUNCED, State.FAILED, State.QUEUED, State.CANCELLED, State.UNKNOWN}
     ),
     State.DEFERRED: frozenset({State.QUEUED, State.LEASED, State.CANCELLED, State.BOUNCED}),
     # A receiver that said 250 may bounce the message later (a DSN that comes back).
@@ -62,6 +67,9 @@ TRANSITIONS: Mapping[State, frozenset[State]] = {
     State.BOUNCED: frozenset(),
     State.FAILED: frozenset(),
     State.CANCELLED: frozenset(),
+    # Found in the mailbox's Sent folder; not found once its wait is over, or retried by
+    # an operator (sent again); or cancelled by an operator.
+    State.UNKNOWN: frozenset({State.DELIVERED, State.QUEUED, State.CANCELLED}),
 }
 
 # No attempt follows: the delivery is done (a delivered one may still be bounced later).
@@ -80,6 +88,8 @@ _NEEDS_REASON = frozenset(
         (State.DEFERRED, State.CANCELLED),
         (State.DEFERRED, State.BOUNCED),
         (State.DELIVERED, State.BOUNCED),
+        (State.LEASED, State.UNKNOWN),
+        (State.UNKNOWN, State.CANCELLED),
     }
 )
 
@@ -89,11 +99,14 @@ def can_move(old: State, new: State) -> bool:
 
 
 # Moves made for one reason only: a delivery in hand is cancelled only when found
-# suppressed just before its attempt (never by an operator under the sender), and a
-# delivered one bounced only when its bounce comes back.
+# suppressed just before its attempt (never by an operator under the sender), a
+# delivered one bounced only when its bounce comes back, and one held unknown only
+# when its relayed send may have gone out.
 ONLY_FOR: Mapping[tuple[State, State], Reason] = {
     (State.LEASED, State.CANCELLED): Reason.SUPPRESSED,
     (State.DELIVERED, State.BOUNCED): Reason.ASYNC_BOUNCE,
+    (State.LEASED, State.UNKNOWN): Reason.MAYBE_SENT,
+    (State.UNKNOWN, State.CANCELLED): Reason.ADMIN,
 }
 
 

@@ -53,7 +53,7 @@ from mtad.mailboxes import accounts, relay
 from mtad.outbound import outcomes, policies, routing, sessions, tlsrpt
 from mtad.outbound.outcomes import Failure, Verdict
 from mtad.signing import dkim
-from mtad.spool import commit, leases, nodes, suspensions
+from mtad.spool import commit, leases, nodes, suspensions, unknowns
 from mtad.spool.leases import Leased, Outcome
 
 log = structlog.get_logger("mtad.delivery")
@@ -143,6 +143,7 @@ class DeliveryStats:
     bounced: int = 0
     failed: int = 0
     cancelled: int = 0  # found suppressed just before their attempt
+    unknown: int = 0  # relayed sends that may have gone out, held rather than sent again
     leased: int = 0
     reaped: int = 0
 
@@ -457,6 +458,11 @@ class Delivery:
     async def _route(self, job: _Job) -> None:
         account_pool = self._account_pool(job)
         if account_pool is not None:
+            if any(d.maybe_sent for d in job.deliveries):  # its node died during an attempt
+                kept = await self._hold_maybe_sent(job, account_pool)
+                if kept is None:
+                    return
+                job = kept
             self._queue(job, None, f"accounts:{account_pool}", account_pool)
             return
         try:
@@ -878,6 +884,10 @@ class Delivery:
             if not job.deliveries:
                 self._holdings.job_done(job.message)
                 return
+        if result is not None and result.maybe_sent and isinstance(way, strategies.ThroughMailbox):
+            kept = await self._hold_unanswered(job, group, way, verdicts, data, started_at)
+            if kept is None:
+                return
         await self._finish(job, group.name, verdicts, data, started_at=started_at)
 
     async def _tls_count(self, domain: str, result: sessions.Result) -> None:
@@ -1111,6 +1121,89 @@ class Delivery:
             self._idle.set()
         self._wake.set()  # room to lease other mail
         return kept
+
+    # --- relayed sends that may have gone out ----------------------------------------------
+
+    async def _hold_maybe_sent(self, job: _Job, account_pool: str) -> _Job | None:
+        """A relayed job leased again after its node died during an attempt (an attempt
+        id, no outcome): each delivery that may have gone out is held unknown, never sent
+        again unseen, unless its pool resends (then it goes, flagged maybe_duplicate).
+        Returns the job with what is still to send (None: nothing). With the database
+        away the job is let go of: its lease runs out and it comes back the same way."""
+        assert self._mailboxes is not None
+        group = f"accounts:{account_pool}"
+        maybe = [d for d in job.deliveries if d.maybe_sent]
+        try:
+            through = await unknowns.sent_through(self._db, [d.id for d in maybe])
+            now = self._now()
+            decided: dict[int | None, relay.Unknown | None] = {}
+            held: dict[int | None, list[Leased]] = {}
+            for d in maybe:
+                account = through[d.id].account if d.id in through else None
+                if account not in decided:
+                    decided[account] = await self._mailboxes.unknown(account_pool, account, now)
+                if decided[account] is not None:
+                    held.setdefault(account, []).append(d)
+            names = {t.account: t.name for t in through.values()}
+            for account, deliveries in held.items():
+                unknown = decided[account]
+                assert unknown is not None
+                job.deliveries = [d for d in job.deliveries if d not in deliveries]
+                data = {"account_pool": account_pool, "account": names.get(account) if account else None}
+                await self._hold(self._split(job, deliveries), group, unknown, "unrecorded_attempt", data)
+        except errors.SpoolError as exc:
+            log.warning("maybe_sent_not_held", queue_id=str(job.message), error=str(exc))
+            self._forget(job)
+            return None
+        if not job.deliveries:
+            self._holdings.job_done(job.message)
+            return None
+        return job
+
+    async def _hold_unanswered(
+        self, job: _Job, group: _Group, way: strategies.ThroughMailbox, verdicts: strategies.Verdicts,
+        data: dict[str, Any], started_at: datetime,
+    ) -> _Job | None:  # fmt: skip
+        """After a relayed send whose connection was lost after the data, the deliveries
+        the receiver did not answer may have gone out: each is held unknown rather than
+        deferred, unless the pool resends. Returns the job with the rest (None: nothing)."""
+        assert self._mailboxes is not None
+        assert group.account_pool is not None
+        unanswered = [d for d in job.deliveries if verdicts[d.id][1] is None]
+        account = way.reservation.account
+        unknown = await self._mailboxes.unknown(group.account_pool, account.id, self._now()) if unanswered else None
+        if unknown is None:
+            return job
+        job.deliveries = [d for d in job.deliveries if d not in unanswered]
+        await self._hold(self._split(job, unanswered), group.name, unknown, "lost_after_data", data, started_at)
+        if not job.deliveries:
+            self._holdings.job_done(job.message)
+            return None
+        return job
+
+    async def _hold(
+        self, job: _Job, group: str, unknown: relay.Unknown, why: str, data: dict[str, Any],
+        started_at: datetime | None = None,
+    ) -> None:  # fmt: skip
+        """Hold every delivery of the job unknown, each with its event (`why`: how it may
+        have gone out), and let go of them."""
+        self._holdings.working(job.deliveries)  # being recorded: kept if its lease is lost
+        now = self._now()
+        said = {**data, "group": group, "why": why, "looked_for": unknown.looked_for,
+                "resend_at": unknown.until.isoformat() if unknown.looked_for else None}  # fmt: skip
+        recorded = [
+            Outcome(d.id, job.tenant, State.UNKNOWN, Reason.MAYBE_SENT, None, unknown.until, group, False,
+                    {"recipient": d.recipient, **said})
+            for d in job.deliveries
+        ]  # fmt: skip
+        try:
+            await unknowns.hold(self._db, self.node, recorded, [unknown.account] * len(recorded), now)
+        finally:
+            self._holdings.waiting(job.deliveries)
+            self._forget(job)
+        self._count(job, group, recorded, data.get("source"), now, started_at)
+        for outcome in recorded:
+            self._log(outcome, job)
 
     async def _finish(
         self,

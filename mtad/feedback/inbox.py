@@ -31,9 +31,18 @@ UIDVALIDITY changed, starts at the mail of the day the account was added (or of
 the last full read). Only the first `max_message_size` octets of a message are
 fetched: a report's own parts come first.
 
+The reader of an account also settles the sends through it whose outcome is
+unknown (mtad.spool.unknowns: the connection was lost after the data, or the
+sending node died before the outcome was written). In a session of its own it
+looks for each one's Message-ID in the account's Sent folder (Gmail's `[Gmail]/Sent
+Mail`, Microsoft's `Sent Items`, else the folder flagged `\\Sent`, RFC 6154): found,
+it is delivered, and its event says so; not found once its wait is over
+(`[account_pools.NAME] sent_check_after`), it is sent again. A send is looked for
+when it is held, then every `poll` seconds, and once more when its wait is over.
+
 `Inboxes` is the one task that owns the readers of a node: every lease/3 seconds
 it renews their leases, stops those whose lease or configuration went, and takes
-the inboxes no live node reads.
+the inboxes no live node reads; as often, it looks for the sends held unknown.
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ import asyncio
 import contextlib
 import re
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -57,6 +66,7 @@ from mtad.mailboxes import accounts, inboxes, relay
 from mtad.mailboxes.accounts import Account
 from mtad.mailboxes.inboxes import Inbox
 from mtad.outbound import outcomes
+from mtad.spool import unknowns
 
 log = structlog.get_logger("mtad.inbox")
 
@@ -72,6 +82,13 @@ MAX_BACKOFF = 300.0  # seconds between attempts to read an inbox that keeps fail
 _UIDVALIDITY = re.compile(rb"\[UIDVALIDITY (\d+)\]", re.IGNORECASE)
 _UIDNEXT = re.compile(rb"\[UIDNEXT (\d+)\]", re.IGNORECASE)
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+# The Sent folders by name, before the one flagged \Sent: Gmail's (Google Mail's in
+# Germany and the UK), Microsoft's.
+SENT_NAMES = ("[Gmail]/Sent Mail", "[Google Mail]/Sent Mail", "Sent Items")
+# A LIST reply: (flags) "delimiter"|NIL name, the name quoted or an atom.
+_LISTED = re.compile(rb'^\((?P<flags>[^)]*)\) (?:"(?:[^"\\]|\\.)*"|NIL) (?P<name>"(?:[^"\\]|\\.)*"|[^\s"]+)$',
+                     re.IGNORECASE)  # fmt: skip
+_SEARCHABLE = re.compile(r"[\x21-\x7e]+")  # a Message-ID IMAP can quote: printable ASCII, no space
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,7 +96,8 @@ class Settings:
     """[inbox]: how the sending mailboxes' inboxes are read."""
 
     enabled: bool = True  # this node reads inboxes (each is read by one node of the cluster)
-    poll: float = 60.0  # seconds between reads of an inbox whose server has no IDLE
+    poll: float = 60.0  # seconds between reads of an inbox whose server has no IDLE, and between looks
+    # in its Sent folder for a send held unknown
     idle: float = 600.0  # seconds an IDLE lasts before it is renewed (servers end them after 30 minutes)
     lease: float = 60.0  # seconds a node's hold on an inbox lasts unless renewed
     timeout: float = 60.0  # seconds one IMAP command may take
@@ -93,6 +111,23 @@ class Refused(Exception):
 
 class _Lost(Exception):
     """Another node reads the inbox now."""
+
+
+@dataclass(frozen=True, slots=True)
+class Looked:
+    """What a look in an account's Sent folder found."""
+
+    folder: str | None  # the folder looked in (None: the account has no Sent folder it could tell)
+    found: frozenset[str]  # the Message-IDs it holds
+    unsearchable: frozenset[str] = frozenset()  # Message-IDs IMAP cannot search for (not looked for)
+
+
+@dataclass(slots=True)
+class SentChecks:
+    """What looks in the Sent folders settled: sends found (delivered), sent again."""
+
+    found: int = 0
+    again: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +199,13 @@ class Reader:
                 continue
             backoff = 1.0
 
-    async def _session(self) -> None:
+    @property
+    def account(self) -> Account:
+        return self._account
+
+    @contextlib.asynccontextmanager
+    async def _open(self) -> AsyncIterator[aioimaplib.IMAP4_SSL]:
+        """An IMAP session logged in as the account, logged out when the block ends."""
         login = await self._mailboxes.login(self._account)
         tls = login.tls if login.tls is not None else ssl.create_default_context()
         client = aioimaplib.IMAP4_SSL(self.inbox.host, self.inbox.port, ssl_context=tls,
@@ -175,6 +216,31 @@ class Reader:
                 _ok(await client.xoauth2(login.username, login.secret), "AUTHENTICATE XOAUTH2")
             else:
                 _ok(await client.login(login.username, login.secret), "LOGIN")
+            yield client
+        finally:
+            with contextlib.suppress(Exception):  # the session is over either way
+                if client.has_pending_idle():  # stopped while IDLE began
+                    client.idle_done()
+                await asyncio.wait_for(client.logout(), 5)
+            if client.protocol.transport is not None:
+                client.protocol.transport.close()
+
+    async def look_in_sent(self, message_ids: Collection[str]) -> Looked:
+        """Which of `message_ids` the account's Sent folder holds (Gmail's, Microsoft's,
+        else the folder flagged \\Sent: RFC 6154), in a session of its own. Raises what
+        a session raises (OSError, TimeoutError, aioimaplib's, Refused, LoginFailed)."""
+        searchable = {m for m in message_ids if _SEARCHABLE.fullmatch(m)}
+        async with self._open() as client:
+            folder = sent_folder(_ok(await client.list('""', "*"), "LIST"))
+            if folder is None:
+                return Looked(None, frozenset(), frozenset(message_ids) - searchable)
+            # SELECT, not EXAMINE: aioimaplib allows no SEARCH after EXAMINE. Nothing is changed.
+            _ok(await client.select(_quoted(folder)), f"SELECT {folder}")
+            found = {m for m in sorted(searchable) if await _search(client, "HEADER", "Message-ID", _quoted(m))}
+        return Looked(folder, frozenset(found), frozenset(message_ids) - searchable)
+
+    async def _session(self) -> None:
+        async with self._open() as client:
             # SELECT, not EXAMINE (aioimaplib allows no FETCH after EXAMINE); BODY.PEEK keeps \Seen as it is.
             selected = _ok(await client.select("INBOX"), "SELECT INBOX")
             uidvalidity, uidnext = _number(_UIDVALIDITY, selected), _number(_UIDNEXT, selected)
@@ -190,13 +256,6 @@ class Reader:
                 else:
                     await asyncio.sleep(self._settings.poll)
                     _ok(await client.noop(), "NOOP")  # the server looks at the mailbox anew
-        finally:
-            with contextlib.suppress(Exception):  # the session is over either way
-                if client.has_pending_idle():  # stopped while IDLE began
-                    client.idle_done()
-                await asyncio.wait_for(client.logout(), 5)
-            if client.protocol.transport is not None:
-                client.protocol.transport.close()
 
     async def _read(self, client: aioimaplib.IMAP4_SSL, uidvalidity: int, uidnext: int | None) -> None:
         """Every message after the position, in UID order; the position after each."""
@@ -317,6 +376,7 @@ class Inboxes:
         """Until cancelled; the inboxes it read are given back as it stops."""
         try:
             async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self._look_for_sent(), name="sent-folders")
                 while True:
                     try:
                         await self.look(tasks)
@@ -329,6 +389,57 @@ class Inboxes:
             if held:
                 with contextlib.suppress(errors.SpoolError):
                     await inboxes.release(self._db, self._node, held)
+
+    async def _look_for_sent(self) -> None:
+        """Every lease/3 seconds, the sends held unknown through the inboxes read here."""
+        while True:
+            await asyncio.sleep(self._settings.lease / 3)
+            try:
+                await self.check_sent()
+            except errors.SpoolError as exc:  # the database is away: they wait, held
+                log.warning("sent_check_failed", error=str(exc))
+
+    async def check_sent(self) -> SentChecks:
+        """Look for the sends held unknown through the accounts whose inbox this node
+        reads, those due a look (mtad.spool.unknowns.due), in their Sent folders: found,
+        delivered; not found once their wait is over, sent again. One session per
+        account; an account whose Sent folder cannot be read keeps its sends held."""
+        checks = SentChecks()
+        readers = {account: reader for account, (reader, task) in self.readers.items() if not task.done()}
+        if not readers:
+            return checks
+        now = self._now()
+        by_account: dict[int, list[unknowns.Held]] = {}
+        for held in await unknowns.due(self._db, list(readers), now, self._settings.poll):
+            by_account.setdefault(held.account, []).append(held)
+        for account, sends in by_account.items():
+            name = readers[account].account.name
+            try:
+                looked = await readers[account].look_in_sent([s.message_id for s in sends])
+            except (OSError, TimeoutError, aioimaplib.AioImapException, Refused, relay.LoginFailed) as exc:
+                why = f"{type(exc).__name__}: {exc}" if not isinstance(exc, relay.LoginFailed) else exc.why
+                log.warning("sent_folder_unread", account=name, held=len(sends), error=why)
+                continue
+            if looked.folder is None:
+                log.warning("sent_folder_not_found", account=name, held=len(sends))
+                continue
+            if looked.unsearchable:
+                log.warning("sent_not_searchable", account=name, message_ids=sorted(looked.unsearchable))
+            said = {"account": name, "folder": looked.folder}
+            missing = [s for s in sends if s.message_id not in looked.found | looked.unsearchable]
+            hit = [s.delivery for s in sends if s.message_id in looked.found]
+            late = [s.delivery for s in missing if s.until <= now]
+            if hit:
+                checks.found += len(await unknowns.found(self._db, hit, {**said, "how": "sent_folder"}, self._now()))
+                log.info("found_sent", account=name, folder=looked.folder, deliveries=hit)
+            if late:
+                not_found = {**said, "reason": "not_in_sent_folder"}
+                checks.again += len(await unknowns.again(self._db, late, not_found, self._now()))
+                log.info("sent_again", account=name, folder=looked.folder, deliveries=late)
+            waiting = [s.delivery for s in missing if s.until > now]
+            if waiting:
+                await unknowns.looked(self._db, waiting, looked.folder, self._now())
+        return checks
 
     async def look(self, tasks: asyncio.TaskGroup) -> None:
         """Renew the held inboxes, stop the readers that lost theirs, start the free ones."""
@@ -357,6 +468,30 @@ class Inboxes:
 
 def _free(inbox: Inbox, node: str, now: datetime) -> bool:
     return inbox.node in (None, node) or inbox.lease_until is None or inbox.lease_until <= now
+
+
+def sent_folder(listed: list[bytes]) -> str | None:
+    """The Sent folder among a LIST reply's lines: Gmail's or Microsoft's by name, else
+    the one flagged \\Sent (RFC 6154); None: none. Names as the server spells them
+    (modified UTF-7). Pure."""
+    flagged: list[str] = []
+    names: set[str] = set()
+    for line in listed:
+        found = _LISTED.match(line.strip())
+        if found is None:
+            continue
+        name = found.group("name").decode("ascii", "replace")
+        if name.startswith('"'):
+            name = re.sub(r"\\(.)", r"\1", name[1:-1])
+        names.add(name)
+        if b"\\sent" in found.group("flags").lower().split():
+            flagged.append(name)
+    return next((n for n in SENT_NAMES if n in names), None) or next(iter(flagged), None)
+
+
+def _quoted(text: str) -> str:
+    """An IMAP quoted string (RFC 3501)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _ok(response: aioimaplib.Response, command: str) -> list[bytes]:

@@ -24,11 +24,15 @@ table (RESPONSES):
 | account_auth          | release     | disconnected (operator)       | rerouted          |
 | recipient             | release     | health lowered (below: rests) | bounced, suppressed |
 | content, permanent    | release     | health lowered (below: rests) | bounced           |
-| transient, failures   | release, or keep when it may have gone out | breaker counts | deferred |
+| transient, failures   | release, or keep when it may have gone out | breaker counts | deferred (1) |
 
 A rerouted delivery goes back to its pool's queue without spending one of its
-attempts. Every account state change is written with its event (accounts), logged
-and counted. Layer: above accounts, sessions, vault and oauth; below delivery.
+attempts. (1) One that may have gone out (the connection was lost after the data,
+or its node died before the outcome was written) is not sent again unseen: it is
+held `unknown` (`unknown()` says how long, mtad.spool.unknowns holds it).
+
+Every account state change is written with its event (accounts), logged and
+counted. Layer: above accounts, inboxes, sessions, vault and oauth; below delivery.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from mtad import db
 from mtad.base import errors, metrics, reasons, vault
 from mtad.base.batching import Batcher
 from mtad.base.lifecycle import Reason
-from mtad.mailboxes import accounts, oauth
+from mtad.mailboxes import accounts, inboxes, oauth
 from mtad.mailboxes.accounts import Account, State
 from mtad.outbound import sessions
 from mtad.outbound.outcomes import Class, Verdict
@@ -63,6 +67,13 @@ CONTENDED_RETRIES = 3  # choices in a row when other callers hold the accounts t
 # An account whose health (0-100) is below this rests: its bounces and complaints
 # outweigh its sends (health 50 is as many of them as sends, plus one).
 HEALTH_FLOOR = 50
+# Seconds a send whose outcome is unknown is looked for in its account's Sent folder
+# before it is sent again: Gmail and Microsoft 365 file a message sent over SMTP
+# there within seconds of their 250 (Microsoft's, under load, a minute or two), so
+# one not there after ten minutes was most likely never accepted.
+SENT_CHECK_AFTER = 600.0
+ON_UNKNOWN = ("hold", "resend")  # what becomes of a send whose outcome is unknown when no inbox is read
+FOREVER = datetime.max.replace(tzinfo=UTC)  # PostgreSQL's 'infinity'
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +86,11 @@ class PoolSettings:
     time_zone: str = "UTC"
     ca_file: Path | None = None  # only its CAs are trusted for the smarthosts and token endpoints
     health_floor: int = HEALTH_FLOOR  # an account whose health (0-100) is below it rests; 0: never
+    # A send that may have gone out: looked for in the account's Sent folder this long
+    # (when its inbox is read); else held until an operator retries it ("hold") or
+    # sent again at once ("resend", duplicates accepted).
+    sent_check_after: float = SENT_CHECK_AFTER
+    on_unknown: str = "hold"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +167,21 @@ class Wait:
     until: datetime
     paused: bool  # no account is active: the pool is paused until a state ends or an operator acts
     free_at: datetime | None = None  # when an account may send, as far as is known (None: not known)
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """How a send through a mailbox that may have gone out is held: until `until`,
+    then sent again unless found in the account's Sent folder; FOREVER when no inbox
+    of the account is read (until an operator retries it)."""
+
+    account: int | None  # the account it may have gone out through (None: not known)
+    until: datetime
+
+    @property
+    def looked_for(self) -> bool:
+        """Whether it is looked for in the account's Sent folder."""
+        return self.until != FOREVER
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +263,18 @@ class Mailboxes:
     def health_floor(self, pool: str) -> int:
         settings = self.settings.pools.get(pool)
         return settings.health_floor if settings is not None else HEALTH_FLOOR
+
+    async def unknown(self, pool: str, account: int | None, now: datetime) -> Unknown | None:
+        """What becomes of a send through `account` of `pool` that may have gone out:
+        looked for in the account's Sent folder for the pool's sent_check_after when
+        its inbox is read, else held until an operator retries it; None: sent again
+        (the pool's on_unknown = "resend", and no inbox is read). One query."""
+        settings = self.settings.pools.get(pool) or PoolSettings()
+        if account is not None and await inboxes.listing(self._db, account):
+            return Unknown(account, now + timedelta(seconds=settings.sent_check_after))
+        if settings.on_unknown == "resend":
+            return None
+        return Unknown(account, FOREVER)
 
     def _at(self) -> datetime | None:
         """The time the limits are checked at: None, PostgreSQL's clock, unless one was given."""

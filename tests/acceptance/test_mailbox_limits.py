@@ -84,9 +84,10 @@ class Rig:
         logins = {f"{name}@example.com": f"pw-{name}" for name in names}
         return Smarthost(*self.tls_files, logins, **options).start()
 
-    def node(self, n: int) -> Mtad:
+    def node(self, n: int, pool: str = "") -> Mtad:
+        """Node relay-N; `pool`: more keys of [account_pools.outreach]."""
         extra = (f'[accounts]\nkey_file = "{self.tmp_path / "accounts.key"}"\n'
-                 f'[account_pools.outreach]\nca_file = "{self.tls_files[0]}"\n')  # fmt: skip
+                 f'[account_pools.outreach]\nca_file = "{self.tls_files[0]}"\n{pool}\n')  # fmt: skip
         return self.factory(f'dsn = "{self.dsn}"', extra, delivery=DELIVERY, node=f"relay-{n}")
 
 
@@ -131,12 +132,13 @@ def test_a_send_whose_node_is_killed_in_data_holds_its_mailbox_until_its_lease_e
     smarthost = rig.smarthost(["box0"], delay=30)  # no answer before the node is gone
     try:
         add_accounts(rig.dsn, rig.key, smarthost.port, ["box0"], min_gap=GAP, daily_cap=10)
-        first = rig.node(0).start()
+        resend = 'on_unknown = "resend"'  # sent again after its lease, not held (test_unknown_sends.py)
+        first = rig.node(0, resend).start()
         submit(first, range(1))
         smarthost.wait_for_data(1, within=60)
         first.kill()  # in the middle of DATA: the provider holds its answer
         killed_at = smarthost.mails()[0]
-        second = rig.node(1).start()
+        second = rig.node(1, resend).start()
         smarthost.wait_for_mails(2, within=60)  # the message again (maybe sent), after the lease
         assert second.stop() == 0
     finally:

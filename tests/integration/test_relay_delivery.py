@@ -275,7 +275,7 @@ async def test_an_unknown_outcome_keeps_the_slot(
     await accept(database, relayed("disconnect-in-data-1@example.net"))
     await relaying(database, tls_files).run_until_idle()
     row = (await deliveries(database))["disconnect-in-data-1@example.net"]
-    assert row["state"] == "deferred"
+    assert row["state"] == "unknown"  # held, never sent again unseen (tests/integration/test_unknown_sends.py)
     assert await reservations(database, "a") == ["reserved"]  # it may have gone out: it counts
 
 

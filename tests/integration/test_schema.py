@@ -98,6 +98,7 @@ EXPECTED_COLUMNS = {
         "day", "domain", "policy_type", "result", "mx_host", "receiving_ip", "sending_ip", "detail", "sessions",
     },
     "tls_reports": {"day", "domain", "report_id", "made_at", "sent_to", "failures"},
+    "unknown_sends": {"delivery", "account", "since", "looked_at", "folder"},
 }  # fmt: skip
 
 

@@ -28,7 +28,7 @@ from mtad.feedback import signals
 from mtad.mailboxes import accounts
 from mtad.signing import dkim
 from mtad.signing.dkim import Algorithm, KeyState
-from mtad.spool import commit, leases, suspensions, tenants
+from mtad.spool import commit, leases, suspensions, tenants, unknowns
 from tests.conftest import query
 from tests.integration.test_accounts import make
 from tests.integration.test_leases import Collector, outcome, spool_messages
@@ -202,6 +202,16 @@ async def exercise(database: db.Database) -> None:
         for delivery in (await queued(), deferred):
             changed, _ = await leases.act(database, action, str(delivery), now)
             assert changed == [delivery], action
+
+    # Relayed sends that may have gone out, held unknown: one found in its Sent folder,
+    # one not (sent again), one retried and one cancelled by an operator.
+    unknown = await lease(4)
+    kept = [outcome(d, State.UNKNOWN, Reason.MAYBE_SENT, None, next_attempt_at=until) for d in unknown]
+    assert await unknowns.hold(database, "n1", kept, [None] * len(kept), now) == set(unknown)
+    assert await unknowns.found(database, unknown[:1], {"how": "sent_folder"}, now) == {unknown[0]}
+    assert await unknowns.again(database, unknown[1:2], {"reason": "not_in_sent_folder"}, now) == {unknown[1]}
+    for action, delivery in (("retry", unknown[2]), ("cancel", unknown[3])):
+        assert (await leases.act(database, action, str(delivery), now))[0] == [delivery], action
 
     # A deferred delivery that is due again is leased with the queued ones.
     [deferred] = await lease(1)

@@ -1,8 +1,11 @@
 -- An operator's action on deliveries $1 (that are not in flight or final): retry
--- (due now), cancel or bounce. Returns the deliveries changed.
+-- (due now), cancel or bounce. One held unknown (its relayed send may have gone
+-- out) may be retried (sent again) or cancelled, not bounced. Returns the
+-- deliveries changed.
 WITH target AS (
     SELECT id FROM deliveries
-    WHERE id = ANY($1::bigint[]) AND state::text IN ('queued', 'deferred')  -- as text: see leases/record.sql
+    WHERE id = ANY($1::bigint[])  -- state as text: see leases/record.sql
+      AND (state::text IN ('queued', 'deferred') OR (state::text = 'unknown' AND $2::text <> 'bounced'))
     FOR UPDATE
 ),
 changed AS (
@@ -14,6 +17,9 @@ changed AS (
     FROM target
     WHERE d.id = target.id
     RETURNING d.id, d.message
+),
+resolved AS (
+    DELETE FROM unknown_sends u USING changed WHERE u.delivery = changed.id
 ),
 logged AS (
     INSERT INTO events (at, kind, message, delivery, data)
