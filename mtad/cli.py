@@ -17,7 +17,7 @@ import json
 import math
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # each command imports what it needs when it runs: `mtad --he
     from contextlib import AbstractAsyncContextManager
 
     from mtad import config, db
+    from mtad.admin import names
     from mtad.base import vault
     from mtad.db import opening
     from mtad.feedback import explain, reports
@@ -44,6 +45,8 @@ ALGORITHMS = ("rsa2048", "ed25519")  # dkim.Algorithm
 TLS_MODES = ("starttls", "implicit")  # accounts.Tls
 MECHANISMS = ("plain", "login", "xoauth2")  # accounts.Mechanism
 REASONS = ("hard_bounce", "soft_bounce", "complaint", "unsubscribe", "manual")  # suppression.Reason
+# A provider group, as suspend and queue reroute take it (mtad.admin.names.group).
+GROUP_HELP = "a provider group configured (google, relay:HOST:PORT, accounts:POOL) or routed to (mx:HOST,...) only"
 EVENT_KINDS = (
     "received", "delivered", "deferred", "bounced", "failed", "cancelled", "requeued", "unknown", "account_state",
     "account_failure", "account_bounce", "account_pool", "dkim_key", "complained", "auth_failure", "unsubscribed",
@@ -65,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is bounces_explain and args.config is None:  # the shipped reply table, no spool
         return bounces_explain(args, None)
     try:
-        settings = _load(args.config, whole=command in _WHOLE_CONFIG)
+        settings = _load(args.config, whole=command in _WHOLE_CONFIG or _names_configured(command, args))
     except errors.ConfigError as exc:
         print(f"mtad: {args.config or 'configuration'}: {len(exc.problems)} problem(s)", file=sys.stderr)
         for problem in exc.problems:
@@ -122,6 +125,27 @@ def _spool(settings: config.Settings | config.Basics) -> AbstractAsyncContextMan
     base = settings.database
     return opening.open_spool(base.dsn, base.data_dir, pool_size=2, wait=base.wait, config=settings.source,
                               defaults=config.DEFAULT_PATHS)  # fmt: skip
+
+
+def _names_configured(command: Callable[..., Any], args: argparse.Namespace) -> bool:
+    """Whether the command checks a name the whole configuration makes (a source pool
+    or address, an account pool, a provider group): it loads the whole of it then."""
+    return command in (suspend_cmd, queue_reroute, queue_ls, accounts_ls) and any(
+        getattr(args, key, None) is not None for key in ("provider", "pool", "source"))  # fmt: skip
+
+
+def _configured(settings: config.Settings | config.Basics) -> names.Configured:
+    """The names of the whole configuration (main loads it for the commands that need them)."""
+    from mtad import config
+
+    assert isinstance(settings, config.Settings), "_names_configured loads the whole configuration"
+    return config.names(settings)
+
+
+def _did_you_mean(word: str, options: Iterable[str]) -> str:
+    from mtad.base import values
+
+    return values.did_you_mean(word, options)
 
 
 # --- commands -------------------------------------------------------------------
@@ -341,9 +365,11 @@ def _domain_name(text: str) -> str:
 
 
 async def tenants_pause(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import names
     from mtad.spool import tenants
 
     async with _spool(settings) as opened:
+        await names.tenant(opened.database, args.name, settings.default_tenant)
         held = await tenants.pause(opened.database, args.name, args.reason, by="operator", now=datetime.now(UTC))
         if held is None:
             why = await tenants.state(opened.database, args.name)
@@ -357,9 +383,11 @@ async def tenants_pause(args: argparse.Namespace, settings: config.Basics) -> in
 
 
 async def tenants_resume(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import names
     from mtad.spool import tenants
 
     async with _spool(settings) as opened:
+        await names.tenant(opened.database, args.name, settings.default_tenant)
         released = await tenants.resume(opened.database, args.name, by="operator", now=datetime.now(UTC))
         if released is None:
             print(f"mtad: tenant {args.name} is not paused", file=sys.stderr)
@@ -371,20 +399,23 @@ async def tenants_resume(args: argparse.Namespace, settings: config.Basics) -> i
 
 
 async def tenants_probation(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import names
     from mtad.spool import tenants
 
     async with _spool(settings) as opened:
+        await names.tenant(opened.database, args.name, settings.default_tenant)
         await tenants.set_probation(opened.database, args.name, args.state == "on", datetime.now(UTC))
     print(f"tenant {args.name} {'on' if args.state == 'on' else 'off'} probation")
     return EXIT_OK
 
 
 async def tenants_show(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad.admin import views
+    from mtad.admin import names, views
     from mtad.feedback import reputation
 
     quota, guard = settings.tenants.of(args.name)
     async with _spool(settings) as opened:
+        await names.tenant(opened.database, args.name, settings.default_tenant)
         shown = await views.tenant(opened.database, args.name, quota, guard, datetime.now(UTC))
     windows = shown["windows"]
     by = {"provider": shown["providers"], "source": shown["sources"]}
@@ -445,10 +476,12 @@ async def tenants_ls(args: argparse.Namespace, settings: config.Basics) -> int:
 
 
 async def queue_ls(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad.admin import views
+    from mtad.admin import names, views
     from mtad.spool import queue
 
     async with _spool(settings) as opened:
+        if args.provider is not None:
+            await names.group(opened.database, args.provider, _configured(settings))
         rows = queue.deliveries(opened.database, state=args.state, group=args.provider)
         if args.json:
             async for row in rows:
@@ -593,8 +626,9 @@ async def accounts_add(args: argparse.Namespace, settings: config.Settings) -> i
     pool = pools.get(args.pool)
     if pool is None:
         known = ", ".join(sorted(pools)) or "none"
-        print(f"mtad: --pool: no account pool named {args.pool!r} (configured: {known}); "
-              f"add an [account_pools.{args.pool}] table to the configuration", file=sys.stderr)  # fmt: skip
+        print(f"mtad: --pool: no account pool named {args.pool!r} (configured: {known})"
+              f"{_did_you_mean(args.pool, pools)}; add an [account_pools.{args.pool}] table to the configuration",
+              file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     jitter = pool.defaults.jitter
     if args.jitter:
@@ -642,9 +676,11 @@ async def accounts_add(args: argparse.Namespace, settings: config.Settings) -> i
 
 async def accounts_inbox(args: argparse.Namespace, settings: config.Basics) -> int:
     """Read an account's inbox at an IMAP server, or (none) stop reading it."""
+    from mtad.admin import names
     from mtad.mailboxes import accounts, inboxes
 
     async with _spool(settings) as opened:
+        await names.account(opened.database, args.name)
         account = await accounts.get(opened.database, args.name)
         if args.imap_host == "none":
             was = await inboxes.remove(opened.database, account.id)
@@ -660,10 +696,12 @@ def _given(value: _T | None, default: _T | None) -> _T | None:
 
 
 async def accounts_ls(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad.admin import views
+    from mtad.admin import names, views
     from mtad.mailboxes import accounts, inboxes
 
     now = datetime.now(UTC)
+    if args.pool is not None:
+        names.account_pool(args.pool, _configured(settings))
     async with _spool(settings) as opened:
         read = {i.account: i for i in await inboxes.listing(opened.database)}
         rows = [views.account(u, now, read.get(u.account.id)) for u in await accounts.usage(opened.database, now,
@@ -677,11 +715,12 @@ async def accounts_ls(args: argparse.Namespace, settings: config.Basics) -> int:
 
 
 async def accounts_show(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad.admin import views
+    from mtad.admin import names, views
     from mtad.mailboxes import accounts, inboxes
 
     now = datetime.now(UTC)
     async with _spool(settings) as opened:
+        await names.account(opened.database, args.name)
         account = await accounts.get(opened.database, args.name)
         [use] = [u for u in await accounts.usage(opened.database, now, account.pool) if u.account.id == account.id]
         read = await inboxes.listing(opened.database, account.id)
@@ -695,10 +734,12 @@ async def accounts_show(args: argparse.Namespace, settings: config.Basics) -> in
 
 
 async def accounts_state(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import names
     from mtad.mailboxes import accounts
 
     now = datetime.now(UTC)
     async with _spool(settings) as opened:
+        await names.account(opened.database, args.name)
         change = accounts.enable if args.command_name == "enable" else accounts.disable
         account = await change(opened.database, args.name, args.reason, now)
         acks = await _held(opened.database, settings)
@@ -710,11 +751,13 @@ async def accounts_state(args: argparse.Namespace, settings: config.Basics) -> i
 async def accounts_test(args: argparse.Namespace, settings: config.Settings) -> int:
     """Log in to the account's smarthost without sending anything (an XOAUTH2 account
     first exchanges its refresh token for an access token)."""
+    from mtad.admin import names
     from mtad.mailboxes import accounts, relay
     from mtad.outbound import sessions
 
     sealer = _sealer(settings)
     async with _spool(settings) as opened:
+        await names.account(opened.database, args.name)
         account = await accounts.get(opened.database, args.name)
         mailboxes = relay.Mailboxes(opened.database, settings.delivery.relay, sealer)
         try:
@@ -805,12 +848,13 @@ def _for(text: str) -> float:
 
 
 async def suspend_cmd(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad.admin import control
+    from mtad.admin import control, names
 
     kind, key = _suspended(args)
     now = datetime.now(UTC)
     until = now + timedelta(seconds=args.for_) if args.for_ is not None else None
     async with _spool(settings) as opened:
+        await names.suspendable(opened.database, kind, key, lambda: _configured(settings), settings.default_tenant)
         done = await control.suspend(opened.database, kind, key, args.reason, until, now)
         acks = await _held(opened.database, settings)
     ends = f"until {done.until:%Y-%m-%d %H:%M:%S} UTC" if done.until else "until resumed"
@@ -820,10 +864,11 @@ async def suspend_cmd(args: argparse.Namespace, settings: config.Basics) -> int:
 
 
 async def resume_cmd(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad.admin import control
+    from mtad.admin import control, names
 
     kind, key = _suspended(args)
     async with _spool(settings) as opened:
+        await names.suspended(opened.database, kind, key, datetime.now(UTC))
         released = await control.resume(opened.database, kind, key, datetime.now(UTC))
         if released is None:
             print(f"mtad: {kind} {key} is not suspended", file=sys.stderr)
@@ -852,6 +897,7 @@ async def suspensions_ls(args: argparse.Namespace, settings: config.Basics) -> i
 
 
 async def queue_reroute(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import names
     from mtad.spool import suspensions
 
     now = datetime.now(UTC)
@@ -859,6 +905,11 @@ async def queue_reroute(args: argparse.Namespace, settings: config.Basics) -> in
         print("mtad: give --pool POOL (or --back to end a reroute)", file=sys.stderr)
         return EXIT_USAGE
     async with _spool(settings) as opened:
+        if args.back:
+            await names.rerouted(opened.database, args.provider, now)
+        else:
+            await names.group(opened.database, args.provider, _configured(settings))
+            names.pool(args.pool, _configured(settings))
         if args.back:
             ended = await suspensions.unroute(opened.database, args.provider)
             if ended is None:
@@ -963,10 +1014,13 @@ def _delivery_text(row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def suppress_add(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import names
     from mtad.feedback import suppression
 
     reason = suppression.Reason(args.reason)
     async with _spool(settings) as opened:
+        if args.tenant:
+            await names.tenant(opened.database, args.tenant, settings.default_tenant)
         entry = await suppression.add(opened.database, args.address, reason, datetime.now(UTC),
                                       tenant=args.tenant, detail=args.note, expires_at=args.until)  # fmt: skip
         if entry is None:
@@ -979,9 +1033,12 @@ async def suppress_add(args: argparse.Namespace, settings: config.Basics) -> int
 
 
 async def suppress_rm(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import names
     from mtad.feedback import suppression
 
     async with _spool(settings) as opened:
+        if args.tenant:
+            await names.tenant(opened.database, args.tenant, settings.default_tenant)
         removed = await suppression.remove(opened.database, args.address, args.tenant)
     if not removed:
         print(f"mtad: {args.address} is not on {_list_name(args.tenant)}", file=sys.stderr)
@@ -991,10 +1048,13 @@ async def suppress_rm(args: argparse.Namespace, settings: config.Basics) -> int:
 
 
 async def suppress_ls(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import names
     from mtad.feedback import suppression
 
     reason = suppression.Reason(args.reason) if args.reason else None
     async with _spool(settings) as opened:
+        if args.tenant:
+            await names.tenant(opened.database, args.tenant, settings.default_tenant)
         found = await suppression.entries(opened.database, args.tenant, reason)
     rows = [{"address": e.address, "tenant": e.tenant, "reason": e.reason.value, "created": e.created_at,
              "expires": e.expires_at, "event": e.event, "delivery": e.delivery, "detail": e.detail}
@@ -1013,11 +1073,13 @@ async def suppress_ls(args: argparse.Namespace, settings: config.Basics) -> int:
 
 async def webhooks_add(args: argparse.Namespace, settings: config.Basics) -> int:
     """Add a tenant's endpoint and print its secret, once."""
+    from mtad.admin import names
     from mtad.feedback import webhooks
 
     kinds = [k.strip() for k in args.events.split(",") if k.strip()] if args.events else None
     sealer = _sealer(settings)
     async with _spool(settings) as opened:
+        await names.tenant(opened.database, args.tenant, settings.default_tenant)
         endpoint, secret = await webhooks.add(opened.database, sealer, args.tenant, args.url, kinds, args.batch)
     batched = f" (up to {endpoint.batch} events a request, as a JSON array)" if endpoint.batch > 1 else ""
     print(f"webhook endpoint {endpoint.id} of tenant {endpoint.tenant}: {endpoint.url}{batched}")
@@ -1026,9 +1088,12 @@ async def webhooks_add(args: argparse.Namespace, settings: config.Basics) -> int
 
 
 async def webhooks_ls(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import names
     from mtad.feedback import webhooks
 
     async with _spool(settings) as opened:
+        if args.tenant is not None:
+            await names.tenant(opened.database, args.tenant, settings.default_tenant)
         found = await webhooks.listing(opened.database, args.tenant)
     rows = [{"id": e.id, "tenant": e.tenant, "url": e.url,
              "events": ",".join(sorted(e.events)) if e.events is not None else "all", "batch": e.batch,
@@ -1044,9 +1109,11 @@ async def webhooks_ls(args: argparse.Namespace, settings: config.Basics) -> int:
 
 
 async def webhooks_rm(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import names
     from mtad.feedback import webhooks
 
     async with _spool(settings) as opened:
+        await names.webhook(opened.database, args.id)
         removed = await webhooks.remove(opened.database, args.id)
     if not removed:
         print(f"mtad: no webhook endpoint {args.id}", file=sys.stderr)
@@ -1057,10 +1124,12 @@ async def webhooks_rm(args: argparse.Namespace, settings: config.Basics) -> int:
 
 async def webhooks_rotate(args: argparse.Namespace, settings: config.Basics) -> int:
     """A new secret for an endpoint; the old one signs too until the overlap ends."""
+    from mtad.admin import names
     from mtad.feedback import webhooks
 
     sealer = _sealer(settings)
     async with _spool(settings) as opened:
+        await names.webhook(opened.database, args.id)
         secret = await webhooks.rotate(opened.database, sealer, args.id, args.overlap)
     print(f"webhook endpoint {args.id}: new secret (shown once): {secret}")
     print(f"the previous secret signs too until {args.overlap.isoformat(timespec='seconds')}")
@@ -1069,10 +1138,12 @@ async def webhooks_rotate(args: argparse.Namespace, settings: config.Basics) -> 
 
 async def webhooks_test(args: argparse.Namespace, settings: config.Settings) -> int:
     """Send an endpoint a `test` event now and say how it answered."""
+    from mtad.admin import names
     from mtad.feedback import webhook_delivery, webhooks
 
     sealer = _sealer(settings)
     async with _spool(settings) as opened:
+        await names.webhook(opened.database, args.id)
         found = [e for e in await webhooks.listing(opened.database) if e.id == args.id]
         if not found:
             print(f"mtad: no webhook endpoint {args.id}", file=sys.stderr)
@@ -1088,9 +1159,13 @@ async def webhooks_test(args: argparse.Namespace, settings: config.Settings) -> 
 
 async def webhooks_replay(args: argparse.Namespace, settings: config.Basics) -> int:
     """Send a tenant's events since a time to its endpoints again."""
+    from mtad.admin import names
     from mtad.feedback import webhook_delivery
 
     async with _spool(settings) as opened:
+        await names.tenant(opened.database, args.tenant, settings.default_tenant)
+        if args.endpoint is not None:
+            await names.webhook(opened.database, args.endpoint, args.tenant)
         written = await webhook_delivery.replay(opened.database, args.tenant, args.since, args.endpoint)
     print(f"{written} webhook request(s) written for tenant {args.tenant}; the running nodes send them")
     return EXIT_OK
@@ -1104,7 +1179,8 @@ async def suppress_import(args: argparse.Namespace, settings: config.Basics) -> 
         print(f"mtad: {args.file}: no such file", file=sys.stderr)
         return EXIT_USAGE
     async with _spool(settings) as opened:
-        added = await suppression.import_csv(opened.database, source, datetime.now(UTC))
+        added = await suppression.import_csv(opened.database, source, datetime.now(UTC),
+                                             default_tenant=settings.default_tenant)  # fmt: skip
     print(f"imported {added} new suppression(s) from {args.file}")
     return EXIT_OK
 
@@ -1166,11 +1242,14 @@ async def _matches(settings: config.Settings, report: reports.Report, to: str | 
 
 
 async def events_tail(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.admin import names
     from mtad.feedback import tail
 
     where = tail.Filter(args.kind, args.tenant)
     shown: set[int] = set()
     async with _spool(settings) as opened:
+        if args.tenant is not None:
+            await names.tenant(opened.database, args.tenant, settings.default_tenant)
         start = await tail.horizon(opened.database)
         async for event in tail.listing(opened.database, where, args.since, args.lines):
             _print_event(event, args.json)
@@ -1256,15 +1335,16 @@ def _parser() -> argparse.ArgumentParser:
 
     for name, text in (
         ("suspend", "Hold mail: a provider group's, a tenant's, a source pool's, a source address's, or stop an "
-                    "account. It waits queued; nothing is failed. Every node heeds it within seconds."),
+                    "account. It waits queued; nothing is failed. Every node heeds it within seconds. A name that "
+                    "names nothing is refused with the one meant."),
         ("resume", "End a suspension: what it held is due now."),
     ):  # fmt: skip
         holding = commands.add_parser(name, parents=[common], help=text, description=text)
         which = holding.add_mutually_exclusive_group(required=True)
-        which.add_argument("--provider", metavar="GROUP", help="a provider group (google, microsoft, mx:host, ...)")
-        which.add_argument("--tenant", metavar="NAME")
+        which.add_argument("--provider", metavar="GROUP", help=GROUP_HELP)
+        which.add_argument("--tenant", metavar="NAME", help="a tenant (`tenants add`, or [submission] default_tenant)")
         which.add_argument("--pool", metavar="POOL", help="a source IP pool ([pools])")
-        which.add_argument("--source", metavar="ADDRESS", help="a source IP address")
+        which.add_argument("--source", metavar="ADDRESS", help="a source IP address of a pool")
         which.add_argument("--account", metavar="NAME", help="a sending account")
         if name == "suspend":
             holding.add_argument("--for", dest="for_", type=_for, metavar="DURATION",
@@ -1380,7 +1460,7 @@ def _parser() -> argparse.ArgumentParser:
         description="A provider group's mail leaves from POOL instead of its own (a route's, a tenant's, a "
         "message's or the default), on every node within seconds, until --for runs out or --back.",
     )
-    qroute.add_argument("--provider", required=True, metavar="GROUP", help="a provider group (google, microsoft, ...)")
+    qroute.add_argument("--provider", required=True, metavar="GROUP", help=GROUP_HELP)
     qroute.add_argument("--pool", metavar="POOL", help="the [pools] table its mail leaves from meanwhile")
     qroute.add_argument("--for", dest="for_", type=_for, metavar="DURATION", help='e.g. "2h" (default: until --back)')
     qroute.add_argument("--reason", default="rerouted by an operator", help="said in suspensions ls")

@@ -211,7 +211,7 @@ class Daemon:
             acceptor = submission.Acceptor(sub, injecting, gate, router=router, suppressions=checker)
             admin = http.Listener(api.application(api.Services(
                 database, settings.admin.token, acceptor, sub.default_tenant, _limits(settings),
-                3 * settings.node.heartbeat_interval, sealer,
+                3 * settings.node.heartbeat_interval, sealer, configured=lambda: config.names(self.settings),
             )))  # fmt: skip
         leaving = None  # the one-click unsubscribe endpoint
         if tokens is not None and settings.unsubscribe.listen:

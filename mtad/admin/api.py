@@ -6,8 +6,11 @@ Every route under /v1 but the OpenAPI document wants `Authorization: Bearer
 Errors are JSON objects `{"error": ...}` with a 4xx or 5xx status: 400 for a body
 that is not JSON, 401 without the token, 404 for what does not exist, 409 for a
 conflict, 422 for a request that cannot be done as asked (with "field" naming
-the field of the body at fault, when one is), 503 when PostgreSQL does not
-answer. A message injected is answered 202 only after its COMMIT.
+the field of the body or query at fault, when one is), 503 when PostgreSQL does
+not answer. A name that names nothing (a tenant, pool, provider group, account,
+webhook endpoint, source address: mtad.admin.names) is a 404 in the path and a
+422 in the body or query, with "did_you_mean" the closest known name (or null).
+A message injected is answered 202 only after its COMMIT.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import structlog
 from aiohttp import web
 
 from mtad import db, submission
-from mtad.admin import control, inject, openapi, views
+from mtad.admin import control, inject, names, openapi, views
 from mtad.base import errors, metrics, values, vault
 from mtad.base.replies import Reply
 from mtad.deliver import shaping
@@ -52,6 +55,7 @@ class Services:
     limits: Callable[[str], tuple[quotas.Quota, reputation.Guard]]  # a tenant's quotas and reputation limits
     node_timeout: float  # seconds since its heartbeat that a node counts as live
     sealer: vault.Vault | None = None  # seals webhook secrets (None: no key, no webhook endpoint made here)
+    configured: Callable[[], names.Configured] = names.Configured  # the names of the configuration as it is now
 
 
 def _plain(value: Any) -> Any:
@@ -98,6 +102,9 @@ def application(services: Services) -> web.Application:
             return _error(exc.status, str(exc))
         except inject.Invalid as exc:
             return _error(422, str(exc), **({"field": exc.field} if exc.field is not None else {}))
+        except names.Unknown as exc:  # named in the path: 404; in the body: 422 with the field
+            more = {"field": exc.field} if exc.field is not None else {}
+            return _error(404 if exc.field is None else 422, str(exc), did_you_mean=exc.suggestion, **more)
         except errors.NotFound as exc:
             return _error(404, str(exc))
         except errors.Conflict as exc:
@@ -181,6 +188,18 @@ class _Api:
     def __init__(self, services: Services) -> None:
         self._s = services
         self._db = services.database
+        self._tenants: set[str] = set()  # tenants found to exist (none is ever removed)
+
+    async def _known_tenant(self, name: str, field: str | None = None) -> str:
+        """`name`, a tenant's (names.tenant), looked up once."""
+        if name not in self._tenants:
+            self._tenants.add(await names.tenant(self._db, name, self._s.default_tenant, field=field))
+        return name
+
+    async def _tenant_given(self, request: web.Request) -> str | None:
+        """The tenant of the query's "tenant" (None: none given; "": the global suppression list)."""
+        name = request.query.get("tenant")
+        return await self._known_tenant(name, "tenant") if name else name
 
     async def openapi(self, request: web.Request) -> web.Response:
         return _json(openapi.DOCUMENT)
@@ -192,7 +211,7 @@ class _Api:
         if acceptor is None:
             return _error(503, "this node takes no mail over HTTP")
         given = inject.parse(await _body(request), request.headers.get("Idempotency-Key"))
-        tenant = given.tenant or self._s.default_tenant
+        tenant = await self._known_tenant(given.tenant, "tenant") if given.tenant else self._s.default_tenant
         sub = acceptor.settings
         if len(given.content) > sub.max_message_size:
             return _error(413, f"the message is larger than [submission] max_message_size ({sub.max_message_size})")
@@ -226,9 +245,11 @@ class _Api:
 
     async def queue_list(self, request: web.Request) -> web.Response:
         limit = _int(request, "limit", 1000, 1, MAX_LISTED)
+        group = request.query.get("provider")
+        if group is not None:
+            await names.group(self._db, group, self._s.configured(), field="provider")
         found: list[dict[str, Any]] = []
-        async for row in queue.deliveries(self._db, state=request.query.get("state"),
-                                          group=request.query.get("provider")):  # fmt: skip
+        async for row in queue.deliveries(self._db, state=request.query.get("state"), group=group):
             if len(found) == limit:
                 break
             found.append(views.delivery(row))
@@ -259,12 +280,12 @@ class _Api:
         return _json({"name": body["name"], "added": True}, 201)
 
     async def tenant_show(self, request: web.Request) -> web.Response:
-        name = _tenant(request)
+        name = await self._known_tenant(_tenant(request))
         quota, guard = self._s.limits(name)
         return _json(await views.tenant(self._db, name, quota, guard, datetime.now(UTC)))
 
     async def tenant_pause(self, request: web.Request) -> web.Response:
-        name = _tenant(request)
+        name = await self._known_tenant(_tenant(request))
         body = await _body(request) if request.can_read_body else {}
         reason = body.get("reason", "paused by an operator") if isinstance(body, dict) else None
         if not isinstance(reason, str) or not reason.strip():
@@ -275,7 +296,7 @@ class _Api:
         return _json({"tenant": name, "paused": True, "held": held, "acknowledged": await self._held()})
 
     async def tenant_resume(self, request: web.Request) -> web.Response:
-        name = _tenant(request)
+        name = await self._known_tenant(_tenant(request))
         released = await tenants.resume(self._db, name, by="operator", now=datetime.now(UTC))
         if released is None:
             raise errors.Conflict(f"tenant {name} is not paused")
@@ -285,13 +306,13 @@ class _Api:
         scope = request.query.get("scope")
         if scope is not None and scope not in reputation.SCOPES:
             raise _Bad(422, f"scope: one of {', '.join(reputation.SCOPES)}")
-        return _json({"windows": await reputation.windows(self._db, scope, tenant=request.query.get("tenant"))})
+        return _json({"windows": await reputation.windows(self._db, scope, tenant=await self._tenant_given(request))})
 
     # --- suppression ---------------------------------------------------------------------
 
     async def suppressions_list(self, request: web.Request) -> web.Response:
         reason = _reason(request.query.get("reason"))
-        found = await suppression.entries(self._db, request.query.get("tenant"), reason)
+        found = await suppression.entries(self._db, await self._tenant_given(request), reason)
         return _json({"suppressions": [_entry(e) for e in found]})
 
     async def suppression_add(self, request: web.Request) -> web.Response:
@@ -299,6 +320,8 @@ class _Api:
         if not isinstance(body, dict) or not isinstance(body.get("address"), str):
             raise _Bad(422, 'give {"address": ..., "tenant": ... (absent: every tenant), "reason": ..., "note": ...}')
         tenant = body.get("tenant", suppression.GLOBAL)
+        if isinstance(tenant, str) and tenant:
+            await self._known_tenant(tenant, "tenant")
         reason = _reason(body.get("reason", "manual")) or suppression.Reason.MANUAL
         entry = await suppression.add(self._db, body["address"], reason, datetime.now(UTC), tenant=tenant,
                                       detail=body.get("note"))  # fmt: skip
@@ -307,7 +330,7 @@ class _Api:
         return _json({**_entry(entry), "added": True}, 201)
 
     async def suppression_remove(self, request: web.Request) -> web.Response:
-        tenant = request.query.get("tenant", suppression.GLOBAL)
+        tenant = await self._tenant_given(request) or suppression.GLOBAL
         if not await suppression.remove(self._db, request.match_info["address"], tenant):
             raise errors.NotFound(f"{request.match_info['address']} is not on that list")
         return _json({"address": request.match_info["address"], "tenant": tenant, "removed": True})
@@ -332,6 +355,8 @@ class _Api:
         if not isinstance(body, dict) or not isinstance(body.get("kind"), str) or not isinstance(body.get("key"), str):
             raise _Bad(422, f'give {{"kind": one of {", ".join(suspensions.KINDS)}, "key": ..., "reason": ..., '
                             '"for": "2h" (absent: until resumed)}')  # fmt: skip
+        await names.suspendable(self._db, body["kind"], body["key"], self._s.configured, self._s.default_tenant,
+                                field="key")  # fmt: skip
         now = datetime.now(UTC)
         reason = _reason_text(body, "suspended by an operator")
         done = await control.suspend(self._db, body["kind"], body["key"], reason, _until(body, now), now)
@@ -339,6 +364,7 @@ class _Api:
 
     async def resume(self, request: web.Request) -> web.Response:
         kind, key = request.match_info["kind"], request.match_info["key"]
+        await names.suspended(self._db, kind, key, datetime.now(UTC))
         released = await control.resume(self._db, kind, key, datetime.now(UTC))
         if released is None:
             raise errors.NotFound(f"{kind} {key} is not suspended")
@@ -349,12 +375,16 @@ class _Api:
         if not isinstance(body, dict) or not isinstance(body.get("provider"), str) or not isinstance(
                 body.get("pool"), str):  # fmt: skip
             raise _Bad(422, 'give {"provider": GROUP, "pool": POOL, "reason": ..., "for": "2h"}')
+        configured = self._s.configured()
+        await names.group(self._db, body["provider"], configured, field="provider")
+        names.pool(body["pool"], configured, field="pool")
         now = datetime.now(UTC)
         reason = _reason_text(body, "rerouted by an operator")
         done = await suspensions.reroute(self._db, body["provider"], body["pool"], reason, _until(body, now), now)
         return _json({**dataclasses.asdict(done), "acknowledged": await self._held()}, 201)
 
     async def unroute(self, request: web.Request) -> web.Response:
+        await names.rerouted(self._db, request.match_info["provider"], datetime.now(UTC))
         ended = await suspensions.unroute(self._db, request.match_info["provider"])
         if ended is None:
             raise errors.NotFound(f"provider group {request.match_info['provider']} is not rerouted")
@@ -363,7 +393,7 @@ class _Api:
     # --- webhooks, accounts, buckets: read only --------------------------------------
 
     async def webhooks_list(self, request: web.Request) -> web.Response:
-        found = await webhooks.listing(self._db, request.query.get("tenant"))
+        found = await webhooks.listing(self._db, await self._tenant_given(request))
         return _json({"endpoints": [{"id": e.id, "tenant": e.tenant, "url": e.url, "events": e.events,
                                      "batch": e.batch, "previous_until": e.previous_until,
                                      "created_at": e.created_at, "pending": e.pending, "delivered": e.delivered,
@@ -376,6 +406,7 @@ class _Api:
         if not isinstance(body, dict) or not isinstance(body.get("tenant"), str) or not isinstance(
                 body.get("url"), str):  # fmt: skip
             raise _Bad(422, 'give {"tenant": ..., "url": ..., "events": [kinds] (absent: all), "batch": 1}')
+        await self._known_tenant(body["tenant"], "tenant")
         kinds = body.get("events")
         batch = body.get("batch", 1)
         if kinds is not None and (not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds)):
@@ -390,7 +421,7 @@ class _Api:
                       "batch": endpoint.batch, "secret": secret}, 201)  # fmt: skip
 
     async def webhook_remove(self, request: web.Request) -> web.Response:
-        endpoint = _int_path(request, "id")
+        endpoint = await names.webhook(self._db, _int_path(request, "id"))
         if not await webhooks.remove(self._db, endpoint):
             raise errors.NotFound(f"no webhook endpoint {endpoint}")
         return _json({"id": endpoint, "removed": True})
@@ -398,7 +429,7 @@ class _Api:
     async def webhook_rotate(self, request: web.Request) -> web.Response:
         """A new secret (in this answer only); the previous one signs too for "overlap"."""
         sealer = self._sealer()
-        endpoint = _int_path(request, "id")
+        endpoint = await names.webhook(self._db, _int_path(request, "id"))
         body = await _body(request) if request.can_read_body else {}
         overlap = body.get("overlap", "24h") if isinstance(body, dict) else "24h"
         try:
@@ -422,6 +453,9 @@ class _Api:
         endpoint = body.get("endpoint")
         if endpoint is not None and (not isinstance(endpoint, int) or isinstance(endpoint, bool)):
             raise _Bad(422, "endpoint: an endpoint id")
+        await self._known_tenant(body["tenant"], "tenant")
+        if endpoint is not None:
+            await names.webhook(self._db, endpoint, body["tenant"], field="endpoint")
         written = await webhook_delivery.replay(self._db, body["tenant"], since, endpoint)
         return _json({"tenant": body["tenant"], "written": written})
 
@@ -434,6 +468,7 @@ class _Api:
         action = request.match_info["action"]
         if action not in ("enable", "disable"):
             return _error(404, f"no action {action!r} (known: enable, disable)")
+        await names.account(self._db, request.match_info["name"])
         body = await _body(request) if request.can_read_body else {}
         reason = body.get("reason") if isinstance(body, dict) else None
         change = accounts.enable if action == "enable" else accounts.disable
@@ -442,8 +477,11 @@ class _Api:
 
     async def accounts_list(self, request: web.Request) -> web.Response:
         now = datetime.now(UTC)
+        pool = request.query.get("pool")
+        if pool is not None:
+            names.account_pool(pool, self._s.configured(), field="pool")
         read = {i.account: i for i in await inboxes.listing(self._db)}
-        found = await accounts.usage(self._db, now, request.query.get("pool"))
+        found = await accounts.usage(self._db, now, pool)
         return _json({"accounts": [views.account(u, now, read.get(u.account.id)) for u in found]})
 
     async def buckets(self, request: web.Request) -> web.Response:

@@ -46,7 +46,7 @@ DOCUMENT: dict[str, Any] = {
                             "schema": {"type": "string"}}],
         }},
         "/v1/queue": {"get": _op("Deliveries, oldest first", params=[
-            _query("state", "queued, leased, deferred, delivered, bounced, failed, cancelled"),
+            _query("state", "queued, leased, deferred, delivered, bounced, failed, cancelled, unknown"),
             _query("provider", "a provider group"), _query("limit", "at most this many (1-10000, default 1000)")])},
         "/v1/queue/{id}": {"get": _op("A message (queue id, or a delivery id) with its deliveries and events",
                                       params=[_path("id", "queue id or delivery id")])},
@@ -106,6 +106,8 @@ DOCUMENT: dict[str, Any] = {
             "Error": {"type": "object", "required": ["error"], "properties": {
                 "error": {"type": "string"}, "smtp": {"type": "string", "description": "the SMTP reply it would be"},
                 "field": {"type": "string", "description": 'the field of the body at fault (a 422): "to[1]"'},
+                "did_you_mean": {"type": ["string", "null"],
+                                 "description": "a name that names nothing: the closest known name"},
             }},
             "Message": {"oneOf": [
                 {"type": "object", "required": ["envelope_sender", "recipients", "content"], "properties": {

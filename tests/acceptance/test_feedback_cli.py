@@ -18,6 +18,7 @@ from tests.acceptance.test_run import email
 def test_suppression_lists_from_the_command_line_and_at_rcpt(mtad_factory: Any, dsn: str, tmp_path: Path) -> None:
     refusing = '[tenants."default"]\nsuppressed = "refuse"\n'
     daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', refusing).start()
+    assert daemon.cli("tenants", "add", "shop", stdin="pw\n").returncode == 0
 
     added = daemon.cli("suppress", "add", "Gone@Example.com")
     assert (added.returncode, added.stdout.strip()) == (0, "suppressed gone@example.com for the global list (manual)")
@@ -118,6 +119,7 @@ def test_webhook_endpoints_from_the_command_line(mtad_factory: Any, dsn: str, tm
     assert "[accounts] key_file or key_env: account secrets, DKIM keys and webhook secrets are sealed" in refused.stderr
     (tmp_path / "accounts.key").write_text(keyless.cli("accounts", "key").stdout)
     cli: Mtad = mtad_factory(f'dsn = "{dsn}"', f'[accounts]\nkey_file = "{tmp_path / "accounts.key"}"\n')
+    assert cli.cli("tenants", "add", "shop", stdin="pw\n").returncode == 0
     added = cli.cli("webhooks", "add", "shop", "https://hooks.example.com/mtad", "--events", "delivered,bounced",
                     "--batch", "50")  # fmt: skip
     assert added.returncode == 0, added.stderr

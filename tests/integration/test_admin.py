@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from mtad import db, submission
-from mtad.admin import api
+from mtad.admin import api, names
 from mtad.base.endpoints import HostPort
 from mtad.base.http import Listener
 from mtad.feedback import reputation, suppression, webhooks
@@ -27,6 +27,11 @@ from tests.integration.test_accounts import make
 from tests.integration.test_webhook_delivery import SEALER
 
 TOKEN = "t0ken-of-the-admin-api-0123456789"
+CONFIGURED = names.Configured(
+    pools={"bulk": ("127.0.0.10", "127.0.0.11"), "transactional": ("127.0.0.12",)},
+    account_pools=frozenset({"outreach"}),
+    groups=frozenset({"google", "microsoft", "accounts:outreach"}),
+)
 
 
 class Client:
@@ -53,7 +58,7 @@ async def serving(database: db.Database, **settings: Any) -> AsyncIterator[Clien
         found = sub.tenant_defaults.get(tenant)
         return (found.quota if found else quotas.NONE), reputation.Guard()
 
-    services = api.Services(database, TOKEN, acceptor, "default", limits, 30.0, SEALER)
+    services = api.Services(database, TOKEN, acceptor, "default", limits, 30.0, SEALER, configured=lambda: CONFIGURED)
     listener = Listener(api.application(services))
     await listener.start([HostPort("127.0.0.1", 0)])
     task = asyncio.create_task(committer.run())
@@ -109,6 +114,7 @@ async def test_a_raw_message_is_injected_once_with_its_key(database: db.Database
 
 
 async def test_a_structured_message_is_built_into_mime(database: db.Database) -> None:
+    await tenants.add(database, "shop", "pw-of-shop")
     async with serving(database) as client:
         status, answer = await client.call("POST", "/v1/messages", json={
             "from": "Shop <shop@example.org>", "to": ["Ann <ann@example.com>"], "bcc": ["audit@example.net"],
@@ -186,6 +192,7 @@ async def test_hostile_addresses_and_line_breaks_are_a_422_naming_the_field(
 
 async def test_injection_is_refused_as_smtp_would_refuse(database: db.Database) -> None:
     defaults = {"quick": submission.TenantDefaults(refuse_suppressed=True, quota=quotas.Quota(max_per_hour=1))}
+    await tenants.add(database, "quick", "pw-of-quick")
     async with serving(database, tenant_defaults=defaults, max_message_size=2000) as client:
         for bad in (b"{not json", b'{"content": "\\ud800"}', b"\xff"):  # a lone surrogate is no text either
             async with client.session.post(client.base + "/v1/messages", data=bad,
@@ -325,3 +332,70 @@ async def test_tenants_webhooks_and_accounts_are_made_and_changed(database: db.D
         [listed] = (await client.call("GET", "/v1/accounts"))[1]["accounts"]
         assert "secret" not in listed
         assert "password" not in str(listed)
+
+
+async def test_a_name_that_names_nothing_is_refused_with_the_one_meant(database: db.Database) -> None:
+    """A tenant, pool, provider group, account, webhook endpoint or source address that
+    does not exist: 404 in the path, 422 naming the field in the body or the query,
+    with the closest known name; and nothing is done."""
+    await tenants.add(database, "shop", "pw-of-shop")
+    await make(database, "box", pool="outreach")
+    async with serving(database) as client:
+
+        async def refused(method: str, path: str, status: int, meant: str | None, field: str | None = None,
+                          **kw: Any) -> str:  # fmt: skip
+            got, answer = await client.call(method, path, **kw)
+            assert (got, answer.get("field"), answer["did_you_mean"]) == (status, field, meant), (path, answer)
+            return str(answer["error"])
+
+        said = await refused("POST", "/v1/messages", 422, "shop", "tenant", json={**RAW, "tenant": "shpo"})
+        assert said == "no tenant 'shpo' (did you mean 'shop'?)"
+        assert (await client.call("POST", "/v1/messages", json={**RAW, "tenant": "default"}))[0] == 202  # no row
+        await refused("GET", "/v1/tenants/shpo", 404, "shop")
+        await refused("POST", "/v1/tenants/shpo/pause", 404, "shop")
+        await refused("POST", "/v1/tenants/shpo/resume", 404, "shop")
+        await refused("GET", "/v1/reputation?tenant=shpo", 422, "shop", "tenant")
+        await refused("POST", "/v1/suppressions", 422, "shop", "tenant", json={"address": "a@b.c", "tenant": "shpo"})
+        await refused("GET", "/v1/suppressions?tenant=shpo", 422, "shop", "tenant")
+        await refused("DELETE", "/v1/suppressions/a@b.c?tenant=shpo", 422, "shop", "tenant")
+        await refused("POST", "/v1/webhooks", 422, "shop", "tenant", json={"tenant": "shpo", "url": "https://h.test/"})
+        await refused("GET", "/v1/webhooks?tenant=shpo", 422, "shop", "tenant")
+        await refused("DELETE", "/v1/webhooks/7", 404, None)
+        await refused("POST", "/v1/webhooks/7/rotate-secret", 404, None)
+        since = "2026-01-01T00:00:00"
+        await refused("POST", "/v1/webhooks/replay", 422, "shop", "tenant", json={"tenant": "shpo", "since": since})
+        await refused("POST", "/v1/webhooks/replay", 422, None, "endpoint",
+                      json={"tenant": "shop", "since": since, "endpoint": 7})  # fmt: skip
+        await refused("POST", "/v1/accounts/bx/disable", 404, "box")
+        await refused("GET", "/v1/accounts?pool=outrech", 422, "outreach", "pool")
+        await refused("GET", "/v1/queue?provider=gogle", 422, "google", "provider")
+
+        for kind, key, meant in [("tenant", "shpo", "shop"), ("provider", "gogle", "google"), ("pool", "bulkk", "bulk"),
+                                 ("source", "127.0.0.13", "127.0.0.12"), ("account", "bx", "box"),
+                                 ("provider", "mx:mx.example.net", None)]:  # fmt: skip
+            await refused("POST", "/v1/suspensions", 422, meant, "key", json={"kind": kind, "key": key})
+        await refused("POST", "/v1/reroutes", 422, "bulk", "pool", json={"provider": "google", "pool": "bulkk"})
+        said = await refused("POST", "/v1/reroutes", 422, None, "provider", json={"provider": "nosuchgroup",
+                                                                                  "pool": "bulk"})  # fmt: skip
+        assert (
+            said == "no provider group 'nosuchgroup' is configured or was routed to (known: accounts:outreach, "
+            "google, microsoft)"
+        )
+        await refused("DELETE", "/v1/reroutes/google", 404, None)
+        await refused("DELETE", "/v1/suspensions/pool/bulk", 404, None)
+        assert await query(database, "SELECT * FROM tenant_states") == []
+        assert await query(database, "SELECT * FROM suspensions") == []
+        assert await query(database, "SELECT * FROM reroutes") == []
+        assert await query(database, "SELECT * FROM suppressions") == []
+        assert await query(database, "SELECT * FROM webhook_endpoints") == []
+        assert [r["tenant"] for r in await query(database, "SELECT tenant FROM messages")] == ["default"]
+
+        # What is known is taken: the default tenant, a configured group and address, and
+        # an mx: group once the spool has seen it.
+        for kind, key in [("tenant", "default"), ("provider", "google"), ("source", "127.0.0.12")]:
+            assert (await client.call("POST", "/v1/suspensions", json={"kind": kind, "key": key}))[0] == 201
+        await query(database, "INSERT INTO buckets (route_group, source, rate, sessions, changed_by, updated_at) "
+                              "VALUES ('mx:mx.example.net', '', 1, 1, 'n1', now())")  # fmt: skip
+        assert (await client.call("POST", "/v1/suspensions", json={"kind": "provider",
+                                                                   "key": "mx:mx.example.net"}))[0] == 201  # fmt: skip
+        await refused("DELETE", "/v1/suspensions/source/127.0.0.13", 404, "127.0.0.12")
