@@ -507,6 +507,7 @@ async def _apply_controls(
     at what it holds and leases what a resume made due. MtadError when one could not."""
     await controls.load(_now())
     await gate.refresh()
+    await gate.settle(quotas.SETTLE_WITHIN)  # what passed the gate before is committed, or given up
     await accepting.heed()
     if engine is not None:
         engine.controls_changed()

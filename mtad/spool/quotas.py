@@ -9,11 +9,17 @@ octets of the tenant's messages not yet final, read every `refresh` seconds, plu
 what this process accepted since, with the new message's. A refusal is
 remembered until its quota could have room again, so that MAIL is refused at
 once without a round trip.
+
+An operator's pause holds for messages already past the check too: `settle()`
+waits until every message checked before it is committed or given up, so that
+none of a tenant paused meanwhile is answered 250 after the node said it holds
+the pause (mtad.spool.controls).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,6 +33,8 @@ from mtad.base.replies import Reply
 from mtad.spool import tenants
 
 log = structlog.get_logger("mtad.quotas")
+
+SETTLE_WITHIN = 1.5  # seconds an operator's pause waits for the messages checked before it
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,7 @@ class Taken:
     tenant: str
     at: datetime | None  # None: nothing was counted (no rate quota)
     size: int
+    turn: int = 0  # the gate's turn when it was checked: settle() waits for it, until done()
 
 
 def paused_reply(tenant: str, why: tenants.Paused) -> Reply:
@@ -79,6 +88,9 @@ class Gate:
         self._clock = clock
         self._full: dict[str, tuple[float, Reply]] = {}  # tenant -> (until, its refusal)
         self._queued: dict[str, int] = {}  # tenant -> octets held in the spool (max_queued_bytes only)
+        self._turn = 0  # bumped by each settle(): what was checked in an earlier turn is waited for
+        self._open: collections.Counter[int] = collections.Counter()  # turn -> messages checked, not done
+        self._closed = asyncio.Event()  # a turn's last message is done
 
     def reconfigure(self, quotas: Mapping[str, Quota], default: Quota) -> None:
         """New quotas (a reload); what was counted stays, refusals remembered are forgotten."""
@@ -101,20 +113,59 @@ class Gate:
         return None
 
     async def take(self, tenant: str, size: int) -> Taken | Reply:
-        """Count a message of `size` octets about to be committed, or refuse it.
-        DatabaseUnavailable (a SpoolError) when the count cannot be taken."""
+        """Count a message of `size` octets about to be committed, or refuse it; call
+        done() once it is committed or given up. DatabaseUnavailable (a SpoolError)
+        when the count cannot be taken."""
         refused = self.refusal(tenant)
         if refused is not None:
             return refused
+        turn = self._turn
+        self._open[turn] += 1
+        try:
+            taken = await self._count(tenant, size, turn)
+        except BaseException:
+            self._close(turn)
+            raise
+        if isinstance(taken, Reply):
+            self._close(turn)
+        return taken
+
+    def done(self, taken: Taken) -> None:
+        """The message taken is committed, or will not be: settle() waits for it no more."""
+        self._close(taken.turn)
+
+    def _close(self, turn: int) -> None:
+        self._open[turn] -= 1
+        if self._open[turn] <= 0:
+            del self._open[turn]
+            self._closed.set()
+
+    async def settle(self, within: float) -> None:
+        """Until every message checked before now is committed or given up (after a
+        refresh() that read a pause, none of that tenant is answered 250 from then on).
+        SpoolError when some are still being committed after `within` seconds."""
+        turn = self._turn
+        self._turn += 1
+        try:
+            async with asyncio.timeout(within):
+                while any(t <= turn for t in self._open):
+                    self._closed.clear()
+                    await self._closed.wait()
+        except TimeoutError:
+            waiting = sum(n for t, n in self._open.items() if t <= turn)
+            raise errors.SpoolError(f"{waiting} messages checked before the change are still being committed "
+                                    f"after {within:g} s") from None  # fmt: skip
+
+    async def _count(self, tenant: str, size: int, turn: int) -> Taken | Reply:
         quota = self._quotas.get(tenant, self._default)
         if quota.max_queued_bytes is not None and self._queued.get(tenant, 0) + size > quota.max_queued_bytes:
             return self._spool_full(tenant, quota.max_queued_bytes)
         if not quota.counts_messages:
-            return Taken(tenant, None, size)
+            return Taken(tenant, None, size, turn)
         now = datetime.fromtimestamp(self._clock(), UTC)
         full = await self._db.fetchval("tenants/quota_take", tenant, now, quota.max_per_hour, quota.max_per_day)
         if full is None:
-            return Taken(tenant, now, size)
+            return Taken(tenant, now, size, turn)
         if full == "hour":
             until = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
             reply = Reply(451, "4.7.1", f"Tenant {tenant} is over its quota of {quota.max_per_hour} messages "

@@ -134,6 +134,7 @@ async def _answer(
             case control.Heed():
                 try:
                     await gate.refresh()
+                    await gate.settle(quotas.SETTLE_WITHIN)
                 except errors.SpoolError as exc:
                     logger.warning("tenant_states_unread", error=str(exc))
                     control.say(writer, control.Heeded(False))

@@ -7,7 +7,8 @@ each pickled after its length (4 octets), and what a child is handed on its stdi
                     Counts(counts) in answer to AskCounts(), and once more as it
                     exits cleanly
                     Heeded(ok) in answer to Heed(), once its gate has read the
-                    tenants' states again (ok False: it could not)
+                    tenants' states again and what passed it before is
+                    committed (ok False: it could not)
   daemon -> child   AskCounts() send your counts now
                     Room(room) whether to lease new deliveries to the node (sent
                     when that changes)

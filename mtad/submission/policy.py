@@ -422,6 +422,13 @@ class Acceptor:
                 return refused(counted, "tenant_refused")
             taken = counted
         try:
+            return await self._commit(message, taken)
+        finally:
+            if taken is not None and self._gate is not None:
+                self._gate.done(taken)  # committed or not: an operator's pause waits no more for it
+
+    async def _commit(self, message: commit.NewMessage, taken: quotas.Taken | None) -> commit.Accepted | Reply:
+        try:
             accepted = await self._committer.commit(message)
         except errors.OutcomeUnknown as exc:  # committed or not: the count stays
             log.warning("accept_outcome_unknown", queue_id=str(message.id), error=str(exc))

@@ -10,7 +10,11 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from mtad import db
+from mtad.base import errors
+from mtad.base.replies import Reply
 from mtad.feedback import consumers, reputation, webhook_delivery, webhooks
 from mtad.spool import leases, quotas, tenants
 from mtad.submission import TenantDefaults
@@ -100,6 +104,29 @@ async def test_a_paused_tenant_is_refused_with_its_reason_and_resumed(make_submi
         kinds = [r["kind"] for r in await query(srv.database, "SELECT kind FROM events WHERE tenant = 'default' "
                                                               "AND message IS NULL ORDER BY id")]  # fmt: skip
         assert kinds == ["tenant_paused", "tenant_resumed"]
+
+
+async def test_a_pause_holds_once_what_passed_the_gate_before_it_is_committed(database: db.Database) -> None:
+    """The gate's settle() (which a node's acknowledgement of a pause waits for)
+    returns only once every message checked before it is done: none of them is
+    answered after the pause is said to hold."""
+    gate = quotas.Gate(database, tenants.States(database), {})
+    await gate.refresh()
+    taken = await gate.take("shop", 100)  # past the check, being committed
+    assert isinstance(taken, quotas.Taken)
+    assert await tenants.pause(database, "shop", "checks", by="operator", now=datetime.now(UTC)) == 0
+    await gate.refresh()
+    with pytest.raises(errors.SpoolError, match="1 messages checked before the change are still being committed"):
+        await gate.settle(0.05)
+    gate.done(taken)  # committed: its 250 goes before the pause holds
+    await gate.settle(5.0)
+    refused = await gate.take("shop", 100)
+    assert isinstance(refused, Reply)
+    assert refused.code == 451
+    other = await gate.take("other", 100)  # checked after the settle: the next one waits for it
+    assert isinstance(other, quotas.Taken)
+    gate.done(other)
+    await gate.settle(5.0)
 
 
 async def test_a_paused_tenants_mail_waits_queued_and_leased(database: db.Database, sink: Sink) -> None:
