@@ -734,16 +734,20 @@ async def accounts_show(args: argparse.Namespace, settings: config.Basics) -> in
 
 
 async def accounts_state(args: argparse.Namespace, settings: config.Basics) -> int:
-    from mtad.admin import names
+    from mtad.admin import control, names
     from mtad.mailboxes import accounts
 
     now = datetime.now(UTC)
+    released = None
     async with _spool(settings) as opened:
         await names.account(opened.database, args.name)
-        change = accounts.enable if args.command_name == "enable" else accounts.disable
-        account = await change(opened.database, args.name, args.reason, now)
+        if args.command_name == "enable":
+            account, released = await control.enable(opened.database, args.name, args.reason, now)
+        else:
+            account = await accounts.disable(opened.database, args.name, args.reason, now)
         acks = await _held(opened.database, settings)
-    print(f"account {account.name} is {account.state.value}")
+    print(f"account {account.name} is {account.state.value}"
+          + (f"; {released} deliveries of pool {account.pool} due now" if released else ""))  # fmt: skip
     _told(acks)
     return EXIT_OK
 

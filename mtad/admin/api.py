@@ -471,9 +471,13 @@ class _Api:
         await names.account(self._db, request.match_info["name"])
         body = await _body(request) if request.can_read_body else {}
         reason = body.get("reason") if isinstance(body, dict) else None
-        change = accounts.enable if action == "enable" else accounts.disable
-        account = await change(self._db, request.match_info["name"], reason, datetime.now(UTC))
-        return _json({"name": account.name, "state": account.state.value, "acknowledged": await self._held()})
+        released = 0
+        if action == "enable":
+            account, released = await control.enable(self._db, request.match_info["name"], reason, datetime.now(UTC))
+        else:
+            account = await accounts.disable(self._db, request.match_info["name"], reason, datetime.now(UTC))
+        return _json({"name": account.name, "state": account.state.value, "released": released,
+                      "acknowledged": await self._held()})  # fmt: skip
 
     async def accounts_list(self, request: web.Request) -> web.Response:
         now = datetime.now(UTC)

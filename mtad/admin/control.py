@@ -27,8 +27,15 @@ async def suspend(
 async def resume(database: db.Database, kind: str, key: str, now: datetime) -> int | None:
     released = await suspensions.resume(database, kind, key, now)
     if released is not None and kind == "account":
-        await accounts.enable(database, key, "resumed", now)
+        released += (await enable(database, key, "resumed", now))[1]
     return released
+
+
+async def enable(database: db.Database, name: str, reason: str | None, now: datetime) -> tuple[accounts.Account, int]:
+    """Make the account active again, and what its pool handed back to the spool
+    while no account of it could send due now: (the account, how many deliveries)."""
+    account = await accounts.enable(database, name, reason, now)
+    return account, await suspensions.release_pool(database, account.pool, now)
 
 
 async def held(database: db.Database, node_timeout: float, *, within: float = controls.WITHIN) -> controls.Acks:

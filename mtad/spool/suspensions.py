@@ -97,6 +97,12 @@ async def resume(database: db.Database, kind: str, key: str, now: datetime) -> i
     return released
 
 
+async def release_pool(database: db.Database, pool: str, now: datetime) -> int:
+    """What was handed back to the spool while account pool `pool` had no account
+    free is due now (an account of it was enabled). Returns how many deliveries."""
+    return int(await database.fetchval("suspensions/release_pool", pool, now))
+
+
 async def reroute(
     database: db.Database, provider: str, pool: str, reason: str, until: datetime | None, now: datetime
 ) -> Reroute:

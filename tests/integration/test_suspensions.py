@@ -9,6 +9,7 @@ over HTTP answers once the live nodes hold it."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import uuid
 from collections import Counter
@@ -223,3 +224,21 @@ async def test_a_command_over_http_answers_once_the_live_nodes_hold_it(database:
         assert (status, resumed["acknowledged"]["applied"]) == (200, ["n1"])
         assert view.suspended("provider", "google", datetime.now(UTC)) is None
         running.cancel()
+
+
+async def test_an_account_enabled_makes_what_its_pool_handed_back_due_now(database: db.Database) -> None:
+    await make(database, "box", pool="p")
+    now = datetime.now(UTC)
+    await accounts.disable(database, "box", "on leave", now)
+    await accept(database, dataclasses.replace(new_message("a@sink.test", "b@sink.test"), account_pool="p"),
+                 dataclasses.replace(new_message("c@sink.test"), account_pool="q"))  # fmt: skip
+    leased = sorted(d.id for d in await leases.lease(database, "n1", 3, now + timedelta(minutes=1), now))
+    due = now + timedelta(minutes=1)  # no account of the pool free: handed back until then
+    for pool, ids in (("p", leased[:2]), ("q", leased[2:])):
+        why = {"reason": "account_pool_busy", "account_pool": pool, "until": due.isoformat()}
+        assert await leases.release(database, "n1", ids, now, due, why) == set(ids)
+    account, released = await control.enable(database, "box", "back", now)
+    assert (account.state, released) == (accounts.State.ACTIVE, 2)
+    rows = await query(database, "SELECT next_attempt_at FROM deliveries ORDER BY id")
+    assert [r["next_attempt_at"] for r in rows] == [now, now, due]  # another pool's waits on
+    assert (await control.enable(database, "box", "again", now))[1] == 0
