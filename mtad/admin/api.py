@@ -10,7 +10,9 @@ the field of the body or query at fault, when one is), 503 when PostgreSQL does
 not answer. A name that names nothing (a tenant, pool, provider group, account,
 webhook endpoint, source address: mtad.admin.names) is a 404 in the path and a
 422 in the body or query, with "did_you_mean" the closest known name (or null).
-A message injected is answered 202 only after its COMMIT.
+A message injected is answered 202 only after its COMMIT; a change of what may be
+sent or submitted (pause, suspend, reroute, an account's state) only once every
+live node holds it, its answer saying which did ("acknowledged").
 """
 
 from __future__ import annotations

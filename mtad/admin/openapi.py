@@ -34,7 +34,11 @@ def _query(name: str, about: str) -> dict[str, Any]:
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {"title": "mtad admin API", "version": "1",
-             "description": "The operations of the mtad command line over HTTP, and HTTP injection of mail."},
+             "description": "The operations of the mtad command line over HTTP, and HTTP injection of mail. "
+                            "A change of what may be sent or submitted (a tenant paused or resumed, a "
+                            "suspension, a reroute, an account enabled or disabled) is answered once every "
+                            "live node holds it, with \"acknowledged\": {\"version\", \"live\", \"applied\": "
+                            "[nodes], \"late\": [nodes that did not within 5 s]}."},
     "security": [{"bearer": []}],
     "paths": {
         "/v1/openapi.json": {"get": _op("This document", secured=False)},
