@@ -27,6 +27,7 @@ from tests import imap
 from tests.conftest import query
 from tests.integration.test_delivery import accept, deliveries, engine, new_message
 from tests.integration.test_relay_delivery import SEALER, add, frozen, relayed, relaying, reservations
+from tests.proxy import PgProxy
 from tests.sink import Sink
 
 
@@ -202,6 +203,33 @@ async def test_a_send_not_in_the_sent_folder_after_its_wait_is_sent_again_once(
     assert (row["state"], row["attempts"]) == ("delivered", 2)
     assert len(smarthost.transactions) == 2
     assert await query(database, "SELECT 1 FROM unknown_sends") == []
+
+
+async def test_an_attempt_id_written_as_the_database_went_away_is_cleared_and_nothing_held(
+    database: db.Database, dsn: str, smarthost: Sink, tls_files: tuple[Path, Path]
+) -> None:
+    await add(database, smarthost, "a")
+    await accept(database, relayed("r1@example.net"))
+    # The attempt id is written and committed, and the connection is lost before the
+    # node hears so: nothing went out, and the node clears it once it reaches the database.
+    with PgProxy(dsn) as proxy:
+        through = await db.Database.connect(proxy.dsn, max_size=3)
+        try:
+            lost = proxy.drop_reply(b"attempt_id = ($3::uuid[])")
+            await relaying(through, tls_files).run_until_idle()
+            assert lost.is_set()
+        finally:
+            await through.close()
+    assert smarthost.transactions == []
+    row = (await deliveries(database))["r1@example.net"]
+    assert (row["state"], row["attempt_id"]) == ("leased", None)
+    # Its lease runs out; the next node sends it, once, and holds nothing.
+    later = datetime.now(UTC) + timedelta(minutes=11)
+    assert await leases.reap(database, later) == 1
+    await relaying(database, tls_files, now=lambda: later).run_until_idle()
+    row = (await deliveries(database))["r1@example.net"]
+    assert (row["state"], row["attempts"]) == ("delivered", 1)
+    assert len(smarthost.transactions) == 1
 
 
 async def test_a_send_whose_node_died_is_held_and_looked_for_in_its_accounts_sent_folder(
