@@ -15,8 +15,10 @@ or result drops the old one, since CREATE OR REPLACE cannot.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
+import time
 from dataclasses import dataclass
 from importlib import resources
 
@@ -25,6 +27,7 @@ from mtad.base import errors
 
 # An arbitrary constant: pg_advisory_lock key "mtad migrations".
 LOCK_KEY = 0x6D7461645F6D6967
+LOCK_POLL = 0.2  # seconds between tries of a bounded wait for the lock
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
@@ -80,12 +83,27 @@ async def _apply_functions(conn: db.Connection) -> None:
         await conn.execute("migrate/record_functions", digest)
 
 
-async def apply(dsn: str) -> list[Migration]:
+async def _lock(conn: db.Connection, wait: float | None) -> None:
+    if wait is None:
+        await conn.execute("migrate/lock", LOCK_KEY)
+        return
+    deadline = time.monotonic() + wait
+    while not await conn.fetchval("migrate/try_lock", LOCK_KEY):
+        if time.monotonic() >= deadline:
+            raise errors.DatabaseUnavailable(
+                f"another process has been migrating the spool's schema for over {wait:g} s ([database] wait); "
+                "try again when it is done"
+            )
+        await asyncio.sleep(LOCK_POLL)
+
+
+async def apply(dsn: str, wait: float | None = None) -> list[Migration]:
     """Apply every pending migration, then every function file; return the
-    migrations applied by this call."""
+    migrations applied by this call. `wait`: the seconds to wait at most for another
+    process's migration run (errors.DatabaseUnavailable after), else as long as it takes."""
     conn = await db.connect_once(dsn)
     try:
-        await conn.execute("migrate/lock", LOCK_KEY)
+        await _lock(conn, wait)
         try:
             await conn.execute("migrate/create_table")
             done = {row["version"] for row in await conn.fetch("migrate/applied")}

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 import structlog
 
@@ -77,12 +78,20 @@ async def open_spool(
         dsn = server.dsn(admin_dsn)
     database: db.Database | None = None
     try:
-        if before_migrations is not None:
-            await before_migrations(dsn)
-        applied = await migrate.apply(dsn)
-        for migration in applied:
-            logger.info("migrated", version=migration.version, name=migration.name)
-        database = await db.Database.connect(dsn, max_size=pool_size)
+        try:
+            if before_migrations is not None:
+                await before_migrations(dsn)
+            applied = await migrate.apply(dsn, None if lock is not None else wait)  # a tool waits `wait` at most
+            for migration in applied:
+                logger.info("migrated", version=migration.version, name=migration.name)
+            database = await db.Database.connect(dsn, max_size=pool_size)
+        except errors.DatabaseUnavailable as exc:
+            if server is not None:
+                raise
+            where = _where(dsn)
+            raise errors.DatabaseUnavailable(
+                f"cannot reach the spool database at {where} ([database] dsn): {exc}"
+            ) from exc
         served = True
         yield Spool(database, server)
     finally:
@@ -177,3 +186,10 @@ async def _others_connected(database: db.Database) -> bool:
         return bool(await database.fetchval("admin/other_clients"))
     except errors.SpoolError:
         return True
+
+
+def _where(dsn: str) -> str:
+    """host:port/database of a DSN, without its user or password."""
+    parts = urlsplit(dsn)
+    host = parse_qs(parts.query).get("host", [parts.hostname or "localhost"])[0]
+    return f"{host}:{parts.port or 5432}/{parts.path.lstrip('/')}"
