@@ -38,6 +38,7 @@ from mtad.db import embedded
 CONF = Path(__file__).parents[1] / "mtad" / "tables"  # the reference tables shipped with mtad
 
 SPOOL_TABLES = "messages, deliveries, events, idempotency_keys"
+RESET_ATTEMPTS = 3  # a reset that lost a deadlock to a concurrent REINDEX is tried again
 # The accept benchmark's node: it only accepts (another node would deliver what it spools).
 ACCEPT_ONLY = f"""\
 [delivery]
@@ -195,8 +196,16 @@ class MtadServer(Managed):
         return done.stdout.splitlines()
 
     def reset(self) -> None:
-        """Empty the spool, analyze it empty, checkpoint; returns when the database has done so."""
-        self.query(f"TRUNCATE {SPOOL_TABLES}", f"VACUUM ANALYZE {SPOOL_TABLES}", "CHECKPOINT")
+        """Empty the spool, analyze it empty, checkpoint; returns when the database has done so.
+        Tried again when PostgreSQL chose the TRUNCATE as a deadlock's victim: the node's
+        retention may be rebuilding a sparse index concurrently, and that wait wins."""
+        for attempt in range(RESET_ATTEMPTS):
+            try:
+                self.query(f"TRUNCATE {SPOOL_TABLES}", f"VACUUM ANALYZE {SPOOL_TABLES}", "CHECKPOINT")
+                return
+            except MtadError as exc:
+                if "deadlock detected" not in str(exc) or attempt == RESET_ATTEMPTS - 1:
+                    raise
 
     def stored(self) -> int:
         """Messages in the spool; raises when a message lacks its delivery row."""
