@@ -34,7 +34,8 @@ from mtad.spool import tenants
 if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of them
     from mtad import submission
     from mtad.admin import names as admin_names
-    from mtad.deliver import delivery, egress
+    from mtad.deliver import egress
+    from mtad.deliver import settings as deliver_settings
     from mtad.feedback import inbound, inbox, reputation, suppression, webhook_delivery
     from mtad.mailboxes import relay
     from mtad.outbound import policies, routing, sessions, tlsrpt
@@ -152,7 +153,7 @@ BASIC_SECTIONS = ("database", "node", "accounts", "dns")
 @dataclass(frozen=True, slots=True)
 class DeliverySettings:
     enabled: bool
-    engine: delivery.Settings
+    engine: deliver_settings.Settings
     sessions: sessions.Settings
     nameservers: tuple[HostPort, ...]  # empty: the system's resolvers
     dns_timeout: float
@@ -1135,7 +1136,7 @@ def _load_tenant_defaults(
 
 def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None) -> Settings:
     from mtad import submission
-    from mtad.deliver import delivery
+    from mtad.deliver import settings as deliver_settings
     from mtad.feedback import inbound, inbox, reputation, suppression, webhook_delivery
     from mtad.mailboxes import accounts, relay
     from mtad.outbound import policies, sessions, tlsrpt
@@ -1183,7 +1184,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
         node=NodeSettings(**values["node"]),
         delivery=DeliverySettings(
             enabled=d["enabled"],
-            engine=delivery.Settings(
+            engine=deliver_settings.Settings(
                 node=values["node"]["id"],
                 retry=d["retry"],
                 max_age=d["max_age"],
