@@ -1,6 +1,6 @@
-"""The packaged install, as the README's service section does it: `pip install .` (not
-editable) into a virtualenv of its own, the configuration in a directory of its own,
-every command run from `/` as systemd runs the daemon."""
+"""The packaged install, as docs/operations.md (Install as a service) does it: `pip
+install .` (not editable) into a virtualenv of its own, the configuration in a directory
+of its own, every command run from `/` as systemd runs the daemon."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def test_a_snapshot_holds_this_processes_mtad_samples_without_created() -> None:
     assert again[name] == 2 * own[name]
 
 
-README = Path(__file__).parents[2] / "README.md"
+PAGE = Path(__file__).parents[2] / "docs" / "metrics.md"
 ROW = re.compile(r"^\| `(mtad_\w+)` \| (counter|gauge|histogram) \|([^|]*)\|", re.MULTILINE)
 
 
@@ -95,10 +95,10 @@ def _metrics_of(module: object) -> dict[str, tuple[str, frozenset[str]]]:
     }
 
 
-def test_the_readme_lists_every_metric_with_its_type_and_labels() -> None:
+def test_the_metrics_page_lists_every_metric_with_its_type_and_labels() -> None:
     listed = {
         name: (kind, frozenset(label.strip(" `") for label in labels.split(",") if label.strip()))
-        for name, kind, labels in ROW.findall(README.read_text())
+        for name, kind, labels in ROW.findall(PAGE.read_text())
     }
     every = exported()
     assert _metrics_of(metrics).items() <= every.items()
