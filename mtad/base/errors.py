@@ -19,12 +19,29 @@ module catches a foreign exception.
      |                             or its node id on the database), or runs on another
      |                             spool with the same configuration file
      +-- ListenError               an address to listen on could not be bound
-     +-- ProcessError              a submission process exited before it was ready
+     +-- ProcessError              a child process exited before it was ready, or ended
+     |    |                        with work unanswered
+     |    +-- dkim.WorkerGone      a signing process ended with requests unanswered, or
+     |                             could not make a signature
      +-- IllegalTransition         a delivery or account state change its table forbids
      +-- AddressError              an address that is not a valid mailbox
      +-- TokenError                an OAuth access token could not be had
-          +-- TokenRefused         the provider refused the refresh token (revoked,
-                                   expired, wrong client): the account is disconnected
+     |    +-- TokenRefused         the provider refused the refresh token (revoked,
+     |                             expired, wrong client): the account is disconnected
+     +-- relay.LoginFailed         an account's login could not be made; its verdict
+     |                             says what that means for the account
+     +-- RemoteError               a server mtad talks to failed a request, refused it,
+          |                        or answered what mtad cannot use
+          +-- HttpError            an HTTP request that got no answer (connection, TLS,
+          |    |                   timeout); `cause` names the failure (http_client)
+          |    +-- CertificateInvalid   the server's certificate is not valid for it
+          |    +-- http_client.Refused  the host is not an address the request may go to
+          +-- fetching.FetchError  an MTA-STS policy that could not be fetched or read
+          +-- mtasts.PolicyError   an MTA-STS policy file that does not parse
+          +-- dane.TlsaError       TLSA rdata that does not parse
+          +-- inbox.Refused        an IMAP server answered NO or BAD
+
+The errors named by their module are defined there, where they are raised.
 """
 
 from __future__ import annotations
@@ -84,7 +101,8 @@ class ListenError(MtadError):
 
 
 class ProcessError(MtadError):
-    """A submission process exited, or did not say it was ready, at start-up."""
+    """A child process exited, or did not say it was ready, at start-up (a submission
+    process); or ended with work unanswered (a signing process)."""
 
 
 class IllegalTransition(MtadError):
@@ -108,3 +126,23 @@ class TokenError(MtadError):
 class TokenRefused(TokenError):
     """The token endpoint refused the refresh token or the client (invalid_grant,
     invalid_client, ...): only an operator can fix this."""
+
+
+class RemoteError(MtadError):
+    """A server mtad talks to failed a request, refused it, or answered what mtad
+    cannot use; the text says which and why."""
+
+
+class HttpError(RemoteError):
+    """An HTTP request that got no answer (the connection, TLS, a timeout): `cause`
+    names the failure (the foreign exception's class), `said` what it said; the text
+    is `cause: said`."""
+
+    def __init__(self, said: str, cause: str | None = None) -> None:
+        self.cause = cause or type(self).__name__
+        self.said = said
+        super().__init__(f"{self.cause}: {said}")
+
+
+class CertificateInvalid(HttpError):
+    """The server's certificate is not valid for the host asked for (or not trusted)."""

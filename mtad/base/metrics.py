@@ -198,6 +198,18 @@ CONSUMER_LAG = Gauge(
 CONSUMER_FAILURES = Counter(
     "mtad_event_consumer_failures", "Batches an event consumer failed to process (retried)", ["consumer"]
 )
+INBOUND_REPORTS = Counter(
+    "mtad_inbound_reports", "Reports received on the inbound listener, by kind and outcome", ["kind", "outcome"]
+)
+INBOX_MESSAGES = Counter(
+    "mtad_inbox_messages", "Messages read from the sending mailboxes' inboxes, by kind and outcome", ["kind", "outcome"]
+)
+INBOX_FAILURES = Counter(
+    "mtad_inbox_failures", "IMAP sessions to the sending mailboxes' inboxes that failed", ["account"]
+)
+WEBHOOKS_SENT = Counter(
+    "mtad_webhooks_sent", "Webhook requests by endpoint and outcome (delivered, failed, dead)", ["endpoint", "outcome"]
+)
 TENANT_PAUSED = Gauge(
     "mtad_tenant_paused", "1 while a tenant is paused, by who paused it (auto, operator)", ["tenant", "by"]
 )

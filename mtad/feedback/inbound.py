@@ -25,12 +25,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import prometheus_client
 import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session, syntax
 
 from mtad import db
-from mtad.base import envelope, errors, replies, smtp_data
+from mtad.base import envelope, errors, metrics, replies, smtp_data
 from mtad.base.batching import Batcher
 from mtad.base.endpoints import HostPort
 from mtad.base.replies import Reply
@@ -40,10 +39,6 @@ from mtad.feedback.verp import Verp
 from mtad.outbound import outcomes
 
 log = structlog.get_logger("mtad.inbound")
-
-INBOUND = prometheus_client.Counter(
-    "mtad_inbound_reports", "Reports received on the inbound listener, by kind and outcome", ["kind", "outcome"]
-)
 
 MIB = 2**20
 INLINE = 16 * 1024  # reports up to this size are read on the event loop; larger ones in a thread
@@ -199,7 +194,7 @@ class Inbound:
         leaving = next((r for r in recipients if self._is_verp(r, "u-")), None)
         if leaving is not None:  # a List-Unsubscribe mailto: the address says it all
             outcome = await self._unsubscribe(leaving)
-            INBOUND.labels(kind="unsubscribe", outcome=outcome.value).inc()
+            metrics.INBOUND_REPORTS.labels(kind="unsubscribe", outcome=outcome.value).inc()
             return outcome
         # CPU: up to half a second on hostile input, a few ms below INLINE octets (most reports)
         rules = self.rules
@@ -226,7 +221,7 @@ class Inbound:
             case reports.Unknown():
                 log.info("report_unknown", why=report.why, recipients=list(recipients))
                 kind, outcome = "unknown", Outcome.IGNORED
-        INBOUND.labels(kind=kind, outcome=outcome.value).inc()
+        metrics.INBOUND_REPORTS.labels(kind=kind, outcome=outcome.value).inc()
         return outcome
 
     async def _bounce(self, bounce: reports.Bounce, recipients: Sequence[str]) -> Outcome:

@@ -56,11 +56,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import aioimaplib
-import prometheus_client
 import structlog
 
 from mtad import db
-from mtad.base import errors
+from mtad.base import errors, metrics
 from mtad.feedback import reports, signals
 from mtad.mailboxes import accounts, inboxes, relay
 from mtad.mailboxes.accounts import Account
@@ -69,13 +68,6 @@ from mtad.outbound import outcomes
 from mtad.spool import unknowns
 
 log = structlog.get_logger("mtad.inbox")
-
-INBOX_MESSAGES = prometheus_client.Counter(
-    "mtad_inbox_messages", "Messages read from the sending mailboxes' inboxes, by kind and outcome", ["kind", "outcome"]
-)
-INBOX_FAILURES = prometheus_client.Counter(
-    "mtad_inbox_failures", "IMAP sessions to the sending mailboxes' inboxes that failed", ["account"]
-)
 
 MIB = 2**20
 MAX_BACKOFF = 300.0  # seconds between attempts to read an inbox that keeps failing, at most
@@ -105,7 +97,7 @@ class Settings:
     mark_seen: bool = False  # mark the reports and automatic replies read as \Seen
 
 
-class Refused(Exception):
+class Refused(errors.RemoteError):
     """The IMAP server answered NO or BAD."""
 
 
@@ -189,7 +181,7 @@ class Reader:
                 why = f"{type(exc).__name__}: {exc}" if not isinstance(exc, relay.LoginFailed) else exc.why
                 log.warning("inbox_failed", account=self._account.name, host=self.inbox.host, error=why,
                             retry_in=backoff)  # fmt: skip
-                INBOX_FAILURES.labels(account=self._account.name).inc()
+                metrics.INBOX_FAILURES.labels(account=self._account.name).inc()
                 with contextlib.suppress(errors.SpoolError):
                     await inboxes.failed(self._db, self._account.id, self._node, why)
                 self.failures += 1
@@ -332,7 +324,7 @@ class Reader:
             case reports.Unknown():
                 kind, matched = "unknown", False
         outcome = "recorded" if matched else "unmatched" if kind not in ("unknown", "delivered") else "ignored"
-        INBOX_MESSAGES.labels(kind=kind, outcome=outcome).inc()
+        metrics.INBOX_MESSAGES.labels(kind=kind, outcome=outcome).inc()
         log.info("inbox_message", account=self._account.name, kind=kind, outcome=outcome)
         return kind
 

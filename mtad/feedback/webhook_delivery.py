@@ -56,21 +56,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
-import prometheus_client
 import structlog
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from standardwebhooks.webhooks import Webhook
 
 from mtad import db
-from mtad.base import errors, vault
+from mtad.base import errors, metrics, vault
 from mtad.feedback import consumers, tail, webhooks
 
 log = structlog.get_logger("mtad.webhooks")
-
-WEBHOOKS_SENT = prometheus_client.Counter(
-    "mtad_webhooks_sent", "Webhook requests by endpoint and outcome (delivered, failed, dead)", ["endpoint", "outcome"]
-)
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 CHANNEL = "mtad_webhooks"  # notified when rows are written (webhooks/enqueue.sql)
@@ -550,7 +545,7 @@ class Sender:
     def _note(self, settled: _Settled) -> None:
         request, why, next_at = settled.request, settled.why, settled.next_at
         outcome = "delivered" if why is None else "failed" if next_at is not None else "dead"
-        WEBHOOKS_SENT.labels(endpoint=str(request.endpoint), outcome=outcome).inc()
+        metrics.WEBHOOKS_SENT.labels(endpoint=str(request.endpoint), outcome=outcome).inc()
         if why is not None:
             log.warning("webhook_failed" if next_at is not None else "webhook_dead", endpoint=request.endpoint,
                         tenant=request.tenant, request=request.webhook_id, events=len(request.payloads),

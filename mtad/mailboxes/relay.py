@@ -194,7 +194,7 @@ class Settled:
     reroute: frozenset[int]  # indices (in the order given) of the deliveries to reroute
 
 
-class LoginFailed(Exception):
+class LoginFailed(errors.MtadError):
     """The account's login could not be made: `verdict` says what it means."""
 
     def __init__(self, verdict: Verdict, why: str) -> None:

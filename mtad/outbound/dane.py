@@ -25,6 +25,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509 import verification
 
+from mtad.base import errors
+
 
 class Usage(IntEnum):
     PKIX_TA = 0
@@ -44,7 +46,7 @@ class Matching(IntEnum):
     SHA512 = 2
 
 
-class TlsaError(ValueError):
+class TlsaError(errors.RemoteError):
     """TLSA rdata that does not parse."""
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from mtad.base import errors
 from mtad.outbound import routing
 
 MAX_POLICY_OCTETS = 64 * 1024  # section 3.3: a larger policy file is refused
@@ -33,7 +34,7 @@ class Mode(StrEnum):
     NONE = "none"  # the policy is withdrawn
 
 
-class PolicyError(ValueError):
+class PolicyError(errors.RemoteError):
     """A policy file that does not parse; the text says why."""
 
 

@@ -278,7 +278,7 @@ def _unsigned(key: Key, c: str, names: list[bytes], body_hash: bytes, stamp: byt
     return bytes(dkimpy.fold(b"; ".join(b"=".join(tag) for tag in tags) + b"; b=", namelen=len(b"DKIM-Signature")))
 
 
-class WorkerGone(Exception):
+class WorkerGone(errors.ProcessError):
     """A signing process ended (killed, or its pipe broke) with requests unanswered,
     or could not make a signature."""
 
