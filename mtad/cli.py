@@ -1143,7 +1143,7 @@ async def webhooks_rotate(args: argparse.Namespace, settings: config.Basics) -> 
 async def webhooks_test(args: argparse.Namespace, settings: config.Settings) -> int:
     """Send an endpoint a `test` event now and say how it answered."""
     from mtad.admin import names
-    from mtad.feedback import webhook_delivery, webhooks
+    from mtad.feedback import webhook_sender, webhooks
 
     sealer = _sealer(settings)
     async with _spool(settings) as opened:
@@ -1152,7 +1152,7 @@ async def webhooks_test(args: argparse.Namespace, settings: config.Settings) -> 
         if not found:
             print(f"mtad: no webhook endpoint {args.id}", file=sys.stderr)
             return EXIT_FAILED
-        sender = webhook_delivery.Sender(opened.database, sealer, settings.webhooks, settings.node.id)
+        sender = webhook_sender.Sender(opened.database, sealer, settings.webhooks, settings.node.id)
         why = await sender.test(found[0])
     if why is not None:
         print(f"webhook endpoint {args.id} ({found[0].url}): {why}")
@@ -1164,13 +1164,13 @@ async def webhooks_test(args: argparse.Namespace, settings: config.Settings) -> 
 async def webhooks_replay(args: argparse.Namespace, settings: config.Basics) -> int:
     """Send a tenant's events since a time to its endpoints again."""
     from mtad.admin import names
-    from mtad.feedback import webhook_delivery
+    from mtad.feedback import webhook_outbox
 
     async with _spool(settings) as opened:
         await names.tenant(opened.database, args.tenant, settings.default_tenant)
         if args.endpoint is not None:
             await names.webhook(opened.database, args.endpoint, args.tenant)
-        written = await webhook_delivery.replay(opened.database, args.tenant, args.since, args.endpoint)
+        written = await webhook_outbox.replay(opened.database, args.tenant, args.since, args.endpoint)
     print(f"{written} webhook request(s) written for tenant {args.tenant}; the running nodes send them")
     return EXIT_OK
 

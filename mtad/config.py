@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of
     from mtad.admin import names as admin_names
     from mtad.deliver import egress
     from mtad.deliver import settings as deliver_settings
-    from mtad.feedback import inbound, inbox, reputation, suppression, webhook_delivery
+    from mtad.feedback import inbound, inbox, reputation, suppression, webhook_sender
     from mtad.mailboxes import relay
     from mtad.outbound import policies, routing, sessions, tlsrpt
     from mtad.signing import rotation
@@ -185,7 +185,7 @@ class Settings:
     unsubscribe: UnsubscribeSettings
     inbound: inbound.Settings
     inbox: inbox.Settings
-    webhooks: webhook_delivery.Settings
+    webhooks: webhook_sender.Settings
     reputation: reputation.Settings
     delayed_after: float | None  # [reports]: a notice of mail still retried this long after it came
     source: Path | None
@@ -1137,7 +1137,7 @@ def _load_tenant_defaults(
 def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None) -> Settings:
     from mtad import submission
     from mtad.deliver import settings as deliver_settings
-    from mtad.feedback import inbound, inbox, reputation, suppression, webhook_delivery
+    from mtad.feedback import inbound, inbox, reputation, suppression, webhook_sender
     from mtad.mailboxes import accounts, relay
     from mtad.outbound import policies, sessions, tlsrpt
     from mtad.signing import rotation
@@ -1269,7 +1269,7 @@ def _build(values: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path
             hostname=sub["hostname"],
         ),
         inbox=inbox.Settings(**values["inbox"]),
-        webhooks=webhook_delivery.Settings(**values["webhooks"]),
+        webhooks=webhook_sender.Settings(**values["webhooks"]),
         reputation=reputation.Settings(
             enabled=values["reputation"]["enabled"],
             default=extras["tenants_shared"]["guard"],

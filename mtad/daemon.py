@@ -61,7 +61,8 @@ from mtad.feedback import (
     suppression,
     unsubscribe,
     verp,
-    webhook_delivery,
+    webhook_outbox,
+    webhook_sender,
 )
 from mtad.mailboxes import relay
 from mtad.outbound import fetching, policies, routing, sessions, tlsrpt
@@ -231,8 +232,8 @@ class Daemon:
                 # Event consumers run on every node; each event is handled once per consumer.
                 sending = None  # webhook requests: written by the outbox consumer, sent by every node
                 if settings.webhooks.enabled and sealer is not None:
-                    sending = webhook_delivery.Sender(database, sealer, settings.webhooks, node_id)
-                outbox = webhook_delivery.Outbox(sending)  # first attempts by this node's sender
+                    sending = webhook_sender.Sender(database, sealer, settings.webhooks, node_id)
+                outbox = webhook_outbox.Outbox(sending)  # first attempts by this node's sender
                 self._quiet = {t for t, d in settings.submission.tenant_defaults.items() if not d.dsn}
                 reporter = nondelivery.Reporter(settings.submission.hostname, lambda tenant: tenant not in self._quiet,
                                                 delayed_after=settings.delayed_after)  # fmt: skip

@@ -36,7 +36,7 @@ from mtad.admin import control, inject, names, openapi, views
 from mtad.base import errors, metrics, values, vault
 from mtad.base.replies import Reply
 from mtad.deliver import shaping
-from mtad.feedback import reputation, suppression, webhook_delivery, webhooks
+from mtad.feedback import reputation, suppression, webhook_outbox, webhooks
 from mtad.mailboxes import accounts, inboxes
 from mtad.spool import leases, queue, quotas, suspensions, tenants
 
@@ -458,7 +458,7 @@ class _Api:
         await self._known_tenant(body["tenant"], "tenant")
         if endpoint is not None:
             await names.webhook(self._db, endpoint, body["tenant"], field="endpoint")
-        written = await webhook_delivery.replay(self._db, body["tenant"], since, endpoint)
+        written = await webhook_outbox.replay(self._db, body["tenant"], since, endpoint)
         return _json({"tenant": body["tenant"], "written": written})
 
     def _sealer(self) -> vault.Vault:

@@ -27,12 +27,11 @@ from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 from typing import Any
 
-import aiohttp
 import structlog
 
 from mtad import db
 from mtad.base import envelope, errors, metrics
-from mtad.outbound import fetching, mtasts, policies, routing
+from mtad.outbound import http_client, mtasts, policies, routing
 from mtad.spool import commit
 
 log = structlog.get_logger("mtad.tlsrpt")
@@ -249,8 +248,9 @@ class Reporter:
                     await self._mail(report_json, domain, uri[len("mailto:") :].split("?")[0], day)
                 else:
                     await self._post(report_json, uri)
-            except (errors.MtadError, aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-                failures.append(f"{uri}: {type(exc).__name__}: {exc}")
+            except (errors.MtadError, ValueError) as exc:  # an HttpError's text names its cause
+                failures.append(f"{uri}: {exc}" if isinstance(exc, errors.HttpError) else
+                                f"{uri}: {type(exc).__name__}: {exc}")  # fmt: skip
                 continue
             sent.append(uri)
         await self._db.execute("tls/reported", day, domain, sent, failures, self.settings.keep_days)
@@ -271,13 +271,9 @@ class Reporter:
                                                                          None, None))  # fmt: skip
 
     async def _post(self, report_json: dict[str, Any], uri: str) -> None:
-        timeout = aiohttp.ClientTimeout(total=self.settings.post_timeout)
         body = gzip.compress(json.dumps(report_json).encode())
-        connector = aiohttp.TCPConnector(resolver=fetching.Resolving(self._resolver), ssl=self._https_tls or True)
-        headers = {"Content-Type": MEDIA_TYPE}
-        async with (
-            aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
-            session.post(uri, data=body, headers=headers, allow_redirects=False) as response,
-        ):
-            if not 200 <= response.status < 300:
-                raise ValueError(f"answered HTTP {response.status}")
+        async with http_client.Client(resolver=self._resolver, tls=self._https_tls,
+                                      timeout=self.settings.post_timeout) as client:  # fmt: skip
+            answer = await client.request("POST", uri, body=body, headers={"Content-Type": MEDIA_TYPE})
+        if not 200 <= answer.status < 300:
+            raise ValueError(f"answered HTTP {answer.status}")

@@ -15,7 +15,7 @@ import pytest
 from mtad import db
 from mtad.base import errors
 from mtad.base.replies import Reply
-from mtad.feedback import consumers, reputation, webhook_delivery, webhooks
+from mtad.feedback import consumers, reputation, webhook_outbox, webhooks
 from mtad.spool import leases, quotas, tenants
 from mtad.submission import TenantDefaults
 from tests.conftest import query
@@ -267,7 +267,7 @@ async def test_a_tenant_on_probation_graduates_within_the_rates(database: db.Dat
 async def test_an_auto_pause_is_a_webhook_of_its_tenant(database: db.Database) -> None:
     await webhooks.add(database, SEALER, "shop", "https://hooks.example.net/mtad", ["tenant_paused"])
     counting = consumers.Consumers(database, [reputation.Reputation(reputation.Settings(default=GUARD))])
-    outbox = consumers.Consumers(database, [webhook_delivery.Outbox()])
+    outbox = consumers.Consumers(database, [webhook_outbox.Outbox()])
     await counting.catch_up()
     await outbox.catch_up()
     sent = await delivered(database, "shop", 10)

@@ -24,7 +24,8 @@ from standardwebhooks.webhooks import Webhook
 from mtad import db
 from mtad.base import errors, vault
 from mtad.feedback import consumers, signals, webhooks
-from mtad.feedback.webhook_delivery import Outbox, Sender, Settings, replay
+from mtad.feedback.webhook_outbox import Outbox, replay
+from mtad.feedback.webhook_sender import Sender, Settings
 from mtad.spool import retention
 from tests.conftest import query
 from tests.integration.test_inbound import delivered
@@ -99,9 +100,9 @@ async def requests(database: db.Database) -> list[dict[str, Any]]:
 
 
 async def send(sender: Sender, rounds: int = 1) -> None:
-    async with sender.session() as session:
+    async with sender.sending():
         for _ in range(rounds):
-            await sender.send_due(session)
+            await sender.send_due()
             await sender.drain()
 
 
@@ -252,9 +253,9 @@ async def test_a_test_event_and_a_replay(database: db.Database) -> None:
 async def send_all(sender: Sender, rounds: int = 20) -> int:
     """Send until nothing more is due (at most `rounds` times); returns how many requests."""
     total = 0
-    async with sender.session() as session:
+    async with sender.sending():
         for _ in range(rounds):
-            started = await sender.send_due(session)
+            started = await sender.send_due()
             await sender.drain()
             if not started:
                 return total

@@ -13,7 +13,7 @@ import pytest
 
 from mtad import config
 from mtad.base import errors, metrics, reasons
-from mtad.feedback import consumers, reports, signals, suppression, webhook_delivery
+from mtad.feedback import consumers, reports, signals, suppression, webhook_outbox
 from mtad.feedback.signals import Kind
 from mtad.spool import queue, retention
 
@@ -131,6 +131,6 @@ def test_a_webhook_gives_the_bounce_reason_and_status_as_the_event_has_them() ->
     data = {"recipient": "full@example.com", "async": True, "hard": False, "status": "5.2.2", "reason": "mailboxfull",
             "action": "failed", "reply": "552 5.2.2 Mailbox full", "moved": True}  # fmt: skip
     stored = consumers.Stored(7, 1, NOW, "bounced", "t1", None, 3, json.dumps(data))
-    body = json.loads(webhook_delivery.payload(stored))
+    body = json.loads(webhook_outbox.payload(stored))
     assert body["type"] == "bounced"
     assert body["data"] == {"event_id": 7, "tenant": "t1", "message": None, "delivery": 3, **data}

@@ -1,4 +1,4 @@
-"""The webhook guard: which addresses a request may go to. An IPv6 address that
+"""The guard of HTTP requests (webhooks): which addresses a request may go to. An IPv6 address that
 carries an IPv4 address (NAT64, 6to4, IPv4-mapped or -compatible, Teredo) is
 judged by the IPv4 address it carries, as that address itself would be."""
 
@@ -8,7 +8,7 @@ import ipaddress
 
 import pytest
 
-from mtad.feedback import webhook_delivery
+from mtad.outbound import http_client
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 
@@ -31,9 +31,9 @@ LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
     ],
 )  # fmt: skip
 def test_an_address_inside_is_refused_in_any_form(address: str) -> None:
-    assert not webhook_delivery.allows(ipaddress.ip_address(address), ())
+    assert not http_client.allows(ipaddress.ip_address(address), ())
     host = f"[{address}]" if ":" in address else address
-    assert webhook_delivery.refusal(f"https://{host}/hook", ()) is not None
+    assert http_client.refusal(f"https://{host}/hook", http_client.Guard()) is not None
 
 
 @pytest.mark.parametrize(
@@ -41,10 +41,10 @@ def test_an_address_inside_is_refused_in_any_form(address: str) -> None:
     ["8.8.8.8", "2606:4700:4700::1111", "64:ff9b::808:808", "2002:808:808::1", "::ffff:8.8.8.8"],
 )
 def test_an_address_outside_is_allowed_in_any_form(address: str) -> None:
-    assert webhook_delivery.allows(ipaddress.ip_address(address), ())
+    assert http_client.allows(ipaddress.ip_address(address), ())
 
 
 def test_an_allowed_network_allows_its_addresses_in_any_form() -> None:
     for address in ("127.0.0.1", "::ffff:127.0.0.1", "64:ff9b::7f00:1", "2002:7f00:1::"):
-        assert webhook_delivery.allows(ipaddress.ip_address(address), LOOPBACK), address
-    assert not webhook_delivery.allows(ipaddress.ip_address("64:ff9b::a00:1"), LOOPBACK)
+        assert http_client.allows(ipaddress.ip_address(address), LOOPBACK), address
+    assert not http_client.allows(ipaddress.ip_address("64:ff9b::a00:1"), LOOPBACK)
