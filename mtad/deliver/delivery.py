@@ -43,7 +43,7 @@ from mtad.base import errors, events, metrics
 from mtad.base.batching import Batcher
 from mtad.base.lifecycle import Reason, State
 from mtad.base.replies import Reply
-from mtad.deliver import egress, shaping, strategies
+from mtad.deliver import egress, shaping, source_leases, strategies, warmup
 from mtad.deliver.holdings import Holdings, Message
 from mtad.deliver.ready import ReadyQueue
 from mtad.deliver.settings import Settings
@@ -224,7 +224,7 @@ class Delivery:
         by shutdown_timeout) and hand back the leases of what was not started."""
         await self._listen()
         try:
-            await egress.load(self._db, self._egress)  # warm-up days go on where they were
+            await warmup.load(self._db, self._egress.days)  # warm-up days go on where they were
             await self._checkpoint()  # and the buckets start where the cluster's are
         except errors.SpoolError as exc:
             log.warning("checkpoint_failed", error=str(exc))  # the configured start rates; warm-up day 1
@@ -295,8 +295,8 @@ class Delivery:
         try:
             await shaping.sync(self._db, self._shaper, self.node, self._now())  # the last checkpoint
             await shaping.leave(self._db, self.node)
-            await egress.save(self._db, self._egress)
-            await egress.release_all(self._db, self._egress, self.node)
+            await warmup.save(self._db, self._egress.days, self._egress.now())
+            await source_leases.release_all(self._db, self._egress, self.node)
         except errors.SpoolError as exc:
             log.warning("checkpoint_failed", error=str(exc))  # the previous one stands
 
@@ -374,7 +374,7 @@ class Delivery:
         lost = self._holdings.lost(asked, kept)
         if lost:
             log.warning("leases_lost", count=len(lost))
-        gone = await egress.renew(self._db, self._egress, self.node, self.lease_until(now).timestamp())
+        gone = await source_leases.renew(self._db, self._egress, self.node, self.lease_until(now).timestamp())
         if gone:
             log.warning("source_leases_lost", addresses=gone)
 
@@ -389,13 +389,13 @@ class Delivery:
         self._shaper.set_nodes(live)
         self._egress.set_nodes(live)
         await shaping.sync(self._db, self._shaper, self.node, now)
-        await egress.hear(self._db, self._egress)  # a day is judged with the complaints that came within it
+        await warmup.hear(self._db, self._egress.days)  # a day is judged with the complaints that came within it
         for end in self._egress.advance_days(now.timestamp()):
             log.info(
                 "warmup_day_ended", address=end.address, group=end.provider, day=end.day, next_day=end.next_day,
                 sent=end.sent, deferred=end.deferred, complaints=end.complaints, warm=end.warm, refused=end.why,
             )  # fmt: skip
-        await egress.save(self._db, self._egress)
+        await warmup.save(self._db, self._egress.days, self._egress.now())
         for group in self._groups.values():
             group.freed.set()  # a cap may have grown
 
@@ -726,7 +726,7 @@ class Delivery:
     async def _release_source(self, pool: str, address: str) -> None:
         """Give back this node's lease on an address whose turn it has sent."""
         try:
-            parked = await egress.release(self._db, self._egress, self.node, pool, [address])
+            parked = await source_leases.release(self._db, self._egress, self.node, pool, [address])
         except errors.SpoolError as exc:  # it expires; the next take parks the address then
             log.warning("source_release_failed", pool=pool, address=address, error=str(exc))
             return
@@ -740,7 +740,7 @@ class Delivery:
         async with lock:
             now = self._now()
             try:
-                granted = await egress.take(self._db, self._egress, self.node, wanted, want,
+                granted = await source_leases.take(self._db, self._egress, self.node, wanted, want,
                                             self.lease_until(now).timestamp())  # fmt: skip
             except errors.SpoolError as exc:
                 log.warning("source_lease_failed", pool=wanted.pool, error=str(exc))

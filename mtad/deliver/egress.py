@@ -33,47 +33,22 @@ Policies, per pool:
   The next turn goes to an address drawn at random among the rested ones.
 
 Leases: a node sends through an address only while it holds a lease on it in
-PostgreSQL (`source_leases`, taken by `take`, renewed by `renew`, given back by
-`release`), so that every node sees where mail leaves from. When the address a
-policy picks is not leased, `choose` returns `Wanted` instead of a `Choice`: the
-caller takes the lease (one round trip) and chooses again. A rotate pool's lease
-carries the sends of a turn this node may make; its turns are drawn and counted
-in PostgreSQL (`mtad_source_take`), so that ten nodes rotate as one. A node
-learns from each take which addresses rest and until when.
+PostgreSQL (deliver.source_leases). When the address a policy picks is not
+leased, `choose` returns `Wanted` instead of a `Choice`: the caller takes the
+lease and chooses again. A rotate pool's lease carries the sends of a turn this
+node may make, and tells which addresses rest and until when (`granted`).
 
-Every policy skips an address that is unhealthy at the provider: `unhealthy_after`
-throttling replies or connection failures in a row (with no delivery in between)
-make it unhealthy there for `cool_off` seconds. Health is per (address, provider):
-one provider throttling an address says nothing of the others.
+Every policy skips an address that is unhealthy at the provider (deliver.health:
+`unhealthy_after` throttling replies or connection failures in a row make it
+unhealthy there for `cool_off` seconds).
 
-Warm-up: an address listed in `warming` is new, and may send to each provider
-at most min(target, round(start * growth ** (day - 1))) messages on its warm-up
-day `day`. A send that would go over the cap spills to another address of the
-pool, a warm one first. Days are 24 h long and start when the address first
-sends to the provider; `advance_days(now)`, called every minute or so by the
-owner, ends them: the day number advances only if the finished day had sends and
-its deferral rate and complaint rate (over its sends) stayed under the pool's
-thresholds; otherwise the same day starts again. Until it is called a finished
-day's count still applies, which errs towards sending less. At the day whose cap
-reaches the target the address is warm at that provider and has no cap there.
-Complaints arrive late (feedback loops), on any node: the `reputation` event
-consumer counts each in PostgreSQL (`warmup_complaints`) for the address and
-provider its delivery left from, at the minute it arrived, and `hear` (one
-statement, at each checkpoint, before `advance_days`) gives every day the
-complaints that arrived within it. Warm-up state is persisted in the `warmup`
-table by `save` and read back at start by `load` (one statement each, a row per
-warming address and provider); everything else (health, rotation, today's
-counts) is this node's and starts afresh.
+Warm-up (deliver.warmup): a warming address may send each provider at most its
+day's cap; a send over it spills to another address of the pool, a warm one
+first. Its days are kept in PostgreSQL (warmup.save, load); everything else
+(health, rotation, today's counts) is this node's and starts afresh.
 
-Several nodes: each takes its share of a cap (cap // live nodes, at least one,
-set by `set_nodes`), and judges its own sends against its share of the
-complaints (complaints / live nodes). Each node counts its own sends; a saved
-row never moves backwards (an older day is not written over a newer one, and
-within a day the larger counts win), so a restarted node resumes with at least
-its own count.
-
-Memory: an entry per (address, provider) sent to today, per warming address and
-provider sent to while warming, and per provider for sticky and round-robin, per address leased.
+Memory: an entry per (address, provider) sent to today, per provider for sticky
+and round-robin, per address leased.
 The clock `now` is wall-clock seconds (time.time), since warm-up days are stored
 as timestamps.
 """
@@ -91,13 +66,11 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mtad import db
 from mtad.base import errors, values
+from mtad.deliver import health, warmup
 
-DAY = 86400.0
 ASK_AGAIN = 5.0  # seconds before a rotate pool whose take found no turn asks again
 
 
@@ -121,28 +94,6 @@ class SendOutcome(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Warmup:
-    """The warm-up schedule of a pool's new addresses, per provider."""
-
-    start: int = 50  # sends per provider on day 1
-    growth: float = 1.5  # the cap grows by this factor per day
-    target: int = 100_000  # the cap at which an address counts as warm
-    max_deferral_rate: float = 0.10  # a day advances only if its rates stayed under these
-    max_complaint_rate: float = 0.003
-
-    def cap(self, day: int) -> int:
-        """Sends to one provider allowed on warm-up day `day` (1 is the first)."""
-        try:
-            return min(self.target, round(self.start * self.growth ** (day - 1)))
-        except OverflowError:
-            return self.target
-
-    def warm(self, day: int) -> bool:
-        """Whether an address on this day has finished warming (no cap any more)."""
-        return self.cap(day) >= self.target
-
-
-@dataclass(frozen=True, slots=True)
 class PoolSettings:
     """One `[pools.NAME]` table, parsed. The defaults are the documented ones."""
 
@@ -154,7 +105,7 @@ class PoolSettings:
     ehlo: Mapping[str, str] = field(default_factory=dict)  # address -> EHLO hostname
     ehlo_default: str | None = None  # None: the node's hostname (the caller's choice)
     warming: frozenset[str] = frozenset()  # new addresses, a subset of addresses
-    warmup: Warmup = Warmup()
+    warmup: warmup.Warmup = field(default_factory=warmup.Warmup)
     unhealthy_after: int = 3  # throttling replies / connection failures in a row
     cool_off: float = 600.0  # seconds an unhealthy address is left alone
 
@@ -200,45 +151,6 @@ class Granted:
 
 
 @dataclass(frozen=True, slots=True)
-class WarmupRow:
-    """The warm-up state of one address at one provider, as stored."""
-
-    address: str
-    provider: str
-    day: int
-    day_started: float  # wall-clock seconds
-    sent: int
-    deferred: int
-    complaints: int
-
-
-@dataclass(frozen=True, slots=True)
-class DayEnd:
-    """A warm-up day that ended in `advance_days`; worth a log line."""
-
-    address: str
-    provider: str
-    day: int  # the day that ended
-    next_day: int  # day + 1 if it advanced, else day (a refusal)
-    sent: int
-    deferred: int
-    complaints: int  # heard from every node's mail (the rate took this node's share)
-    warm: bool  # next_day's cap reaches the target: the address is warm at this provider
-    why: str | None  # why it did not advance
-
-
-@dataclass(frozen=True, slots=True)
-class WarmupStatistics:
-    provider: str
-    day: int
-    cap: int | None  # this node's share of the day's cap; None: warm
-    sent: int
-    deferred: int
-    complaints: int
-    day_started: float
-
-
-@dataclass(frozen=True, slots=True)
 class AddressStatistics:
     address: str
     ehlo: str | None
@@ -250,7 +162,7 @@ class AddressStatistics:
     turn_left: int | None  # rotate: sends of its turn this node may still make
     in_flight: int  # sends through it on the wire, on this node
     unhealthy_until: Mapping[str, float]  # provider -> end of the cool-off, for cool-offs not over
-    warmup: tuple[WarmupStatistics, ...]  # per provider, for a warming address
+    warmup: tuple[warmup.WarmupStatistics, ...]  # per provider, for a warming address
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,23 +180,6 @@ class Statistics:
 
 
 # --- live state
-
-
-@dataclass(slots=True)
-class _Day:
-    """A warming address's current day at one provider."""
-
-    day: int
-    day_started: float
-    sent: int = 0
-    deferred: int = 0
-    complaints: int = 0
-
-
-@dataclass(slots=True)
-class _Health:
-    strikes: int = 0  # throttling replies / connection failures in a row
-    until: float = -math.inf  # unhealthy until then
 
 
 @dataclass(slots=True)
@@ -325,6 +220,12 @@ def _checked(pools: Mapping[str, PoolSettings]) -> dict[str, str]:
     return owner
 
 
+def _schedules(pools: Mapping[str, PoolSettings]) -> tuple[dict[str, warmup.Warmup], frozenset[str]]:
+    """Each address's warm-up schedule (its pool's), and the addresses listed as warming."""
+    schedules = {address: settings.warmup for settings in pools.values() for address in settings.addresses}
+    return schedules, frozenset(address for settings in pools.values() for address in settings.warming)
+
+
 class Egress:
     """Every pool's live state. Sync, no I/O; see the module docstring.
 
@@ -348,11 +249,11 @@ class Egress:
             name: _Pool(settings, {a: i for i, a in enumerate(settings.addresses)}) for name, settings in pools.items()
         }
         self._owner = owner
-        self._nodes = 1
+        self.days = warmup.Days()  # the warming addresses' days
+        self.days.configure(*_schedules(pools))
         self._today = -1  # the UTC day (days since the epoch) of _sent_today
         self._sent_today: dict[tuple[str, str], int] = {}  # (address, provider) -> sends
-        self._health: dict[tuple[str, str], _Health] = {}
-        self._days: dict[tuple[str, str], _Day] = {}  # warming addresses only
+        self._health = health.Health()
 
     @property
     def pools(self) -> Mapping[str, PoolSettings]:
@@ -371,6 +272,7 @@ class Egress:
             else:
                 kept[name] = _Pool(settings, {a: i for i, a in enumerate(settings.addresses)})
         self._pools, self._owner = kept, owner
+        self.days.configure(*_schedules(pools))
 
     # --- selection
 
@@ -388,12 +290,12 @@ class Egress:
         pick, moves_to = self._pick(state, provider, now, excluding)
         if pick is None:
             return self._leased(state, self._fallback(state, provider, now))
-        if self._has_room(settings, pick, provider):
+        if self.days.has_room(pick, provider):
             return self._leased(state, Choice(pick, settings.ehlo_for(pick), False, None, moves_to))
         spill = self._spill(state, provider, now, pick, excluding)
         if spill is None:
             return self._leased(state, self._fallback(state, provider, now))
-        cap = self._cap_share(settings, self._days[(pick, provider)].day)
+        cap = self.days.cap_today(pick, provider)
         why = f"{pick} is at its warm-up cap of {cap} sends to {provider} today; spilled to {spill}"
         return self._leased(state, Choice(spill, settings.ehlo_for(spill), False, why, moves_to))
 
@@ -462,7 +364,7 @@ class Egress:
         return self._leased(state, self._fallback(state, provider, now))
 
     def _can_send(self, state: _Pool, address: str, provider: str, now: float) -> bool:
-        return self._usable(state, address, provider, now) and self._has_room(state.settings, address, provider)
+        return self._usable(state, address, provider, now) and self.days.has_room(address, provider)
 
     def _first_usable(
         self, state: _Pool, provider: str, now: float, start: int, excluding: frozenset[str]
@@ -492,14 +394,14 @@ class Egress:
             if a != full
             and a not in excluding
             and self._usable(state, a, provider, now)
-            and self._has_room(settings, a, provider)
+            and self.days.has_room(a, provider)
         ]
         if not candidates:
             return None
         return min(
             candidates,
             key=lambda a: (
-                self._warming_at(settings, a, provider),
+                self.days.warming_at(a, provider),
                 self._sent_today.get((a, provider), 0),
                 state.index[a],
             ),
@@ -519,11 +421,11 @@ class Egress:
         parked = state.parked.get(address)
         if parked is not None and parked > now:
             return f"{address} parked for {math.ceil(parked - now)}s more"
-        health = self._health.get((address, provider))
-        if health is not None and health.until > now:
-            return f"{address} unhealthy at {provider} for {math.ceil(health.until - now)}s more"
-        if not self._has_room(state.settings, address, provider):
-            cap = self._cap_share(state.settings, self._days[(address, provider)].day)
+        until = self._health.unhealthy_until(address, provider, now)
+        if until is not None:
+            return f"{address} unhealthy at {provider} for {math.ceil(until - now)}s more"
+        if not self.days.has_room(address, provider):
+            cap = self.days.cap_today(address, provider)
             return f"{address} at its warm-up cap of {cap} to {provider}"
         if state.settings.policy is Policy.ROTATE:
             return f"{address} has no turn to give (its turn is given out, or another's is ending)"
@@ -535,23 +437,7 @@ class Egress:
             if parked > now:
                 return False
             del state.parked[address]
-        health = self._health.get((address, provider))
-        return health is None or health.until <= now
-
-    def _warming_at(self, settings: PoolSettings, address: str, provider: str) -> bool:
-        if address not in settings.warming:
-            return False
-        day = self._days.get((address, provider))
-        return day is None or not settings.warmup.warm(day.day)
-
-    def _has_room(self, settings: PoolSettings, address: str, provider: str) -> bool:
-        if not self._warming_at(settings, address, provider):
-            return True
-        day = self._days.get((address, provider))
-        return day is None or day.sent < self._cap_share(settings, day.day)
-
-    def _cap_share(self, settings: PoolSettings, day: int) -> int:
-        return max(1, settings.warmup.cap(day) // self._nodes)
+        return self._health.unhealthy_until(address, provider, now) is None
 
     # --- feedback
 
@@ -559,16 +445,12 @@ class Egress:
         """Count `count` messages handed to `provider` through `address` (call at DATA,
         also when the outcome is unknown: an unknown send is counted)."""
         state = self._pool(pool)
-        settings = state.settings
         self._check_address(state, address)
         now = self.now()
         self._roll_today(now)
         key = (address, provider)
         self._sent_today[key] = self._sent_today.get(key, 0) + count
-        if address in settings.warming:
-            day = self._days.setdefault(key, _Day(1, now))
-            if not settings.warmup.warm(day.day):
-                day.sent += count
+        self.days.sent(address, provider, count, now)
         lease = state.leases.get(address)
         if lease is not None:
             lease.in_flight += count
@@ -629,95 +511,26 @@ class Egress:
         settings = state.settings
         self._check_address(state, address)
         now = self.now()
-        key = (address, provider)
-        if outcome in (SendOutcome.DEFERRED, SendOutcome.THROTTLED) and address in settings.warming:
-            day = self._days.setdefault(key, _Day(1, now))
-            if not settings.warmup.warm(day.day):
-                day.deferred += 1
+        if outcome in (SendOutcome.DEFERRED, SendOutcome.THROTTLED):
+            self.days.deferred(address, provider, now)
         if outcome is SendOutcome.DELIVERED:
-            health = self._health.get(key)
-            if health is not None:
-                health.strikes = 0
-                if health.until <= now:
-                    del self._health[key]
+            self._health.delivered(address, provider, now)
         elif outcome in (SendOutcome.THROTTLED, SendOutcome.REFUSED, SendOutcome.CONNECT_FAILED):
-            health = self._health.setdefault(key, _Health())
-            health.strikes += 1
-            if health.strikes >= settings.unhealthy_after:
-                health.strikes = 0
-                health.until = now + settings.cool_off
-                return True
+            return self._health.strike(address, provider, now, after=settings.unhealthy_after,
+                                       cool_off=settings.cool_off)  # fmt: skip
         return False
 
     def set_nodes(self, count: int) -> None:
-        """The number of live nodes sharing the pools: each takes cap // count."""
-        self._nodes = max(1, count)
+        """The number of live nodes sharing the pools: each takes its share of a warm-up cap."""
+        self.days.set_nodes(count)
 
-    # --- warm-up days
-
-    def hearing(self) -> list[tuple[str, str, float]]:
-        """The warm-up days that complaints may still count towards (address,
-        provider, day_started): those not warm yet, for `hear`."""
-        return [
-            (address, provider, d.day_started)
-            for (address, provider), d in self._days.items()
-            if not self._pools[self._owner[address]].settings.warmup.warm(d.day)
-        ]
-
-    def heard(self, address: str, provider: str, day_started: float, complaints: int) -> None:
-        """`complaints` arrived, from every node's mail, within the day of `address` at
-        `provider` that started at `day_started` (ignored once that day is over here)."""
-        day = self._days.get((address, provider))
-        if day is not None and day.day_started == day_started:
-            day.complaints = max(day.complaints, complaints)
-
-    def advance_days(self, now: float) -> list[DayEnd]:
-        """End every warm-up day that began 24 h or more before `now`: the next day
-        starts (aligned on the day's start), advancing the day number only when the
-        finished day had sends and stayed under both rate thresholds (the complaint
-        rate with this node's share of the complaints heard)."""
-        ended: list[DayEnd] = []
-        for (address, provider), day in self._days.items():
-            warmup = self._pools[self._owner[address]].settings.warmup
-            elapsed = now - day.day_started
-            if warmup.warm(day.day) or elapsed < DAY:
-                continue
-            why = _refusal(warmup, day, self._nodes)
-            next_day = day.day if why else day.day + 1
-            counts = (day.sent, day.deferred, day.complaints)
-            ended.append(DayEnd(address, provider, day.day, next_day, *counts, warmup.warm(next_day), why))
-            day.day = next_day
-            day.day_started += DAY * math.floor(elapsed / DAY)
-            day.sent = day.deferred = day.complaints = 0
-        return ended
-
-    def warmup_state(self) -> list[WarmupRow]:
-        """Every warming address's day per provider, for `save`."""
-        return [
-            WarmupRow(address, provider, d.day, d.day_started, d.sent, d.deferred, d.complaints)
-            for (address, provider), d in self._days.items()
-        ]
+    def advance_days(self, now: float) -> list[warmup.DayEnd]:
+        """End the warm-up days begun 24 h or more before `now` (warmup.Days.advance)."""
+        return self.days.advance(now)
 
     def draw(self, low: int, high: int) -> int:
         """The sends of a rotate turn, should a take open one."""
         return self._rng.randint(low, high)
-
-    def warming_addresses(self) -> list[str]:
-        return sorted({a for pool in self._pools.values() for a in pool.settings.warming})
-
-    def restore(self, rows: list[WarmupRow]) -> int:
-        """Take stored warm-up days (at start); rows of addresses that are not
-        warming in any pool are ignored. Returns how many were taken."""
-        taken = 0
-        for row in rows:
-            name = self._owner.get(row.address)
-            if name is None or row.address not in self._pools[name].settings.warming:
-                continue
-            self._days[(row.address, row.provider)] = _Day(
-                row.day, row.day_started, row.sent, row.deferred, row.complaints
-            )
-            taken += 1
-        return taken
 
     # --- statistics
 
@@ -727,17 +540,8 @@ class Egress:
         by_address: dict[str, dict[str, int]] = {}
         for (address, provider), count in self._sent_today.items():
             by_address.setdefault(address, {})[provider] = count
-        unhealthy: dict[str, dict[str, float]] = {}
-        for (address, provider), health in self._health.items():
-            if health.until > now:
-                unhealthy.setdefault(address, {})[provider] = health.until
-        days: dict[str, list[WarmupStatistics]] = {}
-        for (address, provider), d in sorted(self._days.items()):
-            settings = self._pools[self._owner[address]].settings
-            cap = None if settings.warmup.warm(d.day) else self._cap_share(settings, d.day)
-            days.setdefault(address, []).append(
-                WarmupStatistics(provider, d.day, cap, d.sent, d.deferred, d.complaints, d.day_started)
-            )
+        unhealthy = self._health.statistics(now)
+        days = self.days.statistics()
         pools = []
         for name, state in self._pools.items():
             settings = state.settings
@@ -778,142 +582,10 @@ class Egress:
             raise errors.ConfigError([f"{address} is not an address of source IP pool {state.settings.name!r}"])
 
     def _roll_today(self, now: float) -> None:
-        today = math.floor(now / DAY)
+        today = math.floor(now / warmup.DAY)
         if today != self._today:
             self._today = today
             self._sent_today.clear()
-
-
-def _refusal(warmup: Warmup, day: _Day, nodes: int) -> str | None:
-    """Why a finished warm-up day must not advance, or None. The complaints are
-    every node's: this node's sends answer for its share of them."""
-    if day.sent == 0:
-        return "no sends"
-    reasons = []
-    deferral_rate = day.deferred / day.sent
-    complaint_rate = day.complaints / nodes / day.sent
-    if deferral_rate >= warmup.max_deferral_rate:
-        reasons.append(f"deferral rate {deferral_rate:.3f} is not under {warmup.max_deferral_rate}")
-    if complaint_rate >= warmup.max_complaint_rate:
-        reasons.append(f"complaint rate {complaint_rate:.4f} is not under {warmup.max_complaint_rate}")
-    return "; ".join(reasons) or None
-
-
-# --- persistence
-
-
-def _timestamp(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
-
-
-async def load(database: db.Database, egress: Egress) -> int:
-    """Restore the stored warm-up days of the pools' warming addresses; returns how
-    many (address, provider) rows were taken. Call `advance_days` after it, since
-    days may have ended while no node ran."""
-    rows = await database.fetch("egress/load", egress.warming_addresses())
-    stored = [
-        WarmupRow(
-            address=r["address"],
-            provider=r["provider"],
-            day=r["day"],
-            day_started=r["day_started"].timestamp(),
-            sent=r["sent"],
-            deferred=r["deferred"],
-            complaints=r["complaints"],
-        )
-        for r in rows
-    ]
-    return egress.restore(stored)
-
-
-async def hear(database: db.Database, egress: Egress) -> int:
-    """Give each warm-up day the complaints that arrived within it (one statement;
-    the `reputation` consumer counts them as they arrive, see egress/complaints.sql).
-    Call it before `advance_days`, so that a day is judged with them. Returns how
-    many days have complaints."""
-    days = egress.hearing()
-    if not days:
-        return 0
-    rows = await database.fetch(
-        "egress/complaints", [d[0] for d in days], [d[1] for d in days], [_timestamp(d[2]) for d in days]
-    )
-    started = {(address, provider): at for address, provider, at in days}  # as asked: a float's round trip may differ
-    for r in rows:
-        egress.heard(r["address"], r["provider"], started[(r["address"], r["provider"])], r["complaints"])
-    return len(rows)
-
-
-async def save(database: db.Database, egress: Egress) -> int:
-    """Write every warm-up day (one statement, idempotent); returns how many rows
-    changed. A row is never moved backwards (see save.sql)."""
-    rows = egress.warmup_state()
-    if not rows:
-        return 0
-    written = await database.fetch(
-        "egress/save",
-        [r.address for r in rows],
-        [r.provider for r in rows],
-        [r.day for r in rows],
-        [_timestamp(r.day_started) for r in rows],
-        [r.sent for r in rows],
-        [r.deferred for r in rows],
-        [r.complaints for r in rows],
-        _timestamp(egress.now()),
-    )
-    return len(written)
-
-
-async def take(database: db.Database, egress: Egress, node: str, wanted: Wanted, want: int, until: float) -> Granted:
-    """Take the lease `wanted` for `node` (a rotate pool's: up to `want` sends of a
-    turn, a new one drawn when none is open) in one round trip, and tell `egress`;
-    the lease lasts until `until` unless renewed. See mtad_source_take.sql."""
-    settings = egress.pools[wanted.pool]
-    low, high = settings.rotate_after
-    rows = await database.fetch(
-        "egress/take",
-        wanted.pool,
-        list(settings.addresses),
-        wanted.address,
-        sorted(wanted.excluding),
-        node,
-        max(1, want),
-        egress.draw(low, high),
-        timedelta(seconds=settings.park),
-        _timestamp(egress.now()),
-        _timestamp(until),
-    )
-    parked = {r["address"]: r["parked_until"].timestamp() for r in rows if r["parked_until"] is not None}
-    given = next((r for r in rows if r["given"]), None)
-    granted = Granted(given["address"] if given else None, given["sends"] if given else None, parked)
-    egress.granted(wanted.pool, granted)
-    return granted
-
-
-async def release(database: db.Database, egress: Egress, node: str, pool: str, addresses: list[str]) -> list[str]:
-    """Give back `node`'s leases on `addresses` of `pool`; a turn given out whose
-    sends have all ended everywhere is parked now. Returns the addresses parked."""
-    park = timedelta(seconds=egress.pools[pool].park)
-    rows = await database.fetch("egress/release", pool, addresses, node, park, _timestamp(egress.now()))
-    return [r["address"] for r in rows]
-
-
-async def release_all(database: db.Database, egress: Egress, node: str) -> None:
-    """Every lease this node holds, given back (at a stop)."""
-    for pool, addresses in egress.leases().items():
-        egress.kept(pool, ())
-        await release(database, egress, node, pool, addresses)
-
-
-async def renew(database: db.Database, egress: Egress, node: str, until: float) -> list[str]:
-    """Extend this node's leases to `until`; returns those found lost (expired and
-    taken over meanwhile), which the node no longer sends through."""
-    held = egress.leases()
-    if not held:
-        return []
-    addresses = [a for listed in held.values() for a in listed]
-    rows = await database.fetch("egress/renew", node, addresses, _timestamp(until))
-    kept = {r["address"] for r in rows}
-    return [a for pool in held for a in egress.kept(pool, kept)]
 
 
 # --- settings: the [pools.NAME] tables of mtad.toml
@@ -1086,14 +758,14 @@ def _parse_pool(name: str, table: Mapping[str, Any], problems: list[str]) -> Poo
             if key in table:
                 problems.append(f'{where} {key}: only used with policy = "rotate" (this pool is "{policy.value}")')
     warmup_fields = ("start", "growth", "target", "max_deferral_rate", "max_complaint_rate")
-    warmup = Warmup(**{k: values[k] for k in warmup_fields if k in values})
+    schedule = warmup.Warmup(**{k: values[k] for k in warmup_fields if k in values})
     parsed = all(key not in table or attribute in values for key, attribute in _WARMUP_BOUNDS)
-    if parsed and warmup.target <= warmup.start:
+    if parsed and schedule.target <= schedule.start:
         problems.append(
-            f"{where} warmup_target: must be larger than warmup_start ({warmup.start}), got {warmup.target}"
+            f"{where} warmup_target: must be larger than warmup_start ({schedule.start}), got {schedule.target}"
         )
     if len(problems) > before:
         return None
     fields = {k: v for k, v in values.items() if k not in warmup_fields}
     fields["warming"] = frozenset(values.get("warming", ()))
-    return PoolSettings(name=name, warmup=warmup, **fields)
+    return PoolSettings(name=name, warmup=schedule, **fields)

@@ -9,8 +9,9 @@ import uuid
 from datetime import UTC, datetime
 
 from mtad import db
-from mtad.deliver import egress
-from mtad.deliver.egress import DAY, Egress, PoolSettings, SendOutcome, Warmup, WarmupRow
+from mtad.deliver import warmup
+from mtad.deliver.egress import Egress, PoolSettings, SendOutcome
+from mtad.deliver.warmup import DAY, Warmup, WarmupRow
 from mtad.feedback import consumers, reputation
 from tests.conftest import query
 
@@ -51,7 +52,7 @@ def warm_up(clock: Clock) -> Egress:
         e.sent("bulk", "microsoft", W)
     e.report("bulk", "microsoft", W, SendOutcome.THROTTLED)
     e.sent("bulk", "yahoo", W, count=3)
-    e.heard(W, "yahoo", START + DAY, 1)
+    e.days.heard(W, "yahoo", START + DAY, 1)
     e.sent("bulk", "microsoft", V)
     e.sent("bulk", "microsoft", A)  # a warm address: nothing to store
     return e
@@ -60,7 +61,7 @@ def warm_up(clock: Clock) -> Egress:
 async def test_save_then_load_restores_days_and_counts(database: db.Database) -> None:
     clock = Clock()
     before = warm_up(clock)
-    assert await egress.save(database, before) == 3
+    assert await warmup.save(database, before.days, before.now()) == 3
     stored = await rows(database)
     assert [r[:3] for r in stored] == [(W, "microsoft", 2), (W, "yahoo", 1), (V, "microsoft", 1)]
     assert stored[0][3:7] == (datetime.fromtimestamp(START + DAY, UTC), 7, 1, 0)
@@ -68,8 +69,8 @@ async def test_save_then_load_restores_days_and_counts(database: db.Database) ->
     assert {r[7] for r in stored} == {datetime.fromtimestamp(clock(), UTC)}
 
     after = make(Clock(clock()))
-    assert await egress.load(database, after) == 3
-    assert sorted(after.warmup_state(), key=_order) == sorted(before.warmup_state(), key=_order)
+    assert await warmup.load(database, after.days) == 3
+    assert sorted(after.days.state(), key=_order) == sorted(before.days.state(), key=_order)
     # The restored count holds: W (where microsoft starts) may send 20 on day 2 and has sent 7.
     sends = []
     for _ in range(14):
@@ -85,22 +86,23 @@ def _order(row: WarmupRow) -> tuple[str, str]:
 
 async def test_load_takes_only_addresses_that_are_warming(database: db.Database) -> None:
     clock = Clock()
-    assert await egress.save(database, warm_up(clock)) == 3
+    warmed = warm_up(clock)
+    assert await warmup.save(database, warmed.days, warmed.now()) == 3
     only_w = make(clock, warming=frozenset({W}))
-    assert await egress.load(database, only_w) == 2
-    assert {r.address for r in only_w.warmup_state()} == {W}
+    assert await warmup.load(database, only_w.days) == 2
+    assert {r.address for r in only_w.days.state()} == {W}
 
 
 async def test_the_upsert_is_idempotent(database: db.Database) -> None:
     clock = Clock()
     e = warm_up(clock)
-    assert await egress.save(database, e) == 3
+    assert await warmup.save(database, e.days, e.now()) == 3
     first = await rows(database)
     clock.t += 60
-    assert await egress.save(database, e) == 0  # nothing changed: nothing written, updated_at included
+    assert await warmup.save(database, e.days, e.now()) == 0  # nothing changed: nothing written, updated_at included
     assert await rows(database) == first
     e.sent("bulk", "yahoo", W)
-    assert await egress.save(database, e) == 1
+    assert await warmup.save(database, e.days, e.now()) == 1
     changed = await rows(database)
     assert changed[1][4] == 4
     assert changed[1][7] == datetime.fromtimestamp(clock(), UTC)
@@ -109,19 +111,20 @@ async def test_the_upsert_is_idempotent(database: db.Database) -> None:
 
 async def test_a_save_never_moves_a_row_backwards(database: db.Database) -> None:
     clock = Clock()
-    assert await egress.save(database, warm_up(clock)) == 3
+    warmed = warm_up(clock)
+    assert await warmup.save(database, warmed.days, warmed.now()) == 3
     newest = await rows(database)
     # Another node's stale view: W at microsoft still on day 1 (older), at yahoo the same
     # day with a smaller count, and V's day with a larger count.
     stale = make(clock)
-    stale.restore(
+    stale.days.restore(
         [
             WarmupRow(W, "microsoft", 1, START, 10, 0, 0),
             WarmupRow(W, "yahoo", 1, START + DAY, 2, 5, 0),
             WarmupRow(V, "microsoft", 1, START + DAY, 4, 0, 0),
         ]
     )
-    assert await egress.save(database, stale) == 2
+    assert await warmup.save(database, stale.days, stale.now()) == 2
     merged = await rows(database)
     assert merged[0] == newest[0]  # an older day is not written over a newer one
     assert merged[1][2:7] == (1, datetime.fromtimestamp(START + DAY, UTC), 3, 5, 1)  # the larger of each count
@@ -160,15 +163,15 @@ async def test_complaints_counted_by_the_reputation_consumer_count_towards_the_d
 
     # The minute a day's start cuts in two counts towards that day; the minute the
     # next day's start cuts, towards the next day.
-    assert e.hearing() == [(W, "yahoo", start)]
-    assert await egress.hear(database, e) == 1
+    assert e.days.hearing() == [(W, "yahoo", start)]
+    assert await warmup.hear(database, e.days) == 1
     [day] = e.statistics().pools[0].addresses[1].warmup
     assert (day.provider, day.sent, day.complaints) == ("yahoo", 10, 2)
     clock.t = start + DAY + 5
     [ended] = e.advance_days(clock())
     assert (ended.day, ended.next_day, ended.complaints) == (1, 1, 2)
     assert ended.why == "complaint rate 0.2000 is not under 0.003"
-    assert await egress.hear(database, e) == 1
+    assert await warmup.hear(database, e.days) == 1
     assert e.statistics().pools[0].addresses[1].warmup[0].complaints == 1  # the next day's
-    assert await egress.save(database, e) == 1
+    assert await warmup.save(database, e.days, e.now()) == 1
     assert (await rows(database))[0][2:7] == (1, datetime.fromtimestamp(start + DAY, UTC), 0, 0, 1)

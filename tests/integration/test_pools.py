@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 from mtad import db
-from mtad.deliver import delivery, egress, shaping
+from mtad.deliver import delivery, egress, shaping, warmup
 from mtad.outbound import outcomes, routing, sessions
 from tests.conftest import query
 from tests.integration.test_delivery import PROVIDERS, RULES, ZONE, accept, new_message
@@ -63,8 +63,8 @@ async def test_a_route_pool_wins_over_the_default(database: db.Database, sink: S
 async def test_a_full_warming_address_spills_to_a_warm_one_and_the_day_is_saved(
     database: db.Database, sink: Sink
 ) -> None:
-    warmup = egress.Warmup(start=2, growth=2.0, target=1000)
-    pool = egress.PoolSettings("p", (A, B), egress.Policy.ROUND_ROBIN, warming=frozenset({B}), warmup=warmup)
+    schedule = warmup.Warmup(start=2, growth=2.0, target=1000)
+    pool = egress.PoolSettings("p", (A, B), egress.Policy.ROUND_ROBIN, warming=frozenset({B}), warmup=schedule)
     pools = egress.Egress({"p": pool})
     await accept(database, *(new_message(f"r{i}@sink.test") for i in range(8)))
     mtad = engine(database, sink, pools, default_pool="p")
@@ -74,13 +74,13 @@ async def test_a_full_warming_address_spills_to_a_warm_one_and_the_day_is_saved(
     assert spilled
     assert all(e["source"] == A and not e["egress_fallback"] for e in spilled)
     assert f"{B} is at its warm-up cap of 2" in spilled[0]["egress"]
-    await egress.save(database, pools)
+    await warmup.save(database, pools.days, pools.now())
     [row] = await query(database, "SELECT address, provider, day, sent FROM warmup")
     assert dict(row) == {"address": B, "provider": GROUP, "day": 1, "sent": 2}
 
 
 async def test_a_send_is_never_blocked_for_want_of_an_address(database: db.Database, sink: Sink) -> None:
-    pool = egress.PoolSettings("p", (A,), warming=frozenset({A}), warmup=egress.Warmup(start=1, target=10))
+    pool = egress.PoolSettings("p", (A,), warming=frozenset({A}), warmup=warmup.Warmup(start=1, target=10))
     await accept(database, *(new_message(f"r{i}@sink.test") for i in range(3)))
     await engine(database, sink, egress.Egress({"p": pool}), default_pool="p").run_until_idle()
     assert [m.peer for m in sink.received] == [A, A, A]  # all sent, from the primary

@@ -9,7 +9,7 @@ import random
 from datetime import UTC, datetime
 
 from mtad import db
-from mtad.deliver import egress
+from mtad.deliver import source_leases
 from mtad.deliver.egress import Choice, Egress, Policy, PoolSettings, SendOutcome, Wanted
 from tests.conftest import query
 
@@ -38,7 +38,7 @@ class Node:
         for _ in range(3):
             choice = self.pools.choose("p", provider)
             if isinstance(choice, Wanted):
-                await egress.take(self.db, self.pools, self.name, choice, 1, self.clock() + LEASE)
+                await source_leases.take(self.db, self.pools, self.name, choice, 1, self.clock() + LEASE)
                 continue
             self.pools.taken("p", provider, choice)
             self.pools.sent("p", provider, choice.address)
@@ -50,7 +50,7 @@ class Node:
     async def end(self, address: str) -> bool:
         """The send's answer came; True when that gave its lease back."""
         if self.pools.ended("p", address):
-            await egress.release(self.db, self.pools, self.name, "p", [address])
+            await source_leases.release(self.db, self.pools, self.name, "p", [address])
             return True
         return False
 
@@ -134,10 +134,10 @@ async def test_the_turn_length_is_drawn_from_the_whole_range(database: db.Databa
     lengths = set()
     for seed in range(30):
         node = Node(database, f"n{seed}", rotate(addresses=(A, B), rotate_after=(2, 4), park=60), Clock(), seed)
-        granted = await egress.take(database, node.pools, node.name, Wanted("p", None), 100, START + LEASE)
+        granted = await source_leases.take(database, node.pools, node.name, Wanted("p", None), 100, START + LEASE)
         assert granted.sends is not None
         lengths.add(granted.sends)  # the whole turn, given to one node that asked for more
-        await egress.release(database, node.pools, node.name, "p", [granted.address or ""])
+        await source_leases.release(database, node.pools, node.name, "p", [granted.address or ""])
         await query(database, "UPDATE source_addresses SET parked_until = NULL")
     assert lengths == {2, 3, 4}
 
@@ -160,10 +160,10 @@ async def test_every_policy_holds_a_lease_on_the_addresses_it_sends_through(data
         assert (choice.address, node.name) in await leases(database)
     renewed = Node(database, "n-renew", PoolSettings("p", (A, B)), clock)
     await renewed.send()
-    assert await egress.renew(database, renewed.pools, renewed.name, clock() + 2 * LEASE) == []
+    assert await source_leases.renew(database, renewed.pools, renewed.name, clock() + 2 * LEASE) == []
     await query(database, "DELETE FROM source_leases WHERE node = 'n-renew'")  # as after an expiry
-    lost = await egress.renew(database, renewed.pools, renewed.name, clock() + 2 * LEASE)
+    lost = await source_leases.renew(database, renewed.pools, renewed.name, clock() + 2 * LEASE)
     assert len(lost) == 1
     assert renewed.pools.leases() == {}
-    await egress.release_all(database, node.pools, node.name)
+    await source_leases.release_all(database, node.pools, node.name)
     assert not any(n == node.name for _, n in await leases(database))

@@ -16,7 +16,8 @@ import pytest
 from mtad.base import errors
 from mtad.base.replies import Reply
 from mtad.deliver import egress, strategies
-from mtad.deliver.egress import DAY, Egress, Granted, Policy, PoolSettings, SendOutcome, Wanted, Warmup
+from mtad.deliver.egress import Egress, Granted, Policy, PoolSettings, SendOutcome, Wanted
+from mtad.deliver.warmup import DAY, Warmup
 from mtad.outbound import outcomes
 
 START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
@@ -328,7 +329,7 @@ def test_a_day_advances_when_the_rates_stayed_under_the_thresholds() -> None:
     [ended] = e.advance_days(clock())
     assert (ended.day, ended.next_day, ended.sent, ended.deferred, ended.warm) == (1, 1, 10, 1, False)
     assert ended.why == "deferral rate 0.100 is not under 0.1"
-    [row] = e.warmup_state()
+    [row] = e.days.state()
     assert (row.day, row.day_started, row.sent, row.deferred) == (1, START + DAY, 0, 0)  # aligned, counts reset
     assert [c.address for c in send(e, "p", provider, 11)] == [W] * 10 + [A]  # day 1 again: the same cap
     e.report("p", provider, W, SendOutcome.THROTTLED)  # throttling counts as a deferral: 1 in 10 again...
@@ -346,15 +347,15 @@ def test_a_day_with_complaints_over_the_threshold_does_not_advance() -> None:
     e = make(warming_pool(warmup=Warmup(start=100, growth=2.0, target=1000, max_complaint_rate=0.01)), clock=clock)
     provider = next(providers_at(0, 2))
     send(e, "p", provider, 100)
-    assert e.hearing() == [(W, provider, START)]
-    e.heard(W, provider, START, 1)  # 1%: not under 1%
-    e.heard(W, provider, START, 0)  # a count heard again never goes down
+    assert e.days.hearing() == [(W, provider, START)]
+    e.days.heard(W, provider, START, 1)  # 1%: not under 1%
+    e.days.heard(W, provider, START, 0)  # a count heard again never goes down
     clock.advance(DAY)
     [ended] = e.advance_days(clock())
     assert (ended.next_day, ended.complaints, ended.why) == (1, 1, "complaint rate 0.0100 is not under 0.01")
     send(e, "p", provider, 200)
-    e.heard(W, provider, START, 5)  # of the day that ended: too late for it, and not this day's
-    e.heard(W, provider, START + DAY, 1)  # 1 in 100 sent on this day (the cap): refused again
+    e.days.heard(W, provider, START, 5)  # of the day that ended: too late for it, and not this day's
+    e.days.heard(W, provider, START + DAY, 1)  # 1 in 100 sent on this day (the cap): refused again
     e.report("p", provider, W, SendOutcome.DELIVERED)
     clock.advance(DAY)
     [ended] = e.advance_days(clock())
@@ -370,14 +371,14 @@ def test_each_node_answers_for_its_share_of_the_complaints() -> None:
     e.set_nodes(2)  # each sends 50, and the 1 complaint heard is of the 100 both sent
     provider = next(providers_at(0, 2))
     send(e, "p", provider, 50)
-    e.heard(W, provider, START, 1)
+    e.days.heard(W, provider, START, 1)
     clock.advance(DAY)
     [ended] = e.advance_days(clock())
     assert (ended.next_day, ended.complaints, ended.why) == (1, 1, "complaint rate 0.0100 is not under 0.01")
     send(e, "p", provider, 50)
     clock.advance(DAY)
     assert e.advance_days(clock())[0].next_day == 2
-    assert e.hearing() == [(W, provider, START + 2 * DAY)]
+    assert e.days.hearing() == [(W, provider, START + 2 * DAY)]
 
 
 def test_a_day_without_sends_does_not_advance() -> None:
@@ -387,7 +388,7 @@ def test_a_day_without_sends_does_not_advance() -> None:
     clock.advance(3 * DAY + 10)  # three days with no node running
     [ended] = e.advance_days(clock())
     assert (ended.day, ended.next_day, ended.sent, ended.why) == (1, 1, 0, "no sends")
-    [row] = e.warmup_state()
+    [row] = e.days.state()
     assert row.day_started == START + 3 * DAY
 
 
@@ -401,7 +402,7 @@ def test_an_address_that_reaches_the_target_stops_warming() -> None:
         [ended] = e.advance_days(clock())
         assert (ended.day, ended.next_day, ended.warm) == (day, day + 1, day == 3)
     assert {c.address for c in send(e, "p", provider, 100)} == {W}  # no cap any more
-    [row] = e.warmup_state()
+    [row] = e.days.state()
     assert (row.day, row.sent) == (4, 0)
     assert e.statistics().pools[0].addresses[0].warmup[0].cap is None
     clock.advance(DAY)
