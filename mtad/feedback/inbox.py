@@ -279,14 +279,20 @@ class Reader:
     async def _idle(self, client: aioimaplib.IMAP4_SSL) -> None:
         """Wait in IDLE until the server says something (new mail, mostly) or `idle` passes."""
         idle = await client.idle_start(timeout=self._settings.idle)
-        pushed = asyncio.ensure_future(client.wait_server_push(timeout=self._settings.idle + self._settings.timeout))
         try:
-            await asyncio.wait({idle, pushed}, return_when=asyncio.FIRST_COMPLETED)
+            async with asyncio.TaskGroup() as waiting:  # until a push, or the end of the IDLE command
+                pushed = waiting.create_task(self._pushed(client))
+                idle.add_done_callback(lambda _: pushed.cancel())
         finally:
-            pushed.cancel()
             if client.has_pending_idle():
                 client.idle_done()
         _ok(await asyncio.wait_for(idle, self._settings.timeout), "IDLE")
+
+    async def _pushed(self, client: aioimaplib.IMAP4_SSL) -> None:
+        """Until the server says something in IDLE; a failure here is the IDLE command's,
+        raised where it is awaited."""
+        with contextlib.suppress(Exception):
+            await client.wait_server_push(timeout=self._settings.idle + self._settings.timeout)
 
     async def _apply(self, raw: bytes) -> str:
         """Record what the message reports; returns its kind."""

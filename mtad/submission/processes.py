@@ -119,13 +119,9 @@ class Processes:
         """Return once every child serves the port; raise ProcessError if one exits
         first, or does not say it is ready within START_TIMEOUT."""
         for child in self._children:
-            ready = asyncio.ensure_future(child.ready.wait())
-            exited = asyncio.ensure_future(child.exited.wait())
-            try:
-                await asyncio.wait((ready, exited), timeout=START_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                ready.cancel()
-                exited.cancel()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(START_TIMEOUT):
+                    await _either(child.ready, child.exited)
             if not child.ready.is_set():
                 why = "exited" if child.exited.is_set() else f"did not say it was ready within {START_TIMEOUT:.0f} s"
                 raise errors.ProcessError(f"submission process {child.index} {why} (its log says why)")
@@ -313,3 +309,17 @@ class Processes:
                 self._gone[key] = self._gone.get(key, 0.0) + value
         child.last = []
         child.retired += 1
+
+
+async def _either(*events: asyncio.Event) -> None:
+    """Until one of `events` is set: a wait for each, in a TaskGroup, the first done
+    cancelling the others."""
+    async with asyncio.TaskGroup() as waits:
+        waiting = [waits.create_task(event.wait()) for event in events]
+
+        def the_rest_cancelled(_: asyncio.Task[bool]) -> None:
+            for wait in waiting:
+                wait.cancel()
+
+        for wait in waiting:
+            wait.add_done_callback(the_rest_cancelled)
