@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from mtad import cli, config, db
+from mtad import config, db
 from mtad.base import vault
 from mtad.base.vault import Secret
+from mtad.cli import accounts as accounts_cli
+from mtad.cli import common
 from mtad.deliver import delivery
 from mtad.mailboxes import accounts, relay
 from mtad.outbound import outcomes, routing, sessions
@@ -149,10 +151,10 @@ async def test_accounts_test_logs_in_with_the_pools_ca_file(
         path = tmp_path / "mtad.toml"
         path.write_text(f'[database]\ndsn = "{dsn}"\n[accounts]\nkey_file = "{key_file[0]}"\n'
                         f'[account_pools.p]\nca_file = "{ca}"\n')  # fmt: skip
-        return await cli.accounts_test(argparse.Namespace(name="a"), config.load(path, environ={}))
+        return await accounts_cli.test(argparse.Namespace(name="a"), config.load(path, environ={}))
 
-    assert await accounts_test(tls_files[0]) == cli.EXIT_OK
+    assert await accounts_test(tls_files[0]) == common.EXIT_OK
     assert f"account a: logged in to localhost:{smarthost.port} over TLS" in capsys.readouterr().out
-    assert await accounts_test(other_ca) == cli.EXIT_FAILED
+    assert await accounts_test(other_ca) == common.EXIT_FAILED
     assert f"account a: localhost:{smarthost.port} refused: tls_failed" in capsys.readouterr().out
     assert smarthost.received == []

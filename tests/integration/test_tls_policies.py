@@ -22,7 +22,9 @@ from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from mtad import cli, config, db
+from mtad import config, db
+from mtad.cli import common
+from mtad.cli import tls as tls_cli
 from mtad.deliver import delivery
 from mtad.outbound import fetching, mtasts, outcomes, policies, routing, sessions, tlsrpt
 from tests.certs import Authority
@@ -307,17 +309,17 @@ async def test_tls_show_prints_a_domains_policy(
     path.write_text(f'[database]\ndsn = "{dsn}"\n')
     basics = config.load_basics(path, environ={})
     capsys.readouterr()  # the delivery's log lines
-    assert await cli.tls_show(argparse.Namespace(domain="enforce.test", json=True), basics) == cli.EXIT_OK
+    assert await tls_cli.show(argparse.Namespace(domain="enforce.test", json=True), basics) == common.EXIT_OK
     shown = json.loads(capsys.readouterr().out)
     assert (shown["mode"], shown["mx"], shown["policy_id"], shown["expired"]) == (
         "enforce", ["mx.enforce.test"], "e1", False,
     )  # fmt: skip
     assert datetime.fromisoformat(shown["expires_at"]) > datetime.now(UTC)
-    assert await cli.tls_show(argparse.Namespace(domain="enforce.test", json=False), basics) == cli.EXIT_OK
+    assert await tls_cli.show(argparse.Namespace(domain="enforce.test", json=False), basics) == common.EXIT_OK
     text = capsys.readouterr().out
     assert "mode          enforce" in text
     assert "last failure  none" in text
-    assert await cli.tls_show(argparse.Namespace(domain="unknown.test", json=False), basics) == cli.EXIT_OK
+    assert await tls_cli.show(argparse.Namespace(domain="unknown.test", json=False), basics) == common.EXIT_OK
     assert "none cached" in capsys.readouterr().out
 
 

@@ -5,8 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mtad import cli
 from mtad.base import events
+from mtad.cli import accounts as accounts_cli
+from mtad.cli import common, suppress
+from mtad.cli import dkim as dkim_cli
 from mtad.feedback import suppression
 from mtad.mailboxes import accounts
 from mtad.signing import dkim
@@ -32,7 +34,7 @@ def loaded_after(code: str) -> set[str]:
 
 def test_help_imports_no_domain_module() -> None:
     loaded = loaded_after("from mtad import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass")
-    assert not {m for m in loaded if m.startswith("mtad.")} - {
+    assert not {m for m in loaded if m.startswith("mtad.") and not m.startswith("mtad.cli.")} - {
         "mtad.cli",
         "mtad.base",
         "mtad.base.errors",
@@ -51,8 +53,8 @@ def test_a_tools_configuration_imports_no_delivery_code(tmp_path: Path) -> None:
 
 
 def test_the_parsers_choices_are_the_enums() -> None:
-    assert tuple(a.value for a in dkim.Algorithm) == cli.ALGORITHMS
-    assert tuple(t.value for t in accounts.Tls) == cli.TLS_MODES
-    assert tuple(m.value for m in accounts.Mechanism) == cli.MECHANISMS
-    assert tuple(r.value for r in suppression.Reason) == cli.REASONS
-    assert tuple(k.value for k in events.Kind) == cli.EVENT_KINDS
+    assert tuple(a.value for a in dkim.Algorithm) == dkim_cli.ALGORITHMS
+    assert tuple(t.value for t in accounts.Tls) == accounts_cli.TLS_MODES
+    assert tuple(m.value for m in accounts.Mechanism) == accounts_cli.MECHANISMS
+    assert tuple(r.value for r in suppression.Reason) == suppress.REASONS
+    assert tuple(k.value for k in events.Kind) == common.EVENT_KINDS

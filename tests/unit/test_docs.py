@@ -41,7 +41,7 @@ def test_the_runbook_and_the_command_page_name_commands() -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_every_command_a_page_names_exists(page: Path) -> None:
-    top = commands(cli._parser())
+    top = commands(cli.parser())
     for command, sub in named_commands(page):
         assert command in top, command
         below = commands(top[command])

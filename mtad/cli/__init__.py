@@ -1,0 +1,107 @@
+"""The command line: `mtad run`, `migrate`, `check-config`, `tenants`, `queue`, `dkim`,
+`buckets`, `accounts`, `bounces`, `sink`.
+
+Every command but `sink`, `accounts key` and `bounces explain` (which reads one
+only when given) takes --config PATH (default:
+conf/mtad.toml when present, else /etc/mtad/mtad.toml) and works while the daemon
+runs, the embedded PostgreSQL included: a command attaches to the daemon's server
+(waiting at most [database] wait while the daemon starts it again), or with no
+daemon starts it and stops it again when it is done. A command imports what it
+needs when it runs. Exit status: 0 done, 1 failed, 2 bad usage or config.
+
+One module per command group adds its subcommands beside their handlers
+(`register`); `common` holds what they share; this module builds the parser from
+them and calls the command parsed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mtad import __version__
+from mtad.base import errors
+from mtad.cli import (
+    accounts,
+    bounces,
+    buckets,
+    common,
+    dkim,
+    events,
+    node,
+    queue,
+    reputation,
+    sink,
+    suppress,
+    suspensions,
+    tenants,
+    tls,
+    webhooks,
+)
+
+if TYPE_CHECKING:
+    from mtad import config
+
+# The command groups, in the order `mtad --help` lists their commands.
+GROUPS = (node, sink, suspensions, tenants, tls, reputation, queue, suppress, webhooks, events, bounces, dkim, buckets,
+          accounts)  # fmt: skip
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole command line: the top-level options, and each group's commands."""
+    top = argparse.ArgumentParser(
+        prog="mtad", description="mtad: a mail transfer agent that keeps its spool in PostgreSQL."
+    )
+    top.add_argument("--config", type=Path, metavar="PATH", help=common.CONFIG_HELP)
+    top.add_argument("--version", action="version", version=f"mtad {__version__}")
+    commands = common.Commands(top.add_subparsers(title="commands", metavar="COMMAND"), common.config_option())
+    for group in GROUPS:
+        group.register(commands)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the arguments, load what the command needs and run it; its exit status."""
+    top = parser()
+    args = top.parse_args(argv)
+    command: common.Command | None = getattr(args, "command", None)
+    if command is None:
+        top.print_help()
+        return common.EXIT_USAGE
+    if command.config is common.Config.NONE:  # needs no configuration, nor a database
+        return int(command.run(args))
+    if command.config is common.Config.OPTIONAL and args.config is None:
+        return int(command.run(args, None))
+    try:
+        settings = common.load(args.config, whole=command.whole(args))
+    except errors.ConfigError as exc:
+        print(f"mtad: {args.config or 'configuration'}: {len(exc.problems)} problem(s)", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return common.EXIT_USAGE
+    if command.sync:
+        return int(command.run(args, settings))
+    return _run(command, args, settings)
+
+
+def _run(command: common.Command, args: argparse.Namespace, settings: config.Settings | config.Basics) -> int:
+    """An async command in its own loop; an mtad error said on stderr (exit 1)."""
+    import asyncio
+
+    from mtad.base import log
+
+    log.configure("console", "warning", stream=sys.stderr)
+    try:
+        return int(asyncio.run(command.run(args, settings)))
+    except errors.MtadError as exc:
+        print(f"mtad: {exc}", file=sys.stderr)
+        return common.EXIT_FAILED
+    except KeyboardInterrupt:
+        return common.EXIT_FAILED
+
+
+def entry_point() -> None:
+    sys.exit(main())
