@@ -1,5 +1,4 @@
-"""The command line: `mtad run`, `migrate`, `check-config`, `tenants`, `queue`, `dkim`,
-`buckets`, `accounts`, `bounces`, `sink`.
+"""The command line: `mtad run` and the tools (`mtad --help` lists them).
 
 Every command but `sink`, `accounts key` and `bounces explain` (which reads one
 only when given) takes --config PATH (default:
@@ -10,8 +9,9 @@ daemon starts it and stops it again when it is done. A command imports what it
 needs when it runs. Exit status: 0 done, 1 failed, 2 bad usage or config.
 
 One module per command group adds its subcommands beside their handlers
-(`register`); `common` holds what they share; this module builds the parser from
-them and calls the command parsed.
+(`register`), each a `common.Command` that says what it is given; `common` holds
+what the groups share; this module builds the parser from them and runs the
+command parsed.
 """
 
 from __future__ import annotations
