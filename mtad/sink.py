@@ -28,8 +28,7 @@ from typing import TextIO
 
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from mtad import config
-from mtad.base import errors
+from mtad.base import errors, values
 from mtad.base.endpoints import HostPort
 from mtad.base.replies import Reply
 from mtad.base.sessions_set import Tracked
@@ -69,7 +68,7 @@ def options(listen: str, rules: Sequence[str], directory: Path | None) -> Option
     problem. Sync, no I/O."""
     problems: list[str] = []
     try:
-        address = config.host_port(listen)
+        address = values.host_port(listen)
     except ValueError as exc:
         problems.append(f"--listen: {exc}")
     parsed = []

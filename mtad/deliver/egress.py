@@ -56,9 +56,7 @@ as timestamps.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
-import ipaddress
 import math
 import random
 import re
@@ -625,33 +623,6 @@ def parse_pools(raw: Mapping[str, Any], problems: list[str]) -> dict[str, PoolSe
 
 
 _POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_HOSTNAME = re.compile(
-    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
-)
-
-
-def _address(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"expected an IP address as a string, got {value!r}")
-    try:
-        return str(ipaddress.ip_address(value.strip()))
-    except ValueError:
-        raise ValueError(f"{value!r} is not an IP address") from None
-
-
-def _address_list(*, allow_empty: bool) -> Callable[[Any], tuple[str, ...]]:
-    def parse(value: Any) -> tuple[str, ...]:
-        if not isinstance(value, list):
-            raise ValueError(f'expected a list of IP addresses such as ["192.0.2.10"], got {value!r}')
-        if not value and not allow_empty:
-            raise ValueError("must list at least one address (the first is the pool's primary)")
-        addresses = tuple(_address(v) for v in value)
-        for i, address in enumerate(addresses):
-            if address in addresses[:i]:
-                raise ValueError(f"{address} is listed twice")
-        return addresses
-
-    return parse
 
 
 def _policy(value: Any) -> Policy:
@@ -661,65 +632,23 @@ def _policy(value: Any) -> Policy:
     raise ValueError(f"expected one of {options}, got {value!r}")
 
 
-def _rotate_after(value: Any) -> tuple[int, int]:
-    if (
-        isinstance(value, list)
-        and len(value) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        and 1 <= value[0] <= value[1]
-    ):
-        return (value[0], value[1])
-    raise ValueError(f"expected two integers [low, high] with 1 <= low <= high, got {value!r}")
-
-
-def _hostname(value: Any) -> str:
-    if not isinstance(value, str) or not _HOSTNAME.fullmatch(value):
-        raise ValueError(f"{value!r} is not a valid host name")
-    return value
-
-
-def _optional_hostname(value: Any) -> str | None:
-    if value == "":
-        return None  # as in mtad.toml: empty means the node's hostname
-    return _hostname(value)
-
-
-def _ehlo_table(value: Any) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        raise ValueError(f'expected a table such as {{ "192.0.2.10" = "mta1.example.com" }}, got {value!r}')
-    table: dict[str, str] = {}
-    for key, name in value.items():
-        table[_address(key)] = _hostname(name)
-    return table
-
-
-def _number(low: float, high: float, *, what: str) -> Callable[[Any], float]:
-    """A number in (low, high]."""
-
-    def parse(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"expected {what}, got {value!r}")
-        if not low < value <= high:
-            raise ValueError(f"must be more than {low} and at most {high}, got {value}")
-        return float(value)
-
-    return parse
-
-
 # key -> (parser, the PoolSettings or Warmup field it sets). Defaults are the dataclasses'.
 _KEYS: Mapping[str, tuple[Callable[[Any], Any], str]] = {
-    "addresses": (_address_list(allow_empty=False), "addresses"),
+    "addresses": (values.ip_addresses(allow_empty=False), "addresses"),
     "policy": (_policy, "policy"),
-    "rotate_after": (_rotate_after, "rotate_after"),
+    "rotate_after": (values.range_pair, "rotate_after"),
     "park": (values.positive_duration, "park"),
-    "ehlo": (_ehlo_table, "ehlo"),
-    "ehlo_default": (_optional_hostname, "ehlo_default"),
-    "warming": (_address_list(allow_empty=True), "warming"),
+    "ehlo": (values.table_of(values.ip_address, values.hostname, '{ "192.0.2.10" = "mta1.example.com" }'), "ehlo"),
+    "ehlo_default": (values.optional_hostname, "ehlo_default"),
+    "warming": (values.ip_addresses(allow_empty=True), "warming"),
     "warmup_start": (values.integer(1, 10_000_000), "start"),
-    "warmup_growth": (_number(1.0, 10.0, what="a growth factor such as 1.5"), "growth"),
+    "warmup_growth": (values.number(1.0, 10.0, what="a growth factor such as 1.5"), "growth"),
     "warmup_target": (values.integer(1, 1_000_000_000), "target"),
-    "warmup_max_deferral_rate": (_number(0.0, 1.0, what="a fraction such as 0.10 (10%)"), "max_deferral_rate"),
-    "warmup_max_complaint_rate": (_number(0.0, 1.0, what="a fraction such as 0.003 (0.3%)"), "max_complaint_rate"),
+    "warmup_max_deferral_rate": (values.number(0.0, 1.0, what="a fraction such as 0.10 (10%)"), "max_deferral_rate"),
+    "warmup_max_complaint_rate": (
+        values.number(0.0, 1.0, what="a fraction such as 0.003 (0.3%)"),
+        "max_complaint_rate",
+    ),
     "unhealthy_after": (values.integer(1, 1000), "unhealthy_after"),
     "cool_off": (values.positive_duration, "cool_off"),
 }
@@ -730,26 +659,25 @@ _WARMUP_BOUNDS = (("warmup_start", "start"), ("warmup_target", "target"))
 def _parse_pool(name: str, table: Mapping[str, Any], problems: list[str]) -> PoolSettings | None:
     where = f"[pools.{name}]"
     before = len(problems)
-    values: dict[str, Any] = {}
+    parsed: dict[str, Any] = {}
     for key, value in table.items():
         if key not in _KEYS:
-            close = difflib.get_close_matches(key, list(_KEYS), n=1)
-            problems.append(f"{where} {key}: unknown key" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            problems.append(f"{where} {key}: unknown key{values.did_you_mean(key, _KEYS)}")
             continue
         parse, attribute = _KEYS[key]
         try:
-            values[attribute] = parse(value)
+            parsed[attribute] = parse(value)
         except ValueError as exc:
             problems.append(f"{where} {key}: {exc}")
     if "addresses" not in table:
         problems.append(f"{where} addresses: missing; list the pool's source IP addresses, the primary first")
-    addresses = values.get("addresses")
+    addresses = parsed.get("addresses")
     if addresses is not None:
-        for key, listed in (("warming", values.get("warming", ())), ("ehlo", values.get("ehlo", {}))):
+        for key, listed in (("warming", parsed.get("warming", ())), ("ehlo", parsed.get("ehlo", {}))):
             for address in listed:
                 if address not in addresses:
                     problems.append(f"{where} {key}: {address} is not one of the pool's addresses")
-    policy = values.get("policy", Policy.STICKY if "policy" not in table else None)
+    policy = parsed.get("policy", Policy.STICKY if "policy" not in table else None)
     if policy is not None and policy is not Policy.ROTATE:
         # A key with no effect under the chosen policy is a mistake to point out,
         # not something to ignore. (The warm-up keys are different: keeping the
@@ -758,14 +686,14 @@ def _parse_pool(name: str, table: Mapping[str, Any], problems: list[str]) -> Poo
             if key in table:
                 problems.append(f'{where} {key}: only used with policy = "rotate" (this pool is "{policy.value}")')
     warmup_fields = ("start", "growth", "target", "max_deferral_rate", "max_complaint_rate")
-    schedule = warmup.Warmup(**{k: values[k] for k in warmup_fields if k in values})
-    parsed = all(key not in table or attribute in values for key, attribute in _WARMUP_BOUNDS)
-    if parsed and schedule.target <= schedule.start:
+    schedule = warmup.Warmup(**{k: parsed[k] for k in warmup_fields if k in parsed})
+    bounded = all(key not in table or attribute in parsed for key, attribute in _WARMUP_BOUNDS)
+    if bounded and schedule.target <= schedule.start:
         problems.append(
             f"{where} warmup_target: must be larger than warmup_start ({schedule.start}), got {schedule.target}"
         )
     if len(problems) > before:
         return None
-    fields = {k: v for k, v in values.items() if k not in warmup_fields}
-    fields["warming"] = frozenset(values.get("warming", ()))
+    fields = {k: v for k, v in parsed.items() if k not in warmup_fields}
+    fields["warming"] = frozenset(parsed.get("warming", ()))
     return PoolSettings(name=name, warmup=schedule, **fields)

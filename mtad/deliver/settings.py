@@ -1,11 +1,49 @@
-"""The delivery engine's settings: `[delivery]` and the routes, as the engine takes them."""
+"""[delivery], declared (mtad.base.settings), and the delivery engine's settings: what
+it takes of [delivery], the routes and the tenants."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+from mtad.base import values
+from mtad.base.settings import key
 from mtad.outbound import outcomes
+
+
+def retry_schedule(value: Any) -> outcomes.RetrySchedule:
+    """ "5m, 10m, 30m, 1h, 2h, 4h" (the last repeats); "2h*3" is 2h three times."""
+    return outcomes.RetrySchedule(values.schedule(value))
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    enabled: bool = key(values.boolean, True, "false: this node only accepts.")
+    port: int = key(values.integer(1, 65535), 25, "Port of the receiving mail exchangers.")
+    source_address: str | None = key(values.optional_ip, "", "Local address of sends without a pool.")
+    ehlo_hostname: str = key(values.string, "", "Name in our EHLO; empty: [submission] hostname.")
+    providers: Path | None = key(values.optional_path, "", "Providers by MX host; empty: the shipped table.")
+    replies: Path | None = key(values.optional_path, "", "How replies are classified; empty: the shipped table.")
+    max_messages_per_session: int = key(values.integer(1, 100_000), 100, "Messages a session carries at most.")
+    max_sessions_per_host: int = key(values.integer(1, 10_000), 20, "Sessions open at once to one MX address.")
+    max_recipients_per_transaction: int = key(values.integer(1, 1000), 50, "Recipients of one transaction.")
+    idle_timeout: float = key(values.positive_duration, "30s", "An unused session is closed after this long.")
+    connect_timeout: float = key(values.positive_duration, "30s", "To connect and receive the greeting.")
+    command_timeout: float = key(values.positive_duration, "5m", "To wait for any reply.")
+    retry: outcomes.RetrySchedule = key(retry_schedule, "5m, 10m, 30m, 1h, 2h, 4h", "Delays before each retry.")
+    max_age: float = key(values.positive_duration, "5d", "A delivery not done this long after its accept bounces.")
+    max_failures: int = key(values.integer(1, 1000), 5, "mtad's own failures before a dead letter.")
+    lease_duration: float = key(values.positive_duration, "5m", "How long a lease lasts (renewed every third).")
+    lease_batch: int = key(values.integer(1, 100_000), 500, "Deliveries leased in one statement.")
+    max_held: int = key(values.integer(1, 10_000_000), 20_000, "Deliveries one node holds in memory.")
+    body_cache: int = key(values.size, "64MiB", "Message bodies held in memory for them.")
+    poll_interval: float = key(values.positive_duration, "5s", "How often to look for due deliveries unwoken.")
+    shutdown_timeout: float = key(values.duration, "30s", "At SIGTERM, how long sends on the wire may take.")
+    checkpoint_interval: float = key(values.positive_duration, "5s", "Buckets and warm-up to and from PostgreSQL.")
+    default_pool: str | None = key(values.optional_string, "", "The source IP pool of mail that names none.")
+    probation_pool: str | None = key(values.optional_string, "", "The source IP pool of tenants on probation.")
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,7 @@ import structlog
 
 from mtad import db
 from mtad.base import errors, metrics
-from mtad.feedback import reports, signals
+from mtad.feedback import reports, settings, signals
 from mtad.mailboxes import accounts, inboxes, relay
 from mtad.mailboxes.accounts import Account
 from mtad.mailboxes.inboxes import Inbox
@@ -83,18 +83,7 @@ _LISTED = re.compile(rb'^\((?P<flags>[^)]*)\) (?:"(?:[^"\\]|\\.)*"|NIL) (?P<name
 _SEARCHABLE = re.compile(r"[\x21-\x7e]+")  # a Message-ID IMAP can quote: printable ASCII, no space
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
-    """[inbox]: how the sending mailboxes' inboxes are read."""
-
-    enabled: bool = True  # this node reads inboxes (each is read by one node of the cluster)
-    poll: float = 60.0  # seconds between reads of an inbox whose server has no IDLE, and between looks
-    # in its Sent folder for a send held unknown
-    idle: float = 600.0  # seconds an IDLE lasts before it is renewed (servers end them after 30 minutes)
-    lease: float = 60.0  # seconds a node's hold on an inbox lasts unless renewed
-    timeout: float = 60.0  # seconds one IMAP command may take
-    max_message_size: int = MIB  # octets of a message that are fetched
-    mark_seen: bool = False  # mark the reports and automatic replies read as \Seen
+Settings = settings.Inbox  # [inbox]
 
 
 class Refused(errors.RemoteError):

@@ -32,7 +32,7 @@ import structlog
 from mtad import db
 from mtad.base import errors, events, values
 from mtad.base.batching import Batcher
-from mtad.feedback import consumers, signals
+from mtad.feedback import consumers, settings, signals
 
 log = structlog.get_logger("mtad.suppression")
 
@@ -163,11 +163,7 @@ async def export_csv(database: db.Database, output: Path | BinaryIO) -> None:
 DAY = 86400.0
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    bounce_expiry: float | None = None  # seconds a hard or soft bounce suppresses (None: until removed)
-    soft_after: int = 3  # soft bounces of an address within soft_window that suppress it (0: never)
-    soft_window: float = 30 * DAY  # seconds
+Settings = settings.Suppression  # [suppression]
 
 
 class Suppressor:
@@ -176,8 +172,8 @@ class Suppressor:
     name = "suppression"
     kinds = frozenset({events.Kind.BOUNCED.value, events.Kind.COMPLAINED.value, events.Kind.UNSUBSCRIBED.value})
 
-    def __init__(self, settings: Settings = Settings()) -> None:
-        self.settings = settings
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings if settings is not None else Settings()
 
     async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> None:
         found: list[tuple[consumers.Stored, str, Reason]] = []

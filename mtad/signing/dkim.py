@@ -45,7 +45,7 @@ from dkim.canonicalization import CanonicalizationPolicy
 from mtad import db
 from mtad.base import errors, vault
 from mtad.outbound import routing
-from mtad.signing import rsa_worker
+from mtad.signing import rsa_worker, settings
 
 DOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$")
 SELECTOR = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
@@ -163,7 +163,7 @@ def _private(pem: str) -> rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey:
 # --- signing ---------------------------------------------------------------------------
 
 
-CANONICALIZATIONS = ("relaxed/relaxed", "relaxed/simple", "simple/relaxed", "simple/simple")
+CANONICALIZATIONS = settings.CANONICALIZATIONS
 
 
 def sign(message: bytes, keys: Sequence[Key], now: float | None = None, c: str = "relaxed/relaxed") -> bytes:

@@ -32,6 +32,7 @@ import structlog
 
 from mtad import db
 from mtad.base import errors, lifecycle, values
+from mtad.spool import settings
 
 logger = structlog.get_logger("mtad.retention")
 
@@ -47,15 +48,7 @@ _NO_QUEUE_ID = uuid.UUID(int=0)
 _NO_ID = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    enabled: bool = True
-    messages: float = 7 * DAY  # seconds after it was received that a message goes (its deliveries final)
-    events: float = 30 * DAY  # seconds an event is kept
-    interval: float = 60.0  # seconds between rounds
-    batch: int = 500  # rows per statement
-    pause: float = 0.0  # seconds between two batches
-    reindex: bool = True  # rebuild the spool's indexes that deleting left mostly empty
+Settings = settings.Retention  # [retention]
 
 
 @dataclass(slots=True)

@@ -7,12 +7,35 @@ assembly  how an accepted message is stored (Received, Message-ID, Date, key,
 protocol  aiosmtpd's SMTP protocol adapted at the edge
 server    the listening sockets and sessions, capped per client address and in
           all, drained at shutdown
+settings  [submission] declared (read without the rest: the package's names are
+          imported when first used)
 """
 
-from mtad.base.smtp_data import MAX_LINE, has_long_line
-from mtad.submission.assembly import MAX_PRIORITY, MIN_PRIORITY, Origin, TenantDefaults
-from mtad.submission.policy import Acceptor, AuthThrottle, Handler, Settings, tls_context
-from mtad.submission.server import Server, bind
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mtad.base.smtp_data import MAX_LINE, has_long_line
+    from mtad.submission.assembly import MAX_PRIORITY, MIN_PRIORITY, Origin, TenantDefaults
+    from mtad.submission.policy import Acceptor, AuthThrottle, Handler, Settings, tls_context
+    from mtad.submission.server import Server, bind
+
+_FROM = {
+    "mtad.base.smtp_data": ("MAX_LINE", "has_long_line"),
+    "mtad.submission.assembly": ("MAX_PRIORITY", "MIN_PRIORITY", "Origin", "TenantDefaults"),
+    "mtad.submission.policy": ("Acceptor", "AuthThrottle", "Handler", "Settings", "tls_context"),
+    "mtad.submission.server": ("Server", "bind"),
+}
+_MODULE = {name: module for module, names in _FROM.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE:
+        raise AttributeError(f"module 'mtad.submission' has no attribute {name!r}")
+    return getattr(importlib.import_module(_MODULE[name]), name)
+
 
 __all__ = [
     "MAX_LINE",

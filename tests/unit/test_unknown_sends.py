@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from mtad import config
 from mtad.base import errors, lifecycle
 from mtad.base.lifecycle import Reason, State
 from mtad.feedback import inbox
+from mtad.mailboxes import pools as account_pools
 from mtad.mailboxes import relay
 
 GMAIL = [
@@ -51,7 +51,7 @@ def test_a_known_name_comes_before_the_flag() -> None:
 
 def pools(keys: dict[str, Any]) -> tuple[dict[str, relay.PoolSettings], list[str]]:
     problems: list[str] = []
-    return config.parse_account_pools({"outreach": keys}, problems), problems
+    return account_pools.parse({"outreach": keys}, problems), problems
 
 
 def test_a_pool_holds_and_looks_ten_minutes_unless_told() -> None:

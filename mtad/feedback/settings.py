@@ -1,0 +1,87 @@
+"""What comes back, and what acts on it: the feedback package's sections, declared
+(mtad.base.settings). suppression.Settings and inbox.Settings are these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mtad.base import values
+from mtad.base.endpoints import HostPort
+from mtad.base.settings import key
+
+_ADDRESSES = values.list_of(values.host_port, allow_empty=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Suppression:
+    bounce_expiry: float | None = key(values.optional_duration, "", "How long a bounce suppresses; empty: ever.")
+    soft_after: int = key(values.integer(0, 1000), 3, "Soft bounces within soft_window that suppress (0: never).")
+    soft_window: float = key(values.positive_duration, "30d", "The window of soft_after.")
+
+
+@dataclass(frozen=True, slots=True)
+class Reputation:
+    """The windows of outcomes, the auto-pause and probation ([tenants] sets the limits)."""
+
+    enabled: bool = key(values.boolean, True, "false: nothing is counted, no tenant is paused or graduates.")
+    publish: float = key(values.positive_duration, "30s", "How often the windows' metrics are read again.")
+
+
+@dataclass(frozen=True, slots=True)
+class Reports:
+    """The non-delivery reports to envelope senders."""
+
+    delayed_after: float | None = key(values.optional_duration, "", "A notice of mail deferred this long; empty: none.")
+
+
+@dataclass(frozen=True, slots=True)
+class Bounces:
+    domain: str | None = key(values.optional_domain, "", "The domain of the VERP senders of MX mail; empty: no VERP.")
+    key_file: Path | None = key(values.optional_path, "", "The key of their HMAC.")
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    listen: tuple[HostPort, ...] = key(_ADDRESSES, [], "The SMTP listener for bounces and complaints; []: none.")
+    complaints: str | None = key(values.optional_address, "", "The address the feedback loops send reports to.")
+    max_message_size: int = key(values.size, "10MiB", "Largest message taken.")
+    max_per_minute: int = key(values.integer(1, 1_000_000), 600, "Messages a client IP may start in a minute.")
+
+
+@dataclass(frozen=True, slots=True)
+class Inbox:
+    """How the sending mailboxes' inboxes are read over IMAP."""
+
+    enabled: bool = key(values.boolean, True, "false: this node reads no inbox (another does).")
+    poll: float = key(values.positive_duration, "60s", "Between reads without IDLE, and looks in the Sent folder.")
+    idle: float = key(values.positive_duration, "10m", "An IDLE is renewed this often.")
+    lease: float = key(values.positive_duration, "60s", "A node's hold on an inbox, renewed every third of it.")
+    timeout: float = key(values.positive_duration, "60s", "One IMAP command.")
+    max_message_size: int = key(values.size, "1MiB", "Octets fetched of a message.")
+    mark_seen: bool = key(values.boolean, False, "Mark the reports and automatic replies read as \\Seen.")
+
+
+@dataclass(frozen=True, slots=True)
+class Webhooks:
+    """How the tenants' webhook requests are sent."""
+
+    enabled: bool = key(values.boolean, True, "false: this node sends no webhook request (another does).")
+    timeout: float = key(values.positive_duration, "10s", "One request, answer included.")
+    max_response: int = key(values.size, "64KiB", "Octets of an answer read.")
+    retry_base: float = key(values.positive_duration, "5s", "Before the first retry; doubling.")
+    retry_max: float = key(values.positive_duration, "1h", "Between two retries at most.")
+    max_age: float = key(values.positive_duration, "24h", "After the event, a failing request is given up.")
+    per_endpoint: int = key(values.integer(1, 1000), 4, "Requests in flight to one endpoint.")
+    in_flight: int = key(values.integer(1, 10_000), 64, "Requests in flight from this node.")
+    first_wait: float = key(values.duration, "2s", "The consumer's wait for first attempts (0: all by the outbox).")
+    poll: float = key(values.positive_duration, "1s", "Between looks for due requests.")
+    allow_networks: tuple[values.Network, ...] = key(values.list_of(values.network, allow_empty=True), [],
+                                                     "Inside networks an endpoint may resolve to.")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    listen: tuple[HostPort, ...] = key(_ADDRESSES, [], "The public one-click endpoint; []: none on this node.")
+    url: str | None = key(values.https_url, "", "Its public base URL, https; empty: no List-Unsubscribe.")
+    key_file: Path | None = key(values.optional_path, "", "The HMAC key of the links' tokens.")

@@ -1,0 +1,37 @@
+"""[dns] and [tls]: how receivers are found and reached, declared (mtad.base.settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mtad.base import settings as declared
+from mtad.base import values
+from mtad.base.endpoints import HostPort
+
+
+@dataclass(frozen=True, slots=True)
+class Dns:
+    nameservers: tuple[HostPort, ...] = declared.key(values.list_of(values.host_port, allow_empty=True), [],
+                                            "Name servers, host:port; empty: the system's.")  # fmt: skip
+    timeout: float = declared.key(values.positive_duration, "5s", "One lookup; longer counts as a temporary failure.")
+
+
+@dataclass(frozen=True, slots=True)
+class Tls:
+    cert: Path | None = declared.key(
+        values.optional_path, "", "PEM certificate chain for STARTTLS on the submission port."
+    )
+    key: Path | None = declared.key(values.optional_path, "", "Its private key.")
+    outbound: str = declared.key(values.choice("opportunistic", "required", "dane"), "opportunistic",
+                        "STARTTLS to receivers: opportunistic, required or dane.")  # fmt: skip
+    ca_file: Path | None = declared.key(
+        values.ca_file, "", "The CAs smarthosts, OAuth and MTA-STS are verified against."
+    )
+    mta_sts: bool = declared.key(values.boolean, True, "Honour the recipient domains' MTA-STS policies.")
+    mta_sts_port: int = declared.key(values.integer(1, 65535), 443, "Where the policies are fetched.")
+    mta_sts_timeout: float = declared.key(values.positive_duration, "10s", "One policy fetch.")
+    reports: bool = declared.key(values.boolean, True, "Send the daily TLS reports (RFC 8460).")
+    report_organization: str = declared.key(values.string, "", "Their organization; empty: [submission] hostname.")
+    report_from: str = declared.key(values.string, "", "Their sender; empty: postmaster@[submission] hostname.")
+    report_contact: str = declared.key(values.string, "", "Their contact-info.")

@@ -1,0 +1,45 @@
+"""[submission]: the SMTP submission port, declared (mtad.base.settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mtad.base import errors, values
+from mtad.base.endpoints import HostPort
+from mtad.base.settings import key
+from mtad.spool import tenants
+
+
+def tenant(value: Any) -> str:
+    try:
+        return tenants.check_name(values.string(value))
+    except errors.MtadError as exc:
+        raise ValueError(str(exc)) from None
+
+
+# auto: half the CPU cores, at most 4 (PostgreSQL and delivery want the rest); on one core 0.
+process_count = values.count_or_auto(64, lambda cores: min(4, cores // 2))
+DEFAULT_TENANT = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    listen: tuple[HostPort, ...] = key(values.list_of(values.host_port), ["127.0.0.1:2525"],
+                                       "Addresses of the SMTP submission port.")  # fmt: skip
+    hostname: str = key(values.hostname_or_fqdn, "", "Name in the greeting, EHLO reply, Received and Message-IDs.")
+    max_message_size: int = key(values.size, "25MiB", "Largest message accepted (552 5.3.4 beyond).")
+    max_recipients: int = key(values.integer(1, 100_000), 100, "Most recipients of one message (452 4.5.3 beyond).")
+    trusted_networks: tuple[values.Network, ...] = key(values.list_of(values.network, allow_empty=True),
+                                                       ["127.0.0.0/8", "::1/128"],
+                                                       "Clients that may submit without AUTH.")  # fmt: skip
+    require_auth: bool = key(values.boolean, False, "Every client must AUTH, trusted networks included.")
+    default_tenant: str = key(tenant, DEFAULT_TENANT, "Tenant of mail submitted without AUTH.")
+    idle_timeout: float = key(values.positive_duration, "5m", "A session idle this long is closed.")
+    auth_max_failures: int = key(values.integer(1, 1000), 5, "Failed AUTHs of a client before 454 4.7.0.")
+    auth_failure_window: float = key(values.positive_duration, "10m", "The window of auth_max_failures.")
+    max_connections_per_client: int = key(values.integer(1, 1_000_000), 100, "Open sessions from one client IP.")
+    max_connections: int = key(values.integer(1, 1_000_000), 10_000, "Open sessions in all.")
+    shutdown_timeout: float = key(values.duration, "30s", "At SIGTERM, how long sessions in DATA may take.")
+    check_recipient_domains: bool = key(values.boolean, True, "Refuse a recipient whose domain takes no mail.")
+    processes: int = key(process_count, "auto", "Processes serving the port beside the daemon's own.")
