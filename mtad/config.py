@@ -20,7 +20,6 @@ import ssl
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +31,6 @@ from mtad.db import settings as db_settings
 from mtad.deliver import settings as deliver_settings
 from mtad.feedback import settings as feedback_settings
 from mtad.mailboxes import settings as mailboxes_settings
-from mtad.outbound import outcomes
 from mtad.outbound import settings as outbound_settings
 from mtad.signing import settings as signing_settings
 from mtad.spool import settings as spool_settings
@@ -42,10 +40,8 @@ from mtad.submission import tenant_tables
 if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of them
     from mtad import submission
     from mtad.admin import names as admin_names
-    from mtad.deliver import egress
+    from mtad.deliver import configured
     from mtad.feedback import inbound, inbox, reputation, suppression, webhook_sender
-    from mtad.mailboxes import relay
-    from mtad.outbound import policies, routing, sessions, tlsrpt
     from mtad.signing import rotation
     from mtad.spool import quotas, retention
 
@@ -62,6 +58,7 @@ DatabaseSettings = db_settings.Database
 SpoolSettings = spool_settings.Spool
 NodeSettings = spool_settings.Node
 DnsSettings = outbound_settings.Dns
+shipped_table = deliver_settings.shipped_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,23 +165,6 @@ BASIC_SECTIONS = ("database", "node", "accounts", "dns")
 
 
 @dataclass(frozen=True, slots=True)
-class DeliverySettings:
-    enabled: bool
-    engine: deliver_settings.Settings
-    sessions: sessions.Settings
-    nameservers: tuple[HostPort, ...]  # empty: the system's resolvers
-    dns_timeout: float
-    providers: routing.Providers
-    rules: outcomes.Rules
-    routes: Mapping[str, HostPort]  # domain -> relay
-    pools: Mapping[str, egress.PoolSettings]  # [pools.NAME]
-    relay: relay.Settings  # [account_pools.NAME] and the [accounts] responses
-    tls: policies.Settings  # the recipient domains' TLS policies: MTA-STS, DANE
-    tls_reports: tlsrpt.Settings  # TLS reporting (RFC 8460) to those domains
-    dkim_processes: int  # RSA signatures made off the event loop, in this many processes (0: on it)
-
-
-@dataclass(frozen=True, slots=True)
 class Settings:
     database: DatabaseSettings
     submission: submission.Settings
@@ -193,7 +173,7 @@ class Settings:
     admin: AdminSettings
     log: LogSettings
     node: NodeSettings
-    delivery: DeliverySettings
+    delivery: configured.DeliverySettings
     accounts: AccountsSettings
     dkim: rotation.Settings
     retention: retention.Settings
@@ -224,12 +204,6 @@ NOT_CONFIG = {
 DYNAMIC_SECTIONS = ("routes", "pools", "tenants", "account_pools")
 
 
-def shipped_table(name: str) -> Path:
-    """The reference table `name` ("providers", "replies") shipped with mtad, the
-    default when the configuration names none."""
-    return Path(str(resources.files("mtad").joinpath("tables", f"{name}.toml")))
-
-
 def default_data_dir(path: Path | None) -> Path:
     """The embedded PostgreSQL's data directory when [database] data_dir is not set,
     found beside the configuration file: for a file in an etc/NAME/ directory,
@@ -258,7 +232,9 @@ def default_path() -> Path | None:
 def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
     """Read, override from the environment, parse and check; ConfigError lists every problem."""
     found, document, origin, problems = _read(path, environ, SCHEMA)
-    extras = _load_delivery_data(
+    from mtad.deliver import configured
+
+    extras = configured.tables(
         found, document.get("routes", {}), document.get("pools", {}), document.get("account_pools", {}), problems
     )
     extras["tenant_weights"] = {}
@@ -464,77 +440,18 @@ def _env_value(text: str) -> Any:
         return text
 
 
-def _load_delivery_data(
-    found: dict[str, dict[str, Any]], routes: Any, pools: Any, account_pools: Any, problems: list[str]
-) -> dict[str, Any]:
-    """The files [delivery] names (providers, reply rules), the [pools], [account_pools]
-    and [routes] tables."""
-    from mtad.base import envelope
-    from mtad.deliver import egress
-    from mtad.mailboxes import pools as mailbox_pools
-    from mtad.outbound import routing
-
-    extras: dict[str, Any] = {
-        "routes": {},
-        "route_pools": {},
-        "route_account_pools": {},
-        "pools": egress.parse_pools(pools, problems),
-        "account_pools": mailbox_pools.parse(account_pools, problems),
-    }
-    for key in ("default_pool", "probation_pool"):
-        named = found["delivery"].get(key)
-        if named and named not in extras["pools"]:
-            problems.append(f"[delivery] {key}: no pool named {named!r}{declared.pools_known(extras['pools'])}")
-    for key, load_file in (("providers", routing.load_providers), ("replies", outcomes.load_rules)):
-        if key not in found["delivery"]:
-            continue  # a bad value, already reported
-        path = found["delivery"][key] or shipped_table(key)
-        try:
-            extras[key] = load_file(path)
-        except errors.ConfigError as exc:
-            problems.extend(f"[delivery] {key}: {problem}" for problem in exc.problems)
-    if not isinstance(routes, dict):
-        problems.append('[routes]: expected tables such as [routes."example.org"]')
-        return extras
-    for domain, table in routes.items():
-        where = f'[routes."{domain}"]'
-        try:
-            ascii_domain = envelope.normalise_domain(domain)
-        except errors.AddressError as exc:
-            problems.append(f"{where}: {exc.text}")
-            continue
-        if not isinstance(table, dict) or not table or not set(table) <= {"relay", "pool", "account_pool"}:
-            problems.append(f'{where}: expected relay = "host:port", pool = "NAME", account_pool = "NAME"')
-            continue
-        if "relay" in table:
-            try:
-                extras["routes"][ascii_domain] = values.host_port(table["relay"])
-            except ValueError as exc:
-                problems.append(f"{where} relay: {exc}")
-        for key, section, chosen in (
-            ("pool", "pools", "route_pools"),
-            ("account_pool", "account_pools", "route_account_pools"),
-        ):
-            if key in table:
-                named = declared.pool_name(table[key], extras[section], f"{where} {key}", section, problems)
-                if named:
-                    extras[chosen][ascii_domain] = named
-    return extras
-
-
 def _build(
     sections: dict[str, Any], found: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None
 ) -> Settings:
     """The settings of each component: a field named as a key of its section takes the
     key's value (mtad.base.settings.build); what differs, or spans sections, is given."""
     from mtad import submission
+    from mtad.deliver import configured
     from mtad.feedback import inbound, reputation, webhook_sender
-    from mtad.mailboxes import accounts, relay
-    from mtad.outbound import policies, sessions, tlsrpt
     from mtad.signing import rotation
 
     build = declared.build
-    sub, tls, out, keys, dkim = (sections[n] for n in ("submission", "tls", "delivery", "accounts", "dkim"))
+    sub, tls, dkim = sections["submission"], sections["tls"], sections["dkim"]
     hostname = sub.hostname
     tenant_defaults = extras["tenant_defaults"]
     return Settings(
@@ -556,64 +473,8 @@ def _build(
         accounts=_accounts(found),
         dkim=build(rotation.Settings, dkim),
         node=sections["node"],
-        delivery=DeliverySettings(
-            enabled=out.enabled,
-            engine=build(
-                deliver_settings.Settings,
-                out,
-                node=sections["node"].id,
-                node_timeout=3 * sections["node"].heartbeat_interval,
-                route_pools=extras["route_pools"],
-                route_account_pools=extras["route_account_pools"],
-                tenant_dkim_domains=extras["tenant_dkim_domains"],
-                dkim_canonicalization=dkim.canonicalization,
-                tenant_weights=extras["tenant_weights"],
-                bounce_suppression=sections["suppression"].bounce_expiry,
-                list_unsubscribe=frozenset(t for t, d in tenant_defaults.items() if d.list_unsubscribe),
-            ),
-            sessions=build(
-                sessions.Settings,
-                out,
-                ehlo_hostname=out.ehlo_hostname or hostname,
-                tls_required=tls.outbound == "required",
-                max_messages=out.max_messages_per_session,
-                max_per_host=out.max_sessions_per_host,
-            ),
-            nameservers=sections["dns"].nameservers,
-            dns_timeout=sections["dns"].timeout,
-            providers=extras["providers"],
-            rules=extras["replies"],
-            routes=extras["routes"],
-            pools=extras["pools"],
-            relay=build(
-                relay.Settings,
-                keys,
-                pools=extras["account_pools"],
-                poll=out.poll_interval,
-                ca_file=tls.ca_file,
-                breaker=accounts.Breaker(
-                    failures=keys.breaker_failures,
-                    window=keys.breaker_window,
-                    min_successes=keys.breaker_min_successes,
-                    trip_for=keys.trip_duration,
-                    trips_per_day=keys.trips_to_disconnect,
-                ),
-            ),
-            tls=build(
-                policies.Settings,
-                tls,
-                dane=tls.outbound == "dane",
-                https_port=tls.mta_sts_port,
-                fetch_timeout=tls.mta_sts_timeout,
-            ),
-            tls_reports=tlsrpt.Settings(
-                enabled=tls.reports,
-                organization=tls.report_organization or hostname,
-                contact=tls.report_contact,
-                sender=tls.report_from or f"postmaster@{hostname}",
-                tenant=sub.default_tenant,
-            ),
-            dkim_processes=dkim.processes,
+        delivery=configured.build(
+            sections, extras, list_unsubscribe=frozenset(t for t, d in tenant_defaults.items() if d.list_unsubscribe)
         ),
         retention=sections["retention"],
         suppression=sections["suppression"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,12 @@ from mtad.outbound import outcomes
 def retry_schedule(value: Any) -> outcomes.RetrySchedule:
     """ "5m, 10m, 30m, 1h, 2h, 4h" (the last repeats); "2h*3" is 2h three times."""
     return outcomes.RetrySchedule(values.schedule(value))
+
+
+def shipped_table(name: str) -> Path:
+    """The reference table `name` ("providers", "replies") shipped with mtad, the
+    default when the configuration names none."""
+    return Path(str(resources.files("mtad").joinpath("tables", f"{name}.toml")))
 
 
 @dataclass(frozen=True, slots=True)
