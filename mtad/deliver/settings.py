@@ -12,6 +12,7 @@ from typing import Any
 from mtad.base import values
 from mtad.base.settings import key
 from mtad.outbound import outcomes
+from mtad.signing import settings as signing_settings
 
 
 def retry_schedule(value: Any) -> outcomes.RetrySchedule:
@@ -53,31 +54,36 @@ class Delivery:
     probation_pool: str | None = key(values.optional_string, "", "The source IP pool of tenants on probation.")
 
 
+_DECLARED = Delivery()  # the declared defaults, of an engine made without a configuration
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
+    """What the engine takes: [delivery]'s keys of the same names (their defaults are the
+    declared ones), and what config gives from the other sections and tables."""
+
     node: str
-    retry: outcomes.RetrySchedule = field(
-        default_factory=lambda: outcomes.RetrySchedule((300, 600, 1800, 3600, 7200, 14400))
-    )
-    max_age: float = 5 * 86400.0
-    max_failures: int = 5  # mtad's own failures before a delivery is a dead letter
-    max_recipients_per_transaction: int = 50
-    lease_duration: float = 300.0
-    lease_batch: int = 500
-    max_held: int = 20_000  # deliveries held in memory at once
-    body_cache: int = 64 * 1024 * 1024  # bytes of message bodies held for sending; beyond, read when sent
-    poll_interval: float = 5.0
-    shutdown_timeout: float = 30.0
-    checkpoint_interval: float = 5.0  # buckets and warm-up to and from PostgreSQL, and the live node count
+    retry: outcomes.RetrySchedule = _DECLARED.retry
+    max_age: float = _DECLARED.max_age
+    max_failures: int = _DECLARED.max_failures  # mtad's own failures before a delivery is a dead letter
+    max_recipients_per_transaction: int = _DECLARED.max_recipients_per_transaction
+    lease_duration: float = _DECLARED.lease_duration
+    lease_batch: int = _DECLARED.lease_batch
+    max_held: int = _DECLARED.max_held  # deliveries held in memory at once
+    body_cache: int = _DECLARED.body_cache  # bytes of message bodies held for sending; beyond, read when sent
+    poll_interval: float = _DECLARED.poll_interval
+    shutdown_timeout: float = _DECLARED.shutdown_timeout
+    # Buckets and warm-up to and from PostgreSQL, and the live node count.
+    checkpoint_interval: float = _DECLARED.checkpoint_interval
     node_timeout: float = 30.0  # a node whose heartbeat is older is not counted as live
-    default_pool: str | None = None  # the source IP pool of mail that names none (None: source_address)
-    probation_pool: str | None = None  # the source IP pool of the tenants on probation (None: as any other)
+    default_pool: str | None = _DECLARED.default_pool  # of mail that names none (None: source_address)
+    probation_pool: str | None = _DECLARED.probation_pool  # of the tenants on probation (None: as any other)
     route_pools: Mapping[str, str] = field(default_factory=dict)  # domain -> pool, over what the message says
     route_account_pools: Mapping[str, str] = field(
         default_factory=dict
     )  # domain -> account pool, if the message has none
     tenant_weights: Mapping[str, int] = field(default_factory=dict)  # turns per round in a ready queue (default 1)
     tenant_dkim_domains: Mapping[str, str] = field(default_factory=dict)  # tenant -> its signing domain
-    dkim_canonicalization: str = "relaxed/relaxed"  # c= of the signatures (header/body)
+    dkim_canonicalization: str = signing_settings.Dkim().canonicalization  # c= of the signatures (header/body)
     bounce_suppression: float | None = None  # seconds a recipient bounced as unknown stays suppressed (None: ever)
     list_unsubscribe: frozenset[str] = frozenset()  # tenants whose mail gets List-Unsubscribe fields

@@ -34,7 +34,7 @@ from mtad.base.batching import Batcher
 from mtad.base.endpoints import HostPort
 from mtad.base.replies import Reply
 from mtad.base.sessions_set import Tracked
-from mtad.feedback import reports, signals
+from mtad.feedback import reports, settings, signals
 from mtad.feedback.verp import Verp
 from mtad.outbound import outcomes
 
@@ -53,13 +53,16 @@ def relaying_denied(address: str) -> Reply:
     return Reply(550, "5.7.1", f"<{address}>: relaying denied")
 
 
+_DECLARED = settings.Inbound()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     listen: tuple[HostPort, ...]
     bounce_domain: str | None  # None: no bounce address is taken (but the VERP domain's, when VERP is on)
     complaints: str | None  # the address feedback loops send their reports to (None: none)
-    max_message_size: int = 10 * MIB
-    max_per_minute: int = 600  # messages a client IP address may start in any minute
+    max_message_size: int = _DECLARED.max_message_size
+    max_per_minute: int = _DECLARED.max_per_minute  # messages a client IP address may start in any minute
     hostname: str
 
 

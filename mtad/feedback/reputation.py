@@ -34,7 +34,7 @@ import structlog
 
 from mtad import db
 from mtad.base import errors, events, metrics, reasons
-from mtad.feedback import consumers, signals
+from mtad.feedback import consumers, settings, signals
 from mtad.spool import tenants
 
 log = structlog.get_logger("mtad.reputation")
@@ -62,12 +62,15 @@ class Guard:
     graduate_after: int = 1000  # deliveries on probation before it ends
 
 
+_DECLARED = settings.Reputation()
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    enabled: bool = True  # false: nothing is counted, no tenant is paused or graduates by itself
+    enabled: bool = _DECLARED.enabled  # false: nothing is counted, no tenant is paused or graduates by itself
     default: Guard = Guard()
     tenants: Mapping[str, Guard] = field(default_factory=dict)
-    publish: float = 30.0  # seconds between updates of the windows' metrics
+    publish: float = _DECLARED.publish  # seconds between updates of the windows' metrics
 
     def guard(self, tenant: str) -> Guard:
         return self.tenants.get(tenant, self.default)

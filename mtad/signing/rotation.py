@@ -34,17 +34,22 @@ import structlog
 from mtad import db
 from mtad.base import errors, metrics, vault
 from mtad.outbound import routing
-from mtad.signing import dkim
+from mtad.signing import dkim, settings
 from mtad.signing.dkim import KeyState
 
 log = structlog.get_logger("mtad.rotation")
 
 
+_DECLARED = settings.Dkim(processes=0)
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    overlap: float = 7 * 86400.0  # seconds a retiring key's record stays published
-    rotate_every: float | None = None  # seconds an active key signs before a successor is generated
-    check_interval: float = 60.0
+    """[dkim]'s rotation keys (their defaults are the declared ones)."""
+
+    overlap: float = _DECLARED.overlap  # seconds a retiring key's record stays published
+    rotate_every: float | None = _DECLARED.rotate_every  # seconds an active key signs before a successor is made
+    check_interval: float = _DECLARED.check_interval
 
 
 @dataclass(frozen=True, slots=True)

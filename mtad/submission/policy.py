@@ -28,32 +28,37 @@ from mtad.base.replies import Reply
 from mtad.feedback import suppression
 from mtad.outbound import routing
 from mtad.spool import commit, quotas, tenants
-from mtad.submission import assembly
+from mtad.submission import assembly, settings
 
 log = structlog.get_logger("mtad.submission")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
+# The declared defaults (hostname and processes aside: read when an instance is made).
+_DECLARED = settings.Submission(hostname="localhost", processes=0)
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    listen: tuple[HostPort, ...] = (HostPort("127.0.0.1", 2525),)
+    """What the port takes: [submission]'s keys (their defaults are the declared ones),
+    and what config gives from [tls] and the tables."""
+
+    listen: tuple[HostPort, ...] = _DECLARED.listen
     hostname: str = field(default_factory=socket.getfqdn)
-    max_message_size: int = 25 * 1024 * 1024
-    max_recipients: int = 100
-    trusted_networks: tuple[Network, ...] = (
-        ipaddress.ip_network("127.0.0.0/8"),
-        ipaddress.ip_network("::1/128"),
-    )
-    require_auth: bool = False
-    default_tenant: str = "default"
-    idle_timeout: float = 300.0
-    auth_max_failures: int = 5
-    auth_failure_window: float = 600.0
-    max_connections_per_client: int = 100  # open sessions from one IP address; 421 4.7.0 beyond
-    max_connections: int = 10_000  # open sessions in all; both divided among `processes` (Server)
-    shutdown_timeout: float = 30.0
-    check_recipient_domains: bool = True  # refuse recipients whose domain takes no mail (550 5.1.2)
+    max_message_size: int = _DECLARED.max_message_size
+    max_recipients: int = _DECLARED.max_recipients
+    trusted_networks: tuple[Network, ...] = _DECLARED.trusted_networks
+    require_auth: bool = _DECLARED.require_auth
+    default_tenant: str = _DECLARED.default_tenant
+    idle_timeout: float = _DECLARED.idle_timeout
+    auth_max_failures: int = _DECLARED.auth_max_failures
+    auth_failure_window: float = _DECLARED.auth_failure_window
+    # Open sessions from one IP address (421 4.7.0 beyond), and in all; both divided among `processes` (Server).
+    max_connections_per_client: int = _DECLARED.max_connections_per_client
+    max_connections: int = _DECLARED.max_connections
+    shutdown_timeout: float = _DECLARED.shutdown_timeout
+    check_recipient_domains: bool = _DECLARED.check_recipient_domains  # 550 5.1.2 for a domain that takes no mail
     processes: int = 0  # processes serving the port beside the daemon's (0: the daemon's own serves it)
     tls_cert: Path | None = None
     tls_key: Path | None = None
