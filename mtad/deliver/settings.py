@@ -12,6 +12,7 @@ from typing import Any
 from mtad.base import values
 from mtad.base.settings import key
 from mtad.outbound import outcomes
+from mtad.outbound import settings as outbound_settings
 from mtad.signing import settings as signing_settings
 
 
@@ -27,19 +28,13 @@ def shipped_table(name: str) -> Path:
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(outbound_settings.Sessions):
+    """[delivery]: the engine's keys, beside the sessions' (outbound.settings.Sessions)."""
+
     enabled: bool = key(values.boolean, True, "false: this node only accepts.")
-    port: int = key(values.integer(1, 65535), 25, "Port of the receiving mail exchangers.")
-    source_address: str | None = key(values.optional_ip, "", "Local address of sends without a pool.")
-    ehlo_hostname: str = key(values.string, "", "Name in our EHLO; empty: [submission] hostname.")
     providers: Path | None = key(values.optional_path, "", "Providers by MX host; empty: the shipped table.")
     replies: Path | None = key(values.optional_path, "", "How replies are classified; empty: the shipped table.")
-    max_messages_per_session: int = key(values.integer(1, 100_000), 100, "Messages a session carries at most.")
-    max_sessions_per_host: int = key(values.integer(1, 10_000), 20, "Sessions open at once to one MX address.")
     max_recipients_per_transaction: int = key(values.integer(1, 1000), 50, "Recipients of one transaction.")
-    idle_timeout: float = key(values.positive_duration, "30s", "An unused session is closed after this long.")
-    connect_timeout: float = key(values.positive_duration, "30s", "To connect and receive the greeting.")
-    command_timeout: float = key(values.positive_duration, "5m", "To wait for any reply.")
     retry: outcomes.RetrySchedule = key(retry_schedule, "5m, 10m, 30m, 1h, 2h, 4h", "Delays before each retry.")
     max_age: float = key(values.positive_duration, "5d", "A delivery not done this long after its accept bounces.")
     max_failures: int = key(values.integer(1, 1000), 5, "mtad's own failures before a dead letter.")

@@ -75,6 +75,7 @@ from typing import Any
 
 from mtad import db
 from mtad.base import errors
+from mtad.mailboxes import settings
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")  # as the accounts.name CHECK
 POOL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # as the accounts.pool CHECK
@@ -254,15 +255,18 @@ class Credentials:
     scope: str | None = None
 
 
+_DECLARED = settings.Accounts()  # [accounts]: the breaker's keys
+
+
 @dataclass(frozen=True, slots=True)
 class Breaker:
     """When repeated failures take an account out of the rotation (`failure`)."""
 
-    failures: int = 5  # failures of the account in `window` that trip it
-    window: float = 1800.0  # seconds
-    min_successes: int = 10  # confirmed sends of the whole system in `window`, else no trip (an outage)
-    trip_for: float = 1800.0  # seconds a trip lasts
-    trips_per_day: int = 2  # the trip in a day that disconnects the account instead
+    failures: int = _DECLARED.breaker_failures  # failures of the account in `window` that trip it
+    window: float = _DECLARED.breaker_window  # seconds
+    min_successes: int = _DECLARED.breaker_min_successes  # confirmed sends of the system in `window`, else no trip
+    trip_for: float = _DECLARED.trip_duration  # seconds a trip lasts
+    trips_per_day: int = _DECLARED.trips_to_disconnect  # the trip in a day that disconnects the account instead
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ from mtad import db
 from mtad.base import errors, metrics, reasons, vault
 from mtad.base.batching import Batcher
 from mtad.base.lifecycle import Reason
-from mtad.mailboxes import accounts, inboxes, oauth
+from mtad.mailboxes import accounts, inboxes, oauth, settings
 from mtad.mailboxes.accounts import Account, State
 from mtad.outbound import sessions
 from mtad.outbound.outcomes import Class, Verdict
@@ -93,14 +93,17 @@ class PoolSettings:
     on_unknown: str = "hold"
 
 
+_DECLARED = settings.Accounts()
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     pools: Mapping[str, PoolSettings] = field(default_factory=dict)
-    cooldown: float = 3600.0  # a throttled account rests this long
-    gmail_cooldown: float = 4 * 3600.0  # ... and this long when Gmail throttled it
+    cooldown: float = _DECLARED.cooldown  # a throttled account rests this long
+    gmail_cooldown: float = _DECLARED.gmail_cooldown  # ... and this long when Gmail throttled it
     breaker: accounts.Breaker = field(default_factory=accounts.Breaker)
     poll: float = 5.0  # the longest a paused pool waits before it looks again (an operator may act)
-    hand_back_after: float = 60.0  # mail that would wait longer for a mailbox goes back to the spool
+    hand_back_after: float = _DECLARED.hand_back_after  # mail that would wait longer goes back to the spool
     ca_file: Path | None = None  # [tls] ca_file: for a pool that names none (None: the system's trust store)
 
     def ca_file_of(self, pool: str) -> Path | None:

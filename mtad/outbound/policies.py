@@ -39,7 +39,7 @@ from typing import Any
 
 from mtad import db
 from mtad.base import errors
-from mtad.outbound import dane, fetching, mtasts, routing
+from mtad.outbound import dane, fetching, mtasts, routing, settings
 
 MIN_TTL, MAX_TTL = 5.0, 3600.0  # bounds on how long a TXT or TLSA answer is remembered
 REMEMBERED = 10_000  # domains (and MX hosts) whose TXT id, policy and TLSA records are kept in memory
@@ -60,12 +60,17 @@ class Failed:
     text: str
 
 
+_DECLARED = settings.Tls()
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    mta_sts: bool = True  # honour the MTA-STS policies of recipient domains
+    """[tls]'s policy keys (their defaults are the declared ones)."""
+
+    mta_sts: bool = _DECLARED.mta_sts  # honour the MTA-STS policies of recipient domains
     dane: bool = False  # verify against TLSA records in DNSSEC-validated answers ([tls] outbound = "dane")
-    https_port: int = 443  # where policies are fetched (a test serves them elsewhere)
-    fetch_timeout: float = 10.0
+    https_port: int = _DECLARED.mta_sts_port  # where policies are fetched (a test serves them elsewhere)
+    fetch_timeout: float = _DECLARED.mta_sts_timeout
     ca_file: Path | None = None  # only its CAs are trusted ([tls] ca_file); None: the system's
 
 

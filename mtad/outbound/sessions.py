@@ -47,7 +47,7 @@ import aiosmtplib.smtp
 
 from mtad.base import metrics
 from mtad.base.replies import Reply
-from mtad.outbound import dane
+from mtad.outbound import dane, settings
 from mtad.outbound.outcomes import Failure
 from mtad.outbound.policies import Failed, Kind, Verify
 
@@ -80,17 +80,22 @@ class _PipeliningProtocol(aiosmtplib.protocol.SMTPProtocol):
 setattr(aiosmtplib.smtp, "SMTPProtocol", _PipeliningProtocol)  # noqa: B010
 
 
+_DECLARED = settings.Sessions()
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    port: int = 25
-    ehlo_hostname: str = "localhost"
-    source_address: str | None = None
+    """[delivery]'s session keys (their defaults are the declared ones), and [tls] outbound."""
+
+    port: int = _DECLARED.port
+    ehlo_hostname: str = "localhost"  # config gives [delivery] ehlo_hostname, else [submission] hostname
+    source_address: str | None = _DECLARED.source_address
     tls_required: bool = False
-    connect_timeout: float = 30.0
-    command_timeout: float = 300.0
-    max_messages: int = 100  # per session
-    max_per_host: int = 20  # open sessions to one address
-    idle_timeout: float = 30.0
+    connect_timeout: float = _DECLARED.connect_timeout
+    command_timeout: float = _DECLARED.command_timeout
+    max_messages: int = _DECLARED.max_messages_per_session  # per session
+    max_per_host: int = _DECLARED.max_sessions_per_host  # open sessions to one address
+    idle_timeout: float = _DECLARED.idle_timeout
 
 
 @dataclass(frozen=True, slots=True)

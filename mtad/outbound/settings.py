@@ -1,4 +1,5 @@
-"""[dns] and [tls]: how receivers are found and reached, declared (mtad.base.settings)."""
+"""[dns], [tls] and the sessions' keys of [delivery]: how receivers are found and
+reached, declared (mtad.base.settings)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,18 @@ class Tls:
     report_organization: str = declared.key(values.string, "", "Their organization; empty: [submission] hostname.")
     report_from: str = declared.key(values.string, "", "Their sender; empty: postmaster@[submission] hostname.")
     report_contact: str = declared.key(values.string, "", "Their contact-info.")
+
+
+@dataclass(frozen=True, slots=True)
+class Sessions:
+    """The keys of [delivery] that say how the SMTP client sessions are made
+    (deliver.settings.Delivery declares the rest of the section)."""
+
+    port: int = declared.key(values.integer(1, 65535), 25, "Port of the receiving mail exchangers.")
+    source_address: str | None = declared.key(values.optional_ip, "", "Local address of sends without a pool.")
+    ehlo_hostname: str = declared.key(values.string, "", "Name in our EHLO; empty: [submission] hostname.")
+    max_messages_per_session: int = declared.key(values.integer(1, 100_000), 100, "Messages a session carries.")
+    max_sessions_per_host: int = declared.key(values.integer(1, 10_000), 20, "Sessions open at once to one MX.")
+    idle_timeout: float = declared.key(values.positive_duration, "30s", "An unused session closes after this long.")
+    connect_timeout: float = declared.key(values.positive_duration, "30s", "To connect and receive the greeting.")
+    command_timeout: float = declared.key(values.positive_duration, "5m", "To wait for any reply.")

@@ -31,7 +31,7 @@ import structlog
 
 from mtad import db
 from mtad.base import envelope, errors, metrics
-from mtad.outbound import http_client, mtasts, policies, routing
+from mtad.outbound import http_client, mtasts, policies, routing, settings
 from mtad.spool import commit
 
 log = structlog.get_logger("mtad.tlsrpt")
@@ -41,9 +41,12 @@ _POLICY_TYPES = {policies.Kind.MTA_STS: "sts", policies.Kind.DANE: "tlsa"}
 _VERSION = re.compile(r"^v=TLSRPTv1[ \t]*;")
 
 
+_DECLARED = settings.Tls()
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    enabled: bool = True  # false: sessions are still counted (metrics too), no report is sent
+    enabled: bool = _DECLARED.reports  # false: sessions are still counted (metrics too), no report is sent
     organization: str = "mtad"  # organization-name of the reports
     contact: str = ""  # contact-info (an address); "": postmaster@ the sender's domain
     sender: str = "postmaster@localhost"  # From of the reports sent by mail
