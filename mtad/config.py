@@ -15,10 +15,11 @@ spool.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import ssl
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,9 @@ DatabaseSettings = db_settings.Database
 SpoolSettings = spool_settings.Spool
 NodeSettings = spool_settings.Node
 DnsSettings = outbound_settings.Dns
+AccountsSettings = mailboxes_settings.Accounts
+BouncesSettings = feedback_settings.Bounces
+UnsubscribeSettings = feedback_settings.Unsubscribe
 shipped_table = deliver_settings.shipped_table
 
 
@@ -110,28 +114,6 @@ SECTIONS: Mapping[str, type[Any]] = {
     "unsubscribe": feedback_settings.Unsubscribe,
 }
 SCHEMA: Mapping[str, Mapping[str, declared.Key]] = {name: declared.keys(cls) for name, cls in SECTIONS.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class AccountsSettings:
-    key_file: Path | None  # the key that seals account secrets, DKIM keys and webhook secrets (mtad.base.vault), else
-    key_env: str | None  # the environment variable that holds it
-    make: bool = False  # key_file is mtad's own (embedded database, no key named): made when missing
-
-
-@dataclass(frozen=True, slots=True)
-class BouncesSettings:
-    domain: str | None  # the domain of the VERP envelope senders of MX mail (None: VERP off)
-    key_file: Path | None  # the key of their HMAC
-    make: bool = False  # key_file is mtad's own (embedded database, no key named): made when missing
-
-
-@dataclass(frozen=True, slots=True)
-class UnsubscribeSettings:
-    listen: tuple[HostPort, ...]  # the public one-click endpoint (empty: none on this node)
-    url: str | None  # its public base URL, https (None: no List-Unsubscribe is added)
-    key_file: Path | None  # the key of the links' tokens
-    make: bool = False  # key_file is mtad's own (embedded database, no key named): made when missing
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +233,9 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
         extras["tenants_shared"],
         extras["tenant_guards"],
     )
-    if extras["account_pools"] and not _accounts(found).key_file and not found["accounts"].get("key_env"):
+    sections = {name: declared.parsed(SECTIONS[name], keys) for name, keys in found.items()}
+    _own_keys(sections)
+    if extras["account_pools"] and not sections["accounts"].key_file and not sections["accounts"].key_env:
         problems.append(
             "[accounts] key_file or key_env: [account_pools] are configured, and their accounts' "
             "secrets need a key to open; make one with `mtad accounts key > FILE` (mode 0600), "
@@ -259,7 +243,7 @@ def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Setting
         )
     if problems:
         raise errors.ConfigError(problems)
-    built = _build({name: declared.parsed(SECTIONS[name], keys) for name, keys in found.items()}, found, extras, path)
+    built = _build(sections, extras, path)
     _check(built, origin, problems)
     if problems:
         raise errors.ConfigError(problems)
@@ -288,11 +272,13 @@ def load_basics(path: Path | None, environ: Mapping[str, str] | None = None) -> 
     limits = _tenant_limits(document.get("tenants", {}), problems)
     if problems:
         raise errors.ConfigError(problems)
+    sections = {name: declared.parsed(SECTIONS[name], found[name]) for name in BASIC_SECTIONS}
+    _own_keys(sections)
     return Basics(
-        database=declared.parsed(DatabaseSettings, found["database"]),
-        node=declared.parsed(NodeSettings, found["node"]),
-        accounts=_accounts(found),
-        dns=declared.parsed(DnsSettings, found["dns"]),
+        database=sections["database"],
+        node=sections["node"],
+        accounts=sections["accounts"],
+        dns=sections["dns"],
         tenants=limits,
         source=path,
         default_tenant=found["submission"]["default_tenant"],
@@ -311,30 +297,20 @@ def _tenant_limits(table: Any, problems: list[str]) -> TenantLimits:
     return found
 
 
-def _accounts(found: dict[str, dict[str, Any]]) -> AccountsSettings:
-    """The key named, else on the embedded database mtad's own, in its state directory
-    (the data directory's parent); with a DSN and none named, no key."""
-    keys, base = found["accounts"], found["database"]
-    if keys.get("key_file") or keys.get("key_env") or base.get("dsn") or "data_dir" not in base:
-        return AccountsSettings(keys.get("key_file"), keys.get("key_env"))
-    return AccountsSettings(base["data_dir"].parent / OWN_KEY, None, make=True)
-
-
-def _bounces(found: dict[str, dict[str, Any]]) -> BouncesSettings:
-    """The bounce key named, else on the embedded database mtad's own (as _accounts)."""
-    bounces, base = found["bounces"], found["database"]
-    if bounces["key_file"] or base.get("dsn") or bounces["domain"] is None:
-        return BouncesSettings(bounces["domain"], bounces["key_file"])
-    return BouncesSettings(bounces["domain"], base["data_dir"].parent / OWN_BOUNCE_KEY, make=True)
-
-
-def _unsubscribe(found: dict[str, dict[str, Any]]) -> UnsubscribeSettings:
-    """The token key named, else on the embedded database mtad's own (as _accounts)."""
-    given, base = found["unsubscribe"], found["database"]
-    listen, url = tuple(given["listen"]), given["url"]
-    if given["key_file"] or base.get("dsn") or (url is None and not listen):
-        return UnsubscribeSettings(listen, url, given["key_file"])
-    return UnsubscribeSettings(listen, url, base["data_dir"].parent / OWN_UNSUBSCRIBE_KEY, make=True)
+def _own_keys(sections: dict[str, Any]) -> None:
+    """[accounts], [bounces] and [unsubscribe] with their keys, in place: the key named,
+    else on the embedded database mtad's own, in its state directory (the data
+    directory's parent), made when missing; with a DSN and none named, none."""
+    base = sections["database"]
+    wants: dict[str, tuple[str, Callable[[Any], bool]]] = {
+        "accounts": (OWN_KEY, lambda s: not s.key_env),
+        "bounces": (OWN_BOUNCE_KEY, lambda s: s.domain is not None),
+        "unsubscribe": (OWN_UNSUBSCRIBE_KEY, lambda s: s.url is not None or bool(s.listen)),
+    }
+    for name, (own, wanted) in wants.items():
+        section = sections.get(name)
+        if section is not None and section.key_file is None and base.dsn is None and wanted(section):
+            sections[name] = dataclasses.replace(section, key_file=base.data_dir.parent / own, make=True)
 
 
 def _read(
@@ -440,9 +416,7 @@ def _env_value(text: str) -> Any:
         return text
 
 
-def _build(
-    sections: dict[str, Any], found: dict[str, dict[str, Any]], extras: dict[str, Any], path: Path | None
-) -> Settings:
+def _build(sections: dict[str, Any], extras: dict[str, Any], path: Path | None) -> Settings:
     """The settings of each component: a field named as a key of its section takes the
     key's value (mtad.base.settings.build); what differs, or spans sections, is given."""
     from mtad import submission
@@ -470,7 +444,7 @@ def _build(
         http=sections["http"],
         admin=_admin(sections["admin"]),
         log=sections["log"],
-        accounts=_accounts(found),
+        accounts=sections["accounts"],
         dkim=build(rotation.Settings, dkim),
         node=sections["node"],
         delivery=configured.build(
@@ -478,8 +452,8 @@ def _build(
         ),
         retention=sections["retention"],
         suppression=sections["suppression"],
-        bounces=_bounces(found),
-        unsubscribe=_unsubscribe(found),
+        bounces=sections["bounces"],
+        unsubscribe=sections["unsubscribe"],
         inbound=build(
             inbound.Settings, sections["inbound"], bounce_domain=sections["bounces"].domain, hostname=hostname
         ),

@@ -41,7 +41,6 @@ import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -163,8 +162,9 @@ class Daemon:
         engine = None
         tls_policies = policies.Policies(database, resolver, out.tls, count_failure=tlsrpt.failures(database))
         signer = dkim.Signer(processes=out.dkim_processes)
-        sealer = _vault(settings)
-        tokens = _unsubscribing(settings.unsubscribe)
+        keys = settings.accounts
+        sealer = vault.Vault.configured(keys.key_file, keys.key_env, keys.make)
+        tokens = unsubscribe.tokens(settings.unsubscribe)
         states = tenants.States(database)  # paused, on probation: read again by the gate's task
         controls = suspensions.Controls(database)  # the operator's suspensions and reroutes
         await controls.load(_now())
@@ -183,7 +183,7 @@ class Daemon:
             engine = delivery.Delivery(
                 out.engine, queue, router, sessions.Pool(out.sessions, verified_tls=fetching.trust(out.tls.ca_file)),
                 out.rules, pools=egress.Egress(out.pools), tls=tls_policies,
-                mailboxes=mailboxes, signer=signer, verp=_verp(settings.bounces), unsubscribing=links,
+                mailboxes=mailboxes, signer=signer, verp=verp.configured(settings.bounces), unsubscribing=links,
                 on_probation=states.on_probation, controls=controls,
             )  # fmt: skip
         metrics.watch_pools([database, *self._closing])  # their use is read at every scrape
@@ -196,17 +196,12 @@ class Daemon:
             accepting = port.InProcess(handed, database, router, fast_path=engine, gate=gate)
         listening = None  # bounces and complaints
         if settings.inbound.listen:
-            listening = inbound.Inbound(settings.inbound, database, _verp(settings.bounces), rules=out.rules)
+            listening = inbound.Inbound(settings.inbound, database, verp.configured(settings.bounces), rules=out.rules)
         injecting = None  # the admin API's own group committer: HTTP injection
         admin = None
         acceptor = None
         if settings.admin.token is not None:
-            injecting = commit.GroupCommitter(database, window=settings.spool.commit_window,
-                                              max_batch=settings.spool.commit_max_batch,
-                                              max_batch_bytes=settings.spool.commit_max_batch_bytes,
-                                              timeout=settings.spool.commit_timeout,
-                                              idempotency_window=settings.spool.idempotency_window,
-                                              fast_path=engine)  # fmt: skip
+            injecting = commit.committer(database, settings.spool, fast_path=engine)
             refusing = any(t.refuse_suppressed for t in sub.tenant_defaults.values())
             checker = suppression.Checker(database) if refusing else None
             acceptor = submission.Acceptor(sub, injecting, gate, router=router, suppressions=checker)
@@ -603,11 +598,7 @@ def port_settings(settings: config.Settings, dsn: str) -> port.PortSettings:
     out = settings.delivery
     return port.PortSettings(
         submission=settings.submission,
-        commit_window=settings.spool.commit_window,
-        commit_max_batch=settings.spool.commit_max_batch,
-        commit_max_batch_bytes=settings.spool.commit_max_batch_bytes,
-        commit_timeout=settings.spool.commit_timeout,
-        idempotency_window=settings.spool.idempotency_window,
+        spool=settings.spool,
         log_format=settings.log.format,
         log_level=settings.log.level,
         dsn=dsn,
@@ -622,51 +613,8 @@ def port_settings(settings: config.Settings, dsn: str) -> port.PortSettings:
     )
 
 
-def _verp(settings: config.BouncesSettings) -> verp.Verp | None:
-    """The VERP senders of MX mail (None: off)."""
-    if settings.domain is None or settings.key_file is None:
-        return None
-    key = _key("bounces", settings.key_file, settings.make)
-    try:
-        return verp.Verp(settings.domain, key)
-    except ValueError as exc:
-        raise errors.ConfigError([f"[bounces] key_file: {exc}"]) from None
-
-
-def _unsubscribing(settings: config.UnsubscribeSettings) -> unsubscribe.Tokens | None:
-    """The tokens of the unsubscribe links (None: neither links nor the endpoint)."""
-    if settings.key_file is None:
-        return None
-    try:
-        return unsubscribe.Tokens(_key("unsubscribe", settings.key_file, settings.make))
-    except ValueError as exc:
-        raise errors.ConfigError([f"[unsubscribe] key_file: {exc}"]) from None
-
-
-def _key(section: str, path: Path, make: bool) -> bytes:
-    """An HMAC key from its file; mtad's own is made first on the embedded default."""
-    if make and vault.make_key(path):
-        logger.info("key_made", key_file=str(path), section=section)
-    try:
-        return path.read_bytes().strip()
-    except OSError as exc:
-        raise errors.ConfigError([f"[{section}] key_file: cannot read {path}: {exc.strerror}"]) from None
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _vault(settings: config.Settings) -> vault.Vault | None:
-    """The key that opens account secrets, DKIM keys and webhook secrets: the one configured, else on the
-    embedded default mtad's own (made at the first start); with neither, None (relayed
-    mail waits, and says why: config refuses [account_pools] without a key)."""
-    keys = settings.accounts
-    if keys.key_file is None and not keys.key_env:
-        return None
-    if keys.make and keys.key_file is not None and vault.make_key(keys.key_file):
-        logger.info("accounts_key_made", path=str(keys.key_file), mode="0600")
-    return vault.Vault.from_config(keys.key_file, keys.key_env)
 
 
 def _limits(settings: config.Settings) -> Callable[[str], tuple[quotas.Quota, reputation.Guard]]:

@@ -17,9 +17,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import structlog
 from cryptography.fernet import Fernet, InvalidToken
 
 from mtad.base import errors
+
+logger = structlog.get_logger("mtad.vault")
 
 NO_KEY = (
     "[accounts] key_file or key_env: account secrets, DKIM keys and webhook secrets are sealed with a key mtad "
@@ -87,6 +90,17 @@ class Vault:
         return Fernet.generate_key()
 
     @classmethod
+    def configured(cls, key_file: Path | None, key_env: str | None, make: bool) -> Vault | None:
+        """[accounts]' key: the one configured, else on the embedded default mtad's own
+        (made at the first start); with neither, None (relayed mail waits, and says why:
+        config refuses [account_pools] without a key)."""
+        if key_file is None and not key_env:
+            return None
+        if make and key_file is not None and make_key(key_file):
+            logger.info("accounts_key_made", path=str(key_file), mode="0600")
+        return cls.from_config(key_file, key_env)
+
+    @classmethod
     def from_config(cls, key_file: Path | None, key_env: str | None) -> Vault:
         """The key from the file, else the environment variable; ConfigError naming the
         key when neither gives one."""
@@ -112,3 +126,14 @@ class Vault:
             raise errors.ConfigError(
                 ["[accounts] key: a stored secret does not open with this key (was the key changed?)"]
             ) from None
+
+
+def hmac_key(section: str, path: Path, make: bool) -> bytes:
+    """An HMAC key from its file ([section] key_file); mtad's own is made first on the
+    embedded default. ConfigError naming the key when it cannot be read."""
+    if make and make_key(path):
+        logger.info("key_made", key_file=str(path), section=section)
+    try:
+        return path.read_bytes().strip()
+    except OSError as exc:
+        raise errors.ConfigError([f"[{section}] key_file: cannot read {path}: {exc.strerror}"]) from None

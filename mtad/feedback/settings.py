@@ -39,6 +39,7 @@ class Reports:
 class Bounces:
     domain: str | None = key(values.optional_domain, "", "The domain of the VERP senders of MX mail; empty: no VERP.")
     key_file: Path | None = key(values.optional_path, "", "The key of their HMAC.")
+    make: bool = False  # key_file is mtad's own (embedded database, no key named): made when missing
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +86,4 @@ class Unsubscribe:
     listen: tuple[HostPort, ...] = key(_ADDRESSES, [], "The public one-click endpoint; []: none on this node.")
     url: str | None = key(values.https_url, "", "Its public base URL, https; empty: no List-Unsubscribe.")
     key_file: Path | None = key(values.optional_path, "", "The HMAC key of the links' tokens.")
+    make: bool = False  # key_file is mtad's own (embedded database, no key named): made when missing

@@ -36,8 +36,8 @@ from aiohttp import http_exceptions, web
 from aiohttp.typedefs import Handler
 
 from mtad import db
-from mtad.base import errors, headers
-from mtad.feedback import signals, suppression
+from mtad.base import errors, headers, vault
+from mtad.feedback import settings, signals, suppression
 
 log = structlog.get_logger("mtad.unsubscribe")
 
@@ -338,3 +338,14 @@ async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamR
 
 def _error(status: int, why: str, extra: dict[str, str] | None = None) -> web.Response:
     return web.json_response({"error": why}, status=status, headers={**_PRIVATE, **(extra or {})})
+
+
+def tokens(unsubscribing: settings.Unsubscribe) -> Tokens | None:
+    """The tokens of the unsubscribe links that [unsubscribe] names a key for (None:
+    neither links nor the endpoint)."""
+    if unsubscribing.key_file is None:
+        return None
+    try:
+        return Tokens(vault.hmac_key("unsubscribe", unsubscribing.key_file, unsubscribing.make))
+    except ValueError as exc:
+        raise errors.ConfigError([f"[unsubscribe] key_file: {exc}"]) from None

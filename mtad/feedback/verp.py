@@ -17,6 +17,9 @@ import hmac
 import re
 from dataclasses import dataclass
 
+from mtad.base import errors, vault
+from mtad.feedback import settings
+
 MAC_BYTES = 10  # 80 bits: a forger must guess them for each delivery
 _TOKEN = re.compile(r"([bu])-([0-9a-f]{1,16})-([a-z2-7]{16})", re.I)
 
@@ -67,3 +70,14 @@ class Verp:
     def _mac(self, kind: str, delivery: int) -> str:
         digest = hmac.new(self.key, f"{kind}-{delivery:x}".encode(), hashlib.sha256).digest()[:MAC_BYTES]
         return base64.b32encode(digest).decode().lower()
+
+
+def configured(bounces: settings.Bounces) -> Verp | None:
+    """The VERP senders of MX mail that [bounces] asks for (None: off)."""
+    if bounces.domain is None or bounces.key_file is None:
+        return None
+    key = vault.hmac_key("bounces", bounces.key_file, bounces.make)
+    try:
+        return Verp(bounces.domain, key)
+    except ValueError as exc:
+        raise errors.ConfigError([f"[bounces] key_file: {exc}"]) from None

@@ -22,3 +22,4 @@ class Accounts:
     breaker_min_successes: int = key(values.integer(0, 1_000_000), 10, "Sends the system confirmed, else no trip.")
     trip_duration: float = key(values.positive_duration, "30m", "How long a trip lasts.")
     trips_to_disconnect: int = key(values.integer(1, 100), 2, "The trip in a day that disconnects the account.")
+    make: bool = False  # key_file is mtad's own (embedded database, no key named): made when missing

@@ -31,11 +31,11 @@ import structlog
 from mtad import db
 from mtad.base import errors, metrics
 from mtad.base.envelope import Address
-from mtad.spool import wakeups
+from mtad.spool import settings, wakeups
 
 log = structlog.get_logger("mtad.spool")
 
-IDEMPOTENCY_WINDOW = 86400.0  # seconds a resubmission is recognised by its key ([spool] idempotency_window)
+_DECLARED = settings.Spool()  # [spool]: the group commit's keys
 
 
 def new_queue_id(now: float | None = None) -> uuid.UUID:
@@ -151,11 +151,11 @@ class GroupCommitter:
         self,
         database: db.Database,
         *,
-        window: float = 0.0,
-        max_batch: int = 200,
-        max_batch_bytes: int = 1 << 20,
-        timeout: float = 15.0,
-        idempotency_window: float = IDEMPOTENCY_WINDOW,
+        window: float = _DECLARED.commit_window,
+        max_batch: int = _DECLARED.commit_max_batch,
+        max_batch_bytes: int = _DECLARED.commit_max_batch_bytes,
+        timeout: float = _DECLARED.commit_timeout,
+        idempotency_window: float = _DECLARED.idempotency_window,
         fast_path: FastPath | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -435,3 +435,16 @@ def _resolve(future: asyncio.Future[Accepted], accepted: Accepted) -> None:
 async def depth(database: db.Database) -> dict[str, int]:
     """Deliveries per state (states with none are absent)."""
     return {row["state"]: row["n"] for row in await database.fetch("spool/depth")}
+
+
+def committer(database: db.Database, spool: settings.Spool, *, fast_path: FastPath | None = None) -> GroupCommitter:
+    """The group committer [spool] describes."""
+    return GroupCommitter(
+        database,
+        window=spool.commit_window,
+        max_batch=spool.commit_max_batch,
+        max_batch_bytes=spool.commit_max_batch_bytes,
+        timeout=spool.commit_timeout,
+        idempotency_window=spool.idempotency_window,
+        fast_path=fast_path,
+    )

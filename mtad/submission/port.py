@@ -15,6 +15,7 @@ from mtad.base.endpoints import HostPort
 from mtad.feedback import suppression
 from mtad.outbound import routing
 from mtad.spool import commit, quotas, tenants
+from mtad.spool import settings as spool_settings
 
 logger = structlog.get_logger("mtad.submission.port")
 
@@ -25,11 +26,7 @@ class PortSettings:
     daemon makes it from the configuration (daemon.port_settings)."""
 
     submission: submission.Settings
-    commit_window: float
-    commit_max_batch: int
-    commit_max_batch_bytes: int
-    commit_timeout: float
-    idempotency_window: float
+    spool: spool_settings.Spool  # the group commit
     log_format: str
     log_level: str
     dsn: str
@@ -70,15 +67,7 @@ class InProcess:
     ) -> None:
         sub = settings.submission
         self._within = sub.shutdown_timeout
-        self.committer = commit.GroupCommitter(
-            database,
-            window=settings.commit_window,
-            max_batch=settings.commit_max_batch,
-            max_batch_bytes=settings.commit_max_batch_bytes,
-            timeout=settings.commit_timeout,
-            idempotency_window=settings.idempotency_window,
-            fast_path=fast_path,
-        )
+        self.committer = commit.committer(database, settings.spool, fast_path=fast_path)
         tls = submission.tls_context(sub.tls_cert, sub.tls_key) if sub.tls_cert and sub.tls_key else None
         refusing = any(t.refuse_suppressed for t in sub.tenant_defaults.values())  # asks at RCPT
         checker = suppression.Checker(database) if refusing else None
