@@ -1,5 +1,6 @@
 import ipaddress
 import os
+import re
 import tomllib
 from pathlib import Path
 
@@ -52,6 +53,39 @@ def test_the_reference_file_shows_every_declared_key_with_its_default_and_no_oth
                 assert shown[key] == declared.default, f"[{section}] {key}: {shown[key]!r} != {declared.default!r}"
             assert declared.help
             assert len(declared.help.splitlines()) == 1
+
+
+DOCS = Path(__file__).parents[2] / "docs" / "configuration.md"
+
+
+def documented(text: str) -> dict[str, dict[str, str]]:
+    """The key tables of the configuration page: section -> key -> its default as shown."""
+    found: dict[str, dict[str, str]] = {}
+    section = None
+    for line in text.splitlines():
+        heading = re.fullmatch(r"### \[([a-z_]+)\]", line.strip())
+        if heading is not None:
+            section = heading.group(1)
+            found[section] = {}
+        elif line.startswith("#"):
+            section = None
+        elif section is not None and (row := re.match(r"\| `([a-z_]+)` \| (.*?) \|", line)):
+            found[section][row.group(1)] = row.group(2).strip()
+    return found
+
+
+def test_the_configuration_page_shows_every_declared_key_with_its_default_and_no_other() -> None:
+    if not DOCS.exists():
+        pytest.skip("docs/configuration.md is not written yet")
+    shown = documented(DOCS.read_text())
+    assert set(config.SCHEMA) <= set(shown)
+    for section, keys in config.SCHEMA.items():
+        assert set(shown[section]) == set(keys), section
+        for key, declared in keys.items():
+            if (section, key) == ("database", "data_dir"):
+                continue  # its default depends on where the file is
+            value = shown[section][key].strip("`")
+            assert tomllib.loads(f"v = {value}")["v"] == declared.default, f"[{section}] {key}: {value}"
 
 
 def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
