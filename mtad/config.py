@@ -46,6 +46,8 @@ if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of
     from mtad.signing import rotation
     from mtad.spool import quotas, retention
 
+    Limits = tuple[quotas.Quota, reputation.Guard]  # a tenant's quotas and reputation limits
+
 DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
 # A held delivery's lease is renewed every third of it, on the wire too, so it covers an
 # attempt of any length; what it must outlast is one renewal that waits for the database.
@@ -172,6 +174,11 @@ class Settings:
     @property
     def default_tenant(self) -> str:
         return self.submission.default_tenant
+
+    def limits(self, tenant: str) -> Limits:
+        """A tenant's quotas and reputation limits, as the configuration gives them."""
+        found = self.submission.tenant_defaults.get(tenant)
+        return (found.quota if found else self.submission.default_quota), self.reputation.guard(tenant)
 
 
 # Every MTAD_<SECTION>_<KEY> variable that overrides a key of the file.
@@ -535,3 +542,39 @@ def _check(settings: Settings, origin: dict[tuple[str, str], str], problems: lis
         )
     if settings.spool.commit_window > 1.0:
         problems.append("[spool] commit_window: longer than 1s would hold every 250 back for that long")
+
+
+# What a running node cannot change: the listening sockets, the database, the node's
+# name and roles, what its background loops were started with.
+_RESTART_ONLY: tuple[tuple[str, Callable[[Settings], Any]], ...] = (
+    ("[database] dsn, data_dir and pool_size", lambda s: (s.database.dsn, s.database.data_dir, s.database.pool_size)),
+    ("[submission] listen", lambda s: s.submission.listen),
+    ("[submission] processes", lambda s: s.submission.processes),
+    ("[submission] max_connections", lambda s: (s.submission.max_connections, s.submission.max_connections_per_client)),
+    ("[tls] cert and key", lambda s: (s.submission.tls_cert, s.submission.tls_key)),
+    ("[tls] outbound, ca_file, mta_sts and reports", lambda s: (s.delivery.tls, s.delivery.tls_reports)),
+    ("[http] listen", lambda s: s.http.listen),
+    ("[admin]", lambda s: s.admin),
+    ("[node]", lambda s: s.node),
+    ("[delivery] enabled", lambda s: s.delivery.enabled),
+    ("[delivery] sessions (port, timeouts, source_address, max_sessions_per_host, ...)", lambda s: s.delivery.sessions),
+    ("[dns]", lambda s: (s.delivery.nameservers, s.delivery.dns_timeout)),
+    ("[spool]", lambda s: s.spool),
+    ("[log]", lambda s: s.log),
+    ("[accounts] key", lambda s: s.accounts),
+    ("[dkim]", lambda s: s.dkim),
+    ("[retention]", lambda s: s.retention),
+    ("[suppression]", lambda s: s.suppression),
+    ("[bounces]", lambda s: s.bounces),
+    ("[unsubscribe]", lambda s: s.unsubscribe),
+    ("[inbound]", lambda s: s.inbound),
+    ("[inbox]", lambda s: s.inbox),
+    ("[webhooks]", lambda s: s.webhooks),
+    ("[reports] delayed_after", lambda s: s.delayed_after),
+    ("[reputation] enabled and publish", lambda s: (s.reputation.enabled, s.reputation.publish)),
+)
+
+
+def restart_only(old: Settings, new: Settings) -> list[str]:
+    """The keys changed in the file that the running node cannot take up."""
+    return [name for name, part in _RESTART_ONLY if part(old) != part(new)]

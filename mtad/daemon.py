@@ -38,7 +38,7 @@ import os
 import re
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -206,7 +206,7 @@ class Daemon:
             checker = suppression.Checker(database) if refusing else None
             acceptor = submission.Acceptor(sub, injecting, gate, router=router, suppressions=checker)
             admin = http.Listener(api.application(api.Services(
-                database, settings.admin.token, acceptor, sub.default_tenant, _limits(settings),
+                database, settings.admin.token, acceptor, sub.default_tenant, settings.limits,
                 3 * settings.node.heartbeat_interval, sealer, configured=lambda: config.names(self.settings),
             )))  # fmt: skip
         leaving = None  # the one-click unsubscribe endpoint
@@ -389,7 +389,7 @@ class Daemon:
         if live.reputation is not None:
             live.reputation.settings = new.reputation
         self._quiet = {t for t, d in sub.tenant_defaults.items() if not d.dsn}
-        restart = _restart_only(old, new)
+        restart = config.restart_only(old, new)
         self.settings = new
         return {"ok": True, "problems": [], "restart": restart}
 
@@ -557,42 +557,6 @@ class _Live:
     listening: inbound.Inbound | None  # reads what comes back with the reply table
 
 
-# What a running node cannot change: the listening sockets, the database, the node's
-# name and roles, what its background loops were started with.
-_RESTART_ONLY: tuple[tuple[str, Callable[[config.Settings], Any]], ...] = (
-    ("[database] dsn, data_dir and pool_size", lambda s: (s.database.dsn, s.database.data_dir, s.database.pool_size)),
-    ("[submission] listen", lambda s: s.submission.listen),
-    ("[submission] processes", lambda s: s.submission.processes),
-    ("[submission] max_connections", lambda s: (s.submission.max_connections, s.submission.max_connections_per_client)),
-    ("[tls] cert and key", lambda s: (s.submission.tls_cert, s.submission.tls_key)),
-    ("[tls] outbound, ca_file, mta_sts and reports", lambda s: (s.delivery.tls, s.delivery.tls_reports)),
-    ("[http] listen", lambda s: s.http.listen),
-    ("[admin]", lambda s: s.admin),
-    ("[node]", lambda s: s.node),
-    ("[delivery] enabled", lambda s: s.delivery.enabled),
-    ("[delivery] sessions (port, timeouts, source_address, max_sessions_per_host, ...)", lambda s: s.delivery.sessions),
-    ("[dns]", lambda s: (s.delivery.nameservers, s.delivery.dns_timeout)),
-    ("[spool]", lambda s: s.spool),
-    ("[log]", lambda s: s.log),
-    ("[accounts] key", lambda s: s.accounts),
-    ("[dkim]", lambda s: s.dkim),
-    ("[retention]", lambda s: s.retention),
-    ("[suppression]", lambda s: s.suppression),
-    ("[bounces]", lambda s: s.bounces),
-    ("[unsubscribe]", lambda s: s.unsubscribe),
-    ("[inbound]", lambda s: s.inbound),
-    ("[inbox]", lambda s: s.inbox),
-    ("[webhooks]", lambda s: s.webhooks),
-    ("[reports] delayed_after", lambda s: s.delayed_after),
-    ("[reputation] enabled and publish", lambda s: (s.reputation.enabled, s.reputation.publish)),
-)
-
-
-def _restart_only(old: config.Settings, new: config.Settings) -> list[str]:
-    """The keys changed in the file that the running node cannot take up."""
-    return [name for name, part in _RESTART_ONLY if part(old) != part(new)]
-
-
 def port_settings(settings: config.Settings, dsn: str) -> port.PortSettings:
     """What the submission port needs of the configuration (all a child is handed)."""
     out = settings.delivery
@@ -615,14 +579,3 @@ def port_settings(settings: config.Settings, dsn: str) -> port.PortSettings:
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _limits(settings: config.Settings) -> Callable[[str], tuple[quotas.Quota, reputation.Guard]]:
-    """A tenant's quotas and reputation limits, as the configuration gives them."""
-    defaults = settings.submission.tenant_defaults
-
-    def of(tenant: str) -> tuple[quotas.Quota, reputation.Guard]:
-        found = defaults.get(tenant)
-        return (found.quota if found else settings.submission.default_quota), settings.reputation.guard(tenant)
-
-    return of
