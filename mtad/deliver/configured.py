@@ -13,6 +13,7 @@ from mtad.base import envelope, errors, values
 from mtad.base import settings as declared
 from mtad.base.endpoints import HostPort
 from mtad.deliver import egress
+from mtad.deliver import pools as source_pools
 from mtad.deliver import settings as deliver_settings
 from mtad.mailboxes import accounts, relay
 from mtad.mailboxes import pools as mailbox_pools
@@ -45,7 +46,7 @@ def tables(
         "routes": {},
         "route_pools": {},
         "route_account_pools": {},
-        "pools": egress.parse_pools(pools, problems),
+        "pools": source_pools.parse(pools, problems),
         "account_pools": mailbox_pools.parse(account_pools, problems),
     }
     for key in ("default_pool", "probation_pool"):

@@ -16,6 +16,7 @@ import pytest
 from mtad.base import errors
 from mtad.base.replies import Reply
 from mtad.deliver import egress, strategies
+from mtad.deliver import pools as source_pools
 from mtad.deliver.egress import Egress, Granted, Policy, PoolSettings, SendOutcome, Wanted
 from mtad.deliver.warmup import DAY, Warmup
 from mtad.outbound import outcomes
@@ -448,7 +449,7 @@ REFERENCE = {
 
 def test_parse_pools() -> None:
     problems: list[str] = []
-    pools = egress.parse_pools(REFERENCE, problems)
+    pools = source_pools.parse(REFERENCE, problems)
     assert problems == []
     assert pools["transactional"] == PoolSettings(
         "transactional", ("192.0.2.1", "2001:db8::1"), ehlo={"2001:db8::1": "tx6.example.com"},
@@ -466,14 +467,14 @@ def test_parse_pools() -> None:
         cool_off=900.0,
     )
     assert pools["transactional"].ehlo_for("192.0.2.1") == "tx.example.com"
-    assert egress.parse_pools({"p": {"addresses": [A], "ehlo_default": ""}}, problems)["p"].ehlo_default is None
-    assert egress.parse_pools({"p": {"addresses": [A], "park": 90}}, problems) == {}
+    assert source_pools.parse({"p": {"addresses": [A], "ehlo_default": ""}}, problems)["p"].ehlo_default is None
+    assert source_pools.parse({"p": {"addresses": [A], "park": 90}}, problems) == {}
     assert problems == ['[pools.p] park: only used with policy = "rotate" (this pool is "sticky")']
 
 
 def problems_of(raw: dict[str, Any]) -> list[str]:
     problems: list[str] = []
-    assert egress.parse_pools(raw, problems) == {}
+    assert source_pools.parse(raw, problems) == {}
     return problems
 
 
@@ -545,7 +546,7 @@ def test_parse_pools_checks_across_keys_and_pools() -> None:
         "[pools.x]: expected a table of pool settings",
     ]
     problems: list[str] = []
-    pools = egress.parse_pools({"transactional": {"addresses": [A]}, "bulk": {"addresses": [B, A]}}, problems)
+    pools = source_pools.parse({"transactional": {"addresses": [A]}, "bulk": {"addresses": [B, A]}}, problems)
     assert list(pools) == ["transactional"]
     assert problems == [
         f"[pools.bulk] addresses: {A} is also in [pools.transactional]; an address belongs to one pool"
