@@ -128,7 +128,7 @@ class Basics:
     dns: DnsSettings
     tenants: TenantLimits
     source: Path | None
-    default_tenant: str = "default"  # [submission] default_tenant: a tenant with or without a row
+    default_tenant: str = submission_settings.DEFAULT_TENANT  # [submission] default_tenant: with or without a row
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,9 +220,9 @@ def default_path() -> Path | None:
 
 def load(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
     """Read, override from the environment, parse and check; ConfigError lists every problem."""
-    found, document, origin, problems = _read(path, environ, SCHEMA)
     from mtad.deliver import configured
 
+    found, document, origin, problems = _read(path, environ, SCHEMA)
     extras = configured.tables(
         found, document.get("routes", {}), document.get("pools", {}), document.get("account_pools", {}), problems
     )
