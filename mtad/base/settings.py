@@ -44,14 +44,14 @@ def keys(section: type[Any]) -> dict[str, Key]:
 def build(cls: Callable[..., T], section: object, **more: Any) -> T:
     """A component's settings from a parsed section: each field of `cls` named as a key
     of the section takes its value; `more` gives the rest."""
-    given = {f.name: getattr(section, f.name) for f in dataclasses.fields(section) if _KEY in f.metadata}  # type: ignore[arg-type]
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    return cls(**{name: value for name, value in given.items() if name in names and name not in more}, **more)
+    given = {name: getattr(section, name) for name in keys(type(section)) if name in names and name not in more}
+    return cls(**given, **more)
 
 
-def parsed(section: type[T], values: Mapping[str, Any]) -> T:
+def parsed(section: type[T], given: Mapping[str, Any]) -> T:
     """A section's dataclass from its keys' parsed values (those absent take their default)."""
-    return section(**{name: values[name] for name in keys(section) if name in values})
+    return section(**{name: given[name] for name in keys(section) if name in given})
 
 
 def named_tables(
