@@ -40,7 +40,7 @@ from standardwebhooks.webhooks import Webhook
 
 from mtad import db
 from mtad.base import errors, metrics, vault
-from mtad.feedback import webhooks
+from mtad.feedback import settings, webhooks
 from mtad.outbound import http_client
 
 log = structlog.get_logger("mtad.webhooks")
@@ -52,22 +52,25 @@ SLOW_FOR = 60.0  # seconds an endpoint that kept a first attempt past first_wait
 REFUSED = "not an address a webhook may go to (see [webhooks] allow_networks)"
 
 
+_DECLARED = settings.Webhooks()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
-    """[webhooks]: how the requests are sent."""
+    """[webhooks]: how the requests are sent (the keys' defaults are the declared ones)."""
 
-    enabled: bool = True  # this node sends webhook requests
-    timeout: float = 10.0  # seconds for one request, answer included
-    max_response: int = 64 * 1024  # octets of an answer read
-    retry_base: float = 5.0  # seconds before the first retry; doubling
-    retry_max: float = 3600.0  # seconds between retries at most
-    max_age: float = 24 * 3600.0  # seconds after the event a failing request is given up (dead)
-    per_endpoint: int = 4  # requests in flight to one endpoint at most
-    in_flight: int = 64  # requests in flight from this node at most
-    poll: float = 1.0  # seconds between looks for due requests
+    enabled: bool = _DECLARED.enabled  # this node sends webhook requests
+    timeout: float = _DECLARED.timeout  # seconds for one request, answer included
+    max_response: int = _DECLARED.max_response  # octets of an answer read
+    retry_base: float = _DECLARED.retry_base  # seconds before the first retry; doubling
+    retry_max: float = _DECLARED.retry_max  # seconds between retries at most
+    max_age: float = _DECLARED.max_age  # seconds after the event a failing request is given up (dead)
+    per_endpoint: int = _DECLARED.per_endpoint  # requests in flight to one endpoint at most
+    in_flight: int = _DECLARED.in_flight  # requests in flight from this node at most
+    poll: float = _DECLARED.poll  # seconds between looks for due requests
     lease: float = 60.0  # seconds a node holds a request it sends
-    allow_networks: tuple[Network, ...] = ()  # inside addresses an endpoint may have (loopback, private, ...)
-    first_wait: float = 2.0  # seconds the consumer waits for first attempts; 0: every request is written
+    allow_networks: tuple[Network, ...] = _DECLARED.allow_networks  # inside addresses an endpoint may have
+    first_wait: float = _DECLARED.first_wait  # seconds the consumer waits for first attempts; 0: all written
 
 
 @dataclass(slots=True)
