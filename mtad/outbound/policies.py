@@ -255,11 +255,23 @@ class Policies:
         now = self._now()
         if policy_id is None or (kept is not None and kept.policy_id == policy_id and kept.live(now)):
             return kept
-        waiting = self._fetching.get(domain)
-        if waiting is None:
-            waiting = self._fetching[domain] = asyncio.ensure_future(self._refresh(domain, policy_id))
-            waiting.add_done_callback(lambda _: self._fetching.pop(domain, None))
-        return await asyncio.shield(waiting)
+        while (fetching := self._fetching.get(domain)) is not None:  # another caller fetches: its answer is ours
+            try:
+                return await asyncio.shield(fetching)
+            except _Abandoned:  # that caller was cancelled: this one fetches
+                continue
+        fetching = self._fetching[domain] = asyncio.get_running_loop().create_future()
+        fetching.add_done_callback(_retrieved)
+        try:
+            found = await self._refresh(domain, policy_id)
+        except BaseException as exc:
+            fetching.set_exception(exc if isinstance(exc, Exception) else _Abandoned())
+            raise
+        else:
+            fetching.set_result(found)
+            return found
+        finally:
+            del self._fetching[domain]
 
     async def _refresh(self, domain: str, policy_id: str) -> Cached | None:
         """The policy of TXT id `policy_id`: as another node fetched it, or fetched now."""
@@ -291,6 +303,16 @@ class Policies:
         policy_id = mtasts.txt_id(answer.values)
         _remember(self._ids, domain, (policy_id, self._clock() + min(max(answer.ttl, MIN_TTL), MAX_TTL)))
         return policy_id
+
+
+class _Abandoned(Exception):
+    """The caller fetching a domain's policy for the others was cancelled."""
+
+
+def _retrieved(fetching: asyncio.Future[Cached | None]) -> None:
+    """A fetch's exception is its fetcher's to raise: none is logged as never retrieved."""
+    if not fetching.cancelled():
+        fetching.exception()
 
 
 def _remember(memory: dict[str, Any], key: str, value: Any) -> None:

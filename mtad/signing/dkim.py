@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import enum
 import hashlib
 import itertools
@@ -283,57 +282,77 @@ class WorkerGone(errors.ProcessError):
     or could not make a signature."""
 
 
-class _Worker:
+class _Worker(asyncio.SubprocessProtocol):
     """One signing process (mtad.signing.rsa_worker), spoken to over its pipes by the
-    event loop itself: no helper thread, which would wait for the GIL to hand each
-    signature back (up to the switch interval, 5 ms, while the loop is busy)."""
+    event loop itself: its answers are read in the loop's callbacks, with no task and
+    no helper thread (which would wait for the GIL to hand each signature back, up
+    to the switch interval, 5 ms, while the loop is busy)."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self._process = process
+    def __init__(self) -> None:
+        self._transport: asyncio.SubprocessTransport | None = None
+        self._requests: asyncio.WriteTransport | None = None
         self._waiting: dict[int, asyncio.Future[bytes]] = {}
         self._numbers = itertools.count()
+        self._unread = bytearray()
+        self._exited = asyncio.get_running_loop().create_future()
         self.alive = True
-        self._reading = asyncio.create_task(self._read(), name="dkim-worker")
 
     @classmethod
     async def start(cls) -> _Worker:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "mtad.signing.rsa_worker", stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        return cls(process)
+        _, worker = await asyncio.get_running_loop().subprocess_exec(
+            cls, sys.executable, "-m", "mtad.signing.rsa_worker", stderr=None
+        )
+        return worker
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.SubprocessTransport)
+        self._transport = transport
+        requests = transport.get_pipe_transport(0)
+        assert isinstance(requests, asyncio.WriteTransport)
+        self._requests = requests
 
     @property
     def pid(self) -> int:
-        return self._process.pid
+        assert self._transport is not None
+        return self._transport.get_pid()
 
     async def sign(self, der: bytes, digest: bytes) -> bytes:
         """The signature; WorkerGone when the process is."""
-        if not self.alive:
+        if not self.alive or self._requests is None or self._requests.is_closing():
             raise WorkerGone("the signing process ended")
-        assert self._process.stdin is not None
         number = next(self._numbers)
         answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._waiting[number] = answer
-        self._process.stdin.write(rsa_worker.REQUEST.pack(number, len(der), len(digest)) + der + digest)
+        self._requests.write(rsa_worker.REQUEST.pack(number, len(der), len(digest)) + der + digest)
         return await answer
 
-    async def _read(self) -> None:
-        assert self._process.stdout is not None
-        try:
-            while True:
-                head = await self._process.stdout.readexactly(rsa_worker.ANSWER.size)
-                number, ok, length = rsa_worker.ANSWER.unpack(head)
-                made = await self._process.stdout.readexactly(length)
-                answer = self._waiting.pop(number, None)
-                if answer is None or answer.done():
-                    continue
-                if ok:
-                    answer.set_result(made)
-                else:  # signed on the loop instead, where the error is raised
-                    answer.set_exception(WorkerGone(made.decode(errors="replace")))
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            self._gone(str(exc) or "its output ended")
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        """Each whole answer in what the process wrote, to the request it answers."""
+        unread = self._unread
+        unread += data
+        size = rsa_worker.ANSWER.size
+        while len(unread) >= size:
+            number, ok, length = rsa_worker.ANSWER.unpack_from(unread)
+            if len(unread) < size + length:
+                return
+            made = bytes(unread[size : size + length])
+            del unread[: size + length]
+            answer = self._waiting.pop(number, None)
+            if answer is None or answer.done():
+                continue
+            if ok:
+                answer.set_result(made)
+            else:  # signed on the loop instead, where the error is raised
+                answer.set_exception(WorkerGone(made.decode(errors="replace")))
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 1:
+            self._gone(str(exc) if exc else "its output ended")
+
+    def process_exited(self) -> None:
+        self._gone("it exited")
+        if not self._exited.done():
+            self._exited.set_result(None)
 
     def _gone(self, why: str) -> None:
         self.alive = False
@@ -345,17 +364,17 @@ class _Worker:
     async def stop(self) -> None:
         """Its input closed: it ends once it has answered; killed if it has not in 5 s."""
         self._gone("stopped")
-        if self._process.stdin is not None:
-            self._process.stdin.close()
+        if self._transport is None:
+            return
+        if self._requests is not None:
+            self._requests.close()
         try:
             async with asyncio.timeout(5):
-                await self._process.wait()
+                await asyncio.shield(self._exited)
         except TimeoutError:
-            self._process.kill()
-            await self._process.wait()
-        self._reading.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._reading
+            self._transport.kill()
+            await self._exited
+        self._transport.close()
 
 
 @dataclass(slots=True)

@@ -5,6 +5,7 @@ valid for their name, one valid for another name, and none (no STARTTLS)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import email
 import email.policy
 import gzip
@@ -100,6 +101,8 @@ class PolicyServer:
     policies: dict[str, str] = field(default_factory=lambda: dict(POLICIES))
     fetched: list[str] = field(default_factory=list)
     posted: list[tuple[str, bytes]] = field(default_factory=list)  # TLS reports: (Content-Type, body)
+    arrived: asyncio.Queue[str] = field(default_factory=asyncio.Queue)  # each fetch's domain, as it comes
+    gate: asyncio.Event | None = None  # when given, each fetch is answered once it is set
 
     async def report(self, request: web.Request) -> web.Response:
         self.posted.append((request.content_type, await request.read()))
@@ -108,6 +111,9 @@ class PolicyServer:
     async def handle(self, request: web.Request) -> web.Response:
         domain = request.host.split(":")[0].removeprefix("mta-sts.")
         self.fetched.append(domain)
+        self.arrived.put_nowait(domain)
+        if self.gate is not None:
+            await self.gate.wait()
         if domain not in self.policies:
             return web.Response(status=404)
         return web.Response(text=self.policies[domain], content_type="text/plain")
@@ -515,3 +521,25 @@ async def test_a_policy_one_node_fetched_serves_the_others_when_its_id_changes(
     kept = await policies.cached(database, "changing.test")
     assert kept is not None
     assert kept.policy_id == "s2"
+
+
+async def test_callers_of_one_domain_share_its_fetch_and_outlive_a_cancelled_fetcher(
+    database: db.Database, policy_server: PolicyServer, ca_file: Path
+) -> None:
+    policy_server.policies["changing.test"] = ENFORCE.format(mx="mx.changing.test")
+    policy_server.gate = asyncio.Event()
+    resolver = ZoneResolver('_mta-sts.changing.test. TXT "v=STSv1; id=s1"\nmta-sts.changing.test. A 127.0.0.1\n')
+    route = routing.Route("changing.test", "g", PROVIDERS.default,
+                          (routing.Hop("mx.changing.test", 10, (GOOD,), 25),))  # fmt: skip
+    node = policies.Policies(database, resolver, policies.Settings(https_port=policy_server.port, ca_file=ca_file))
+    async with asyncio.timeout(30), asyncio.TaskGroup() as tasks:
+        fetcher = tasks.create_task(node.of(route))
+        assert await policy_server.arrived.get() == "changing.test"
+        waiting = [tasks.create_task(node.of(route)) for _ in range(5)]
+        fetcher.cancel()  # one of those waiting fetches in its place, the others wait for it
+        assert await policy_server.arrived.get() == "changing.test"
+        policy_server.gate.set()
+    assert fetcher.cancelled()
+    assert [task.result().kind for task in waiting] == [policies.Kind.MTA_STS] * 5
+    assert policy_server.fetched == ["changing.test", "changing.test"]
+    await node.close()
