@@ -1,11 +1,11 @@
 """The two ways an attempt leaves: straight to the domain's MX, or through a sending
-mailbox. The attempt pipeline (Delivery._attempt) is one for both: read the
+mailbox. The attempt pipeline (attempt.Attempts) is one for both: read the
 message, write the attempt id, plan, sign, send, classify, settle, record. A
 strategy fills in what differs: what the event says of the way out, where to
-connect and how to log in (`plan`), what the receiver's answer means for what
-was taken before the send (`answered`: a bucket's permission and the source
-address's health; `settle`: a mailbox's reservation and account), and what to
-give back when nothing went out (`abandon`)."""
+connect and how to log in (`plan`), who hears the receiver's answer (`answered`:
+the dispatch's callback, which gives a bucket its permission back and tells the
+source address's pool), what the answer means for a mailbox's reservation and
+account (`settle`), and what to give back when nothing went out (`abandon`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from mtad import db
 from mtad.base import errors, headers, reasons
 from mtad.base.lifecycle import Reason
-from mtad.deliver import egress, shaping
+from mtad.deliver import egress
 from mtad.deliver.holdings import Message
 from mtad.mailboxes import accounts, relay
 from mtad.outbound import policies, routing, sessions
@@ -134,13 +134,13 @@ class Strategy(Protocol):
 class ToMx:
     """Straight to the domain's MX hosts, from a pool's source address, on a permission
     of its (provider group, source address) bucket, held to the domain's TLS policy
-    (outbound.policies): the hosts it allows, each with what its session must show."""
+    (outbound.policies): the hosts it allows, each with what its session must show.
+    `on_answer` gives the permission back with what the receiver said."""
 
     def __init__(
         self,
         route: routing.Route,
         source: Source,
-        shaper: shaping.Shaper,
         rng: random.Random,
         *,
         on_answer: Callable[[Source, Feedback | None], None],
@@ -151,7 +151,6 @@ class ToMx:
         self._tls = tls
         self.verp = verp  # the envelope sender that names the delivery (None: the message's own)
         self.source = source
-        self._shaper = shaper
         self._rng = rng
         self._on_answer = on_answer
         self._answered = False
@@ -187,13 +186,9 @@ class ToMx:
     def answered(self, feedback: Feedback | None) -> None:
         """The permission back to the bucket with what the receiver said, as soon as it
         has answered: recording the outcome takes no session of the receiver's."""
-        if self._answered:
-            return
-        self._answered = True
-        given = feedback or Feedback()
-        self._shaper.done(self.route.group, self.source.address, delivered=given.delivered,
-                          throttled=given.throttled or given.refused)  # fmt: skip
-        self._on_answer(self.source, feedback)
+        if not self._answered:
+            self._answered = True
+            self._on_answer(self.source, feedback)
 
     async def settle(
         self, deliveries: Sequence[Leased], verdicts: Verdicts, result: sessions.Result | None, data: dict[str, Any]
