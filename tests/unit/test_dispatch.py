@@ -202,3 +202,18 @@ def test_each_provider_group_and_source_pool_has_its_own_queue() -> None:
     assert main is not second
     assert sorted(node.dispatch.groups) == [("google", "main"), ("google", "second")]
     assert (address(node.go(main)), address(node.go(second))) == (A, B)
+
+
+def test_an_account_pools_jobs_leave_best_first_to_seek_their_reservations() -> None:
+    node = Node()
+    newsletter, receipt = job(age=5), job(priority=5)
+    group = node.dispatch.push(newsletter, None, "accounts:office", "office")
+    assert isinstance(group, Group)
+    assert node.dispatch.push(receipt, None, "accounts:office", "office") is group
+    assert group.account_pool == "office"
+    assert [node.dispatch.next_relayed(group).job for _ in range(2)] == [receipt, newsletter]
+    assert node.shaper.statistics() == []  # no bucket: a mailbox's reservation is the permission
+    group.resume_at = START + timedelta(hours=1)  # no account was free
+    node.dispatch.free(resume=True)  # an operator's command: ask again now
+    assert group.resume_at is None
+    assert group.freed.is_set()
