@@ -21,7 +21,7 @@ module catches a foreign exception.
      +-- ListenError               an address to listen on could not be bound
      +-- ProcessError              a child process exited before it was ready, or ended
      |    |                        with work unanswered
-     |    +-- dkim.WorkerGone      a signing process ended with requests unanswered, or
+     |    +-- workers.WorkerGone   a signing process ended with requests unanswered, or
      |                             could not make a signature
      +-- IllegalTransition         a delivery or account state change its table forbids
      +-- AddressError              an address that is not a valid mailbox
