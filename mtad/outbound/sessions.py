@@ -1,5 +1,6 @@
 """Outbound SMTP sessions: a pool per (address, port, source address), reused
-across messages. The only module that imports aiosmtplib.
+across messages. With smtp_wire (the commands on the wire), the only module that
+imports aiosmtplib.
 
 `Pool.deliver()` sends one transaction (a message to some recipients at one
 domain) through the first mail exchanger that takes a connection, in the order
@@ -34,7 +35,6 @@ from __future__ import annotations
 import _ssl
 import asyncio
 import contextlib
-import re
 import socket
 import ssl
 import time
@@ -47,7 +47,7 @@ import aiosmtplib.smtp
 
 from mtad.base import metrics
 from mtad.base.replies import Reply
-from mtad.outbound import dane, settings
+from mtad.outbound import dane, settings, smtp_wire
 from mtad.outbound.outcomes import Failure
 from mtad.outbound.policies import Failed, Kind, Verify
 
@@ -55,29 +55,6 @@ _DER = _ssl.ENCODING_DER
 _NAMES = {Kind.DANE: "DANE", Kind.MTA_STS: "MTA-STS"}
 # What OpenSSL's verify code says, as TLS reporting's result types (RFC 8460 4.3.2)
 _CERTIFICATE_RESULTS = {62: "certificate-host-mismatch", 10: "certificate-expired"}
-_ENHANCED = re.compile(r"^([245]\.\d{1,3}\.\d{1,3})\s*")
-
-
-class _PipeliningProtocol(aiosmtplib.protocol.SMTPProtocol):
-    """aiosmtplib's protocol, keeping replies that arrive while an earlier one waits.
-
-    aiosmtplib expects one reply per command it writes: data arriving while a
-    parsed reply waits to be picked up is dropped. With pipelined commands
-    (RFC 2920) the next replies can arrive exactly then; they are kept in the
-    buffer, where `_pipelined()` reads them. Data nobody asked for is still
-    dropped, as aiosmtplib intends.
-    """
-
-    def data_received(self, data: bytes) -> None:
-        waiter = self._response_waiter
-        if waiter is not None and self._response_pending and waiter.done():
-            self._buffer.extend(data)
-            return
-        super().data_received(data)
-
-
-# aiosmtplib makes its protocol by this module-level name (pinned version).
-setattr(aiosmtplib.smtp, "SMTPProtocol", _PipeliningProtocol)  # noqa: B010
 
 
 _DECLARED = settings.Sessions()
@@ -151,16 +128,6 @@ class Target:
     address: str
     port: int
     verify: Verify | None = None  # the domain's TLS policy for this host; None: opportunistic
-
-
-def reply_of(code: int, message: str) -> Reply:
-    """aiosmtplib's (code, message) as a Reply, its enhanced code split off."""
-    text = " ".join(message.split("\n"))
-    match = _ENHANCED.match(text)
-    enhanced = match.group(1) if match and match.group(1)[0] == str(code)[0] else ""
-    if not 200 <= code <= 599:
-        return Reply(451, "4.5.0", f"invalid reply code {code}: {text}"[:400])
-    return Reply(code, enhanced, (text[match.end() :] if enhanced and match else text)[:1000])
 
 
 class _Session:
@@ -292,18 +259,18 @@ class Pool:
         client, timeout = session.client, self.settings.command_timeout
         result = Result(tls=session.tls)
         options = b" SMTPUTF8" if tx.smtputf8 and session.smtputf8 else b""
-        commands = [b"MAIL FROM:<" + _wire(tx.sender) + b">" + options]
-        commands += [b"RCPT TO:<" + _wire(rcpt) + b">" for rcpt in tx.recipients]
+        commands = [b"MAIL FROM:<" + smtp_wire.address(tx.sender) + b">" + options]
+        commands += [b"RCPT TO:<" + smtp_wire.address(rcpt) + b">" for rcpt in tx.recipients]
         commands.append(b"DATA")
         try:
             if session.pipelining:  # RFC 2920: the envelope in one write, the replies in order
-                responses = await _pipelined(client, commands, timeout)
+                responses = await smtp_wire.pipelined(client, commands, timeout)
             else:
-                responses = await _one_by_one(client, commands, timeout)
+                responses = await smtp_wire.one_by_one(client, commands, timeout)
             mail, rcpts = responses[0], responses[1 : len(tx.recipients) + 1]
             data = responses[-1] if len(responses) == len(commands) else None
             if mail.code != 250:
-                result.replies = dict.fromkeys(tx.recipients, reply_of(mail.code, mail.message))
+                result.replies = dict.fromkeys(tx.recipients, smtp_wire.reply_of(mail.code, mail.message))
                 result.commands = dict.fromkeys(tx.recipients, "MAIL")
             else:
                 accepted = []
@@ -311,11 +278,11 @@ class Pool:
                     if response.code in (250, 251):
                         accepted.append(rcpt)
                     else:
-                        result.replies[rcpt] = reply_of(response.code, response.message)
+                        result.replies[rcpt] = smtp_wire.reply_of(response.code, response.message)
                         result.commands[rcpt] = "RCPT"
                 if accepted and data is not None and data.code == 354:
                     result.data_sent = True
-                    reply = await _send_body(client, tx.body, timeout)
+                    reply = await smtp_wire.send_body(client, tx.body, timeout)
                     for rcpt in accepted:
                         result.replies[rcpt] = reply
                         result.commands[rcpt] = "DATA"
@@ -323,10 +290,10 @@ class Pool:
                     return result
                 if accepted and data is not None:  # DATA refused although recipients were taken
                     for rcpt in accepted:
-                        result.replies[rcpt] = reply_of(data.code, data.message)
+                        result.replies[rcpt] = smtp_wire.reply_of(data.code, data.message)
                         result.commands[rcpt] = "DATA"
             if data is not None and data.code == 354:  # a server that took DATA with no recipient
-                await _send_body(client, b"", timeout)
+                await smtp_wire.send_body(client, b"", timeout)
             else:
                 await client.execute_command(b"RSET", timeout=timeout)
         except aiosmtplib.SMTPTimeoutError:
@@ -471,7 +438,7 @@ class Pool:
                 sock.close()  # aiosmtplib leaves a socket it was given open
             self._stats.connect_failures += 1
             if isinstance(exc, (aiosmtplib.SMTPConnectResponseError, aiosmtplib.SMTPHeloError)):
-                raise _Refused(reply_of(exc.code, exc.message), Failure.CONNECT_FAILED) from exc
+                raise _Refused(smtp_wire.reply_of(exc.code, exc.message), Failure.CONNECT_FAILED) from exc
             if isinstance(exc, (aiosmtplib.SMTPException, OSError, TimeoutError)):
                 raise _Refused(None, Failure.CONNECT_FAILED) from exc
             raise  # _Refused already, or a cancellation
@@ -566,7 +533,7 @@ async def _authenticate(client: aiosmtplib.SMTP, login: Login) -> None:
     try:
         await authenticate[login.mechanism](login.username, login.secret)
     except aiosmtplib.SMTPAuthenticationError as exc:
-        raise _Refused(reply_of(exc.code, exc.message), Failure.CONNECT_FAILED) from exc
+        raise _Refused(smtp_wire.reply_of(exc.code, exc.message), Failure.CONNECT_FAILED) from exc
 
 
 class _Refused(Exception):
@@ -578,81 +545,3 @@ class _Refused(Exception):
         self.reply = reply
         self.failure = failure
         self.why = why
-
-
-async def _one_by_one(
-    client: aiosmtplib.SMTP, commands: Sequence[bytes], reply_timeout: float
-) -> list[aiosmtplib.SMTPResponse]:
-    """Each command and its reply in turn; stops after a refused MAIL (no RCPT, no DATA)
-    and before DATA when no recipient was taken."""
-    responses = [await client.execute_command(commands[0], timeout=reply_timeout)]
-    if responses[0].code != 250:
-        return responses
-    for command in commands[1:-1]:
-        responses.append(await client.execute_command(command, timeout=reply_timeout))
-    if any(r.code in (250, 251) for r in responses[1:]):
-        responses.append(await client.execute_command(commands[-1], timeout=reply_timeout))
-    return responses
-
-
-async def _pipelined(
-    client: aiosmtplib.SMTP, commands: Sequence[bytes], reply_timeout: float
-) -> list[aiosmtplib.SMTPResponse]:
-    """Write the commands at once and read their replies in order (RFC 2920).
-
-    aiosmtplib reads one reply per command it writes; here several replies can
-    arrive in one read, so the rest are taken from its buffer (see
-    _PipeliningProtocol). This leans on its protocol's internals (the version
-    is pinned). No other coroutine reads in between: the command lock is held.
-    """
-    protocol = client.protocol
-    if protocol is None or protocol._command_lock is None:
-        raise aiosmtplib.SMTPServerDisconnected("Connection lost")
-    responses: list[aiosmtplib.SMTPResponse] = []
-    async with protocol._command_lock:
-        protocol._response_pending = True
-        protocol.write(b"\r\n".join(commands) + b"\r\n")
-        while len(responses) < len(commands):
-            buffered = protocol._read_response_from_buffer()
-            if buffered is not None:
-                responses.append(buffered)
-                continue
-            responses.append(await _read_reply(client, protocol, reply_timeout))
-    return responses
-
-
-async def _send_body(client: aiosmtplib.SMTP, body: bytes, reply_timeout: float) -> Reply:
-    """After 354: the message, dot-stuffed (RFC 5321 4.5.2), then the reply to it.
-
-    The body is CRLF-terminated already (submission refuses bare CR and LF)."""
-    protocol = client.protocol
-    if protocol is None or protocol._command_lock is None:
-        raise aiosmtplib.SMTPServerDisconnected("Connection lost")
-    if body and not body.endswith(b"\r\n"):
-        body += b"\r\n"
-    stuffed = (b"." + body if body.startswith(b".") else body).replace(b"\r\n.", b"\r\n..")
-    async with protocol._command_lock:
-        protocol._response_pending = True
-        protocol.write(stuffed + b".\r\n")
-        response = await _read_reply(client, protocol, reply_timeout)
-    return reply_of(response.code, response.message)
-
-
-async def _read_reply(
-    client: aiosmtplib.SMTP, protocol: aiosmtplib.protocol.SMTPProtocol, reply_timeout: float
-) -> aiosmtplib.SMTPResponse:
-    """The next reply; on a timeout or a lost connection the session is closed, as
-    aiosmtplib's own commands close it."""
-    try:
-        return await protocol.read_response(timeout=reply_timeout)
-    except aiosmtplib.SMTPReadTimeoutError as exc:
-        client.close()
-        raise aiosmtplib.SMTPTimeoutError(str(exc)) from exc
-    except aiosmtplib.SMTPServerDisconnected:
-        client.close()
-        raise
-
-
-def _wire(address: str) -> bytes:
-    """An address as sent: UTF-8 (RFC 6531) when it is not ASCII."""
-    return address.encode("utf-8")

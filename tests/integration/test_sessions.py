@@ -9,7 +9,7 @@ import aiosmtplib
 import aiosmtplib.protocol
 import pytest
 
-from mtad.outbound import sessions
+from mtad.outbound import sessions, smtp_wire
 from mtad.outbound.outcomes import Failure
 from tests.sink import Sink
 
@@ -116,14 +116,14 @@ async def test_the_source_address_is_bound(sink: Sink) -> None:
 
 
 def test_replies_are_parsed_into_values() -> None:
-    reply = sessions.reply_of(550, "5.1.1 The email account\nthat you tried to reach does not exist")
+    reply = smtp_wire.reply_of(550, "5.1.1 The email account\nthat you tried to reach does not exist")
     assert (reply.code, reply.enhanced, reply.text) == (
         550,
         "5.1.1",
         "The email account that you tried to reach does not exist",
     )
-    assert sessions.reply_of(250, "OK").enhanced == ""
-    assert sessions.reply_of(451, "5.1.1 mismatched class").enhanced == ""  # a 4xx with a 5.x.x is not trusted
+    assert smtp_wire.reply_of(250, "OK").enhanced == ""
+    assert smtp_wire.reply_of(451, "5.1.1 mismatched class").enhanced == ""  # a 4xx with a 5.x.x is not trusted
 
 
 @pytest.mark.parametrize("pipelining", [True, False])
@@ -176,6 +176,6 @@ async def test_a_reply_arriving_while_the_previous_one_waits_is_kept() -> None:
         return got
 
     loop = asyncio.get_running_loop()
-    kept = feed(sessions._PipeliningProtocol(loop=loop))
+    kept = feed(smtp_wire.PipeliningProtocol(loop=loop))
     assert [r.message for r in kept] == ["second"]
     assert feed(aiosmtplib.protocol.SMTPProtocol(loop=loop)) == []  # what the fix is for

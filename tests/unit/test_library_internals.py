@@ -15,7 +15,7 @@ import aiosmtplib.protocol
 import aiosmtplib.smtp
 from aiosmtpd.smtp import MISSING, SMTP, AuthResult, Envelope, Session, syntax
 
-from mtad.outbound import sessions
+from mtad.outbound import smtp_wire
 from mtad.submission import policy, protocol
 
 
@@ -162,8 +162,8 @@ def test_aiosmtplib_makes_its_protocol_by_a_module_level_name() -> None:
     # sessions.py replaces aiosmtplib.smtp.SMTPProtocol with _PipeliningProtocol
     assert "SMTPProtocol(" in source(aiosmtplib.smtp.SMTP._create_connection)
     assert aiosmtplib.smtp.SMTP._create_connection.__globals__ is vars(aiosmtplib.smtp)
-    assert aiosmtplib.smtp.SMTPProtocol is sessions._PipeliningProtocol
-    assert issubclass(sessions._PipeliningProtocol, aiosmtplib.protocol.SMTPProtocol)
+    assert aiosmtplib.smtp.SMTPProtocol is smtp_wire.PipeliningProtocol
+    assert issubclass(smtp_wire.PipeliningProtocol, aiosmtplib.protocol.SMTPProtocol)
 
 
 class Wire(asyncio.Transport):
@@ -204,7 +204,7 @@ async def test_aiosmtplib_protocol_internals_mtad_pipelines_through() -> None:
 
 async def test_aiosmtplib_drops_a_reply_that_arrives_while_one_waits_and_mtad_keeps_it() -> None:
     # sessions.py _PipeliningProtocol: why it exists (aiosmtplib reads one reply per command written)
-    for cls, kept in ((aiosmtplib.protocol.SMTPProtocol, False), (sessions._PipeliningProtocol, True)):
+    for cls, kept in ((aiosmtplib.protocol.SMTPProtocol, False), (smtp_wire.PipeliningProtocol, True)):
         made = await connected(cls)
         made._response_pending = True
         made.write(b"MAIL FROM:<a@example.com>\r\nRCPT TO:<b@example.com>\r\n")
