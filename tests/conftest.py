@@ -9,65 +9,18 @@ database cloned from the template.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
 from mtad import db
 from mtad.db import embedded, migrate
+from tests.pg import admin, run_sync, with_database
 
-T = TypeVar("T")
 TEMPLATE = "mtad_template"
-
-
-def run_sync(make: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine to completion on a loop of its own, in a thread of its own
-    (safe from sync fixtures while a test's loop exists)."""
-    result: list[Any] = []
-
-    def target() -> None:
-        async def wrapped() -> T:
-            return await make()
-
-        try:
-            result.append(asyncio.run(wrapped()))
-        except BaseException as exc:
-            result.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    return result[0]  # type: ignore[no-any-return]
-
-
-def with_database(admin_dsn: str, name: str) -> str:
-    """admin_dsn with its database name replaced."""
-    head, sep, query = admin_dsn.partition("?")
-    base = head.rsplit("/", 1)[0]
-    return f"{base}/{name}{sep}{query}"
-
-
-async def admin(admin_dsn: str, *statements: str) -> None:
-    conn = await db.connect_once(admin_dsn)
-    try:
-        for statement in statements:
-            await conn.execute_text(statement)
-    finally:
-        await db.close(conn)
-
-
-async def query(database: db.Database, text: str, *args: Any) -> list[Any]:
-    """Ad-hoc SQL for assertions (the code under test uses named statements only)."""
-    async with database.connection() as conn:
-        return list(await conn._conn.fetch(text, *args))
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import smtplib
-import time
 import urllib.request
 from datetime import datetime, timedelta
 from email.policy import SMTP
@@ -21,10 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mtad.base import vault
 from mtad.submission import tls_context
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_hear_back import query
-from tests.acceptance.test_mailbox_limits import add_accounts
-from tests.acceptance.test_run import email
+from tests import pg, waiting
+from tests.acceptance.mailboxes import add_accounts
+from tests.mail import email
+from tests.running import Mtad
 from tests.sink import ThreadedSink
 
 pytestmark = pytest.mark.slow
@@ -37,15 +36,6 @@ def submit(port: int, recipient: str, subject: str) -> None:
         message = email(subject)
         message["X-Mtad-Account-Pool"] = "outreach"
         client.sendmail("app@example.org", [recipient], message.as_bytes(policy=SMTP))
-
-
-def until_rows(dsn: str, text: str, holds: Any, within: float = 30) -> list[Any]:
-    """The rows of `text` once `holds(rows)` (the daemon writes them)."""
-    deadline = time.monotonic() + within
-    while not holds(rows := query(dsn, text)):
-        assert time.monotonic() < deadline, rows
-        time.sleep(0.1)
-    return rows
 
 
 def resting_changes(daemon: Mtad) -> float:
@@ -70,11 +60,11 @@ def test_an_account_below_its_health_floor_rests_and_the_other_sends(
         daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', extra, env=trusting, delivery=delivery).start()
 
         submit(daemon.smtp_port, "reject-1@example.net", "refused")  # 550 5.1.1 at RCPT
-        [moved] = until_rows(dsn, "SELECT at, data FROM events WHERE kind = 'account_state'", lambda rows: rows)
+        [moved] = waiting.eventually(lambda: pg.rows(dsn, "SELECT at, data FROM events WHERE kind = 'account_state'"))
         state = json.loads(moved["data"])
         rested = state["name"]
         assert (state["from"], state["to"], state["health"], state["floor"]) == ("active", "resting", 50, 60)
-        [bounce] = query(dsn, "SELECT at FROM events WHERE kind = 'account_bounce'")
+        [bounce] = pg.rows(dsn, "SELECT at FROM events WHERE kind = 'account_bounce'")
         # Back at the floor when the bounce leaves the 24 hours: only then may it send again.
         assert datetime.fromisoformat(state["until"]) == bounce["at"] + timedelta(hours=24)
         daemon.wait_for_log(lambda records: any(r["event"] == "account_state_changed" and r["state"] == "resting"
@@ -94,6 +84,8 @@ def test_an_account_below_its_health_floor_rests_and_the_other_sends(
         received = smarthost.wait_for(2)
         [other] = [name for name in NAMES if name != rested]
         assert [m.login for m in received] == [f"{other}@example.com"] * 2
-        until_rows(dsn, "SELECT 1 FROM deliveries WHERE state = 'delivered'", lambda rows: len(rows) == 2)
+        waiting.eventually(
+            lambda: pg.rows(dsn, "SELECT 1 FROM deliveries WHERE state = 'delivered'"), lambda rows: len(rows) == 2
+        )
         assert resting_changes(daemon) == 1  # rested once: it was not chosen again
         assert daemon.stop() == 0

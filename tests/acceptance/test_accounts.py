@@ -12,8 +12,8 @@ import asyncpg
 import pytest
 
 from mtad.submission import tls_context
-from tests.acceptance.conftest import Mtad
-from tests.conftest import run_sync
+from tests.pg import run_sync
+from tests.running import Mtad
 from tests.sink import ThreadedSink
 
 

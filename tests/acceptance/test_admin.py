@@ -5,7 +5,6 @@ will not do is refused naming the key."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -13,10 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_delivery import delivering, dns, sink  # noqa: F401 (fixtures)
-from tests.acceptance.test_hear_back import free_port
+from tests import waiting
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.running import Mtad, delivering, free_port
 from tests.sink import ThreadedSink
 
 pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
@@ -40,8 +38,8 @@ def call(port: int, method: str, path: str, body: Any = None, token: str | None 
 def test_a_message_injected_over_http_is_delivered(
     mtad_factory: Any,
     dsn: str,
-    dns: Dnsmasq,  # noqa: F811
-    sink: ThreadedSink,  # noqa: F811
+    dns: Dnsmasq,
+    sink: ThreadedSink,
     tmp_path: Path,
 ) -> None:
     token_file = tmp_path / "admin.token"
@@ -60,10 +58,8 @@ def test_a_message_injected_over_http_is_delivered(
     [received] = sink.wait_for(1)
     assert received.recipients == ["reader@sink.test"]
     assert b"Subject: over HTTP" in received.data
-    deadline = time.monotonic() + 30
-    while call(port, "GET", f"/v1/queue/{answer['queue_id']}")[1]["deliveries"][0]["state"] != "delivered":
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    waiting.eventually(lambda: call(port, "GET", f"/v1/queue/{answer['queue_id']}")[1]["deliveries"][0]["state"],
+                       lambda state: state == "delivered")  # fmt: skip
     assert daemon.stop() == 0
 
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_delivery import delivering, dns, sink  # noqa: F401 (fixtures)
-from tests.acceptance.test_suspensions import rows, send, set_aside
-from tests.acceptance.test_tenant_guards import send_as
+from tests import pg
+from tests.acceptance.spool import set_aside
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.mail import send, send_as
+from tests.running import Mtad, delivering
 from tests.sink import ThreadedSink
 
 pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
@@ -30,8 +30,8 @@ def got(receiver: ThreadedSink, *recipients: str, within: float = 30) -> set[str
 def test_commands_hold_on_every_live_node_when_they_return(
     mtad_factory: Any,
     dsn: str,
-    dns: Dnsmasq,  # noqa: F811
-    sink: ThreadedSink,  # noqa: F811
+    dns: Dnsmasq,
+    sink: ThreadedSink,
 ) -> None:
     # Leasing is woken by NOTIFY only: the poll that would find due mail is a minute away.
     options = delivering(dns, sink, poll_interval='"60s"')
@@ -80,13 +80,13 @@ def test_commands_hold_on_every_live_node_when_they_return(
     got(sink, "again0@sink.test", "again1@sink.test")
 
     # A node counted live that does not apply a change is named; the command still succeeds.
-    rows(dsn, "INSERT INTO nodes (id, hostname, pid, started_at, heartbeat_at) "
+    pg.rows(dsn, "INSERT INTO nodes (id, hostname, pid, started_at, heartbeat_at) "
               "VALUES ('ghost', 'elsewhere', 1, now(), now())")  # fmt: skip
     done = n1.cli("suspend", "--tenant", "shop")
     assert done.returncode == 0, done.stderr
     assert "held on 2 of 3 live nodes (n1, n2)" in done.stdout
     assert done.stderr.startswith("mtad: warning: node ghost did not apply it within 5 s"), done.stderr
-    rows(dsn, "DELETE FROM nodes WHERE id = 'ghost'")
+    pg.rows(dsn, "DELETE FROM nodes WHERE id = 'ghost'")
     assert n1.cli("resume", "--tenant", "shop").returncode == 0
     for node in nodes:
         assert node.stop() == 0

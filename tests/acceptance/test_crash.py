@@ -10,7 +10,6 @@ import signal
 import smtplib
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from email.policy import SMTP
 from pathlib import Path
@@ -18,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email, http_get, rows
+from tests import pg, waiting
+from tests.mail import email, submit
+from tests.running import Mtad, http_get
 
 pytestmark = pytest.mark.slow
 
@@ -57,17 +57,6 @@ class Burst:
                 self.enough.notify_all()
 
 
-def submit(client: smtplib.SMTP, message_id: str) -> str:
-    """One message; returns the queue id of the 250 (original or duplicate)."""
-    client.ehlo_or_helo_if_needed()
-    assert client.mail("app@example.org")[0] == 250
-    assert client.rcpt("someone@example.com")[0] == 250
-    code, reply = client.data(email("burst", message_id).as_bytes(policy=SMTP))
-    if code != 250:
-        raise smtplib.SMTPDataError(code, reply)
-    return reply.decode().split(" as ", 1)[1].split(" ", 1)[0]
-
-
 @pytest.mark.parametrize("processes", [0, 2], ids=["in the daemon", "in submission processes"])
 def test_kill_9_during_a_burst_loses_and_doubles_nothing(mtad_factory: Any, tmp_path: Path, processes: int) -> None:
     data_dir = tmp_path / "pgdata"
@@ -92,7 +81,7 @@ def test_kill_9_during_a_burst_loses_and_doubles_nothing(mtad_factory: Any, tmp_
     assert (data_dir / "postmaster.pid").read_text().split("\n", 1)[0] == postmaster
     daemon.start()
     dsn = f"postgresql://postgres@/mtad?host={data_dir}"
-    stored = rows(dsn, "SELECT id::text AS id, message_id FROM messages")
+    stored = pg.rows(dsn, "SELECT id::text AS id, message_id FROM messages")
     by_message_id: dict[str, list[str]] = {}
     for row in stored:
         by_message_id.setdefault(row["message_id"], []).append(row["id"])
@@ -105,10 +94,10 @@ def test_kill_9_during_a_burst_loses_and_doubles_nothing(mtad_factory: Any, tmp_
     with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
         for message_id in unanswered:
             submit(client, message_id)
-    after = rows(dsn, "SELECT message_id, count(*) AS n FROM messages GROUP BY message_id")
+    after = pg.rows(dsn, "SELECT message_id, count(*) AS n FROM messages GROUP BY message_id")
     assert all(r["n"] == 1 for r in after)
     assert {r["message_id"] for r in after} == burst.attempted
-    deliveries = rows(dsn, "SELECT count(*) AS n FROM deliveries")
+    deliveries = pg.rows(dsn, "SELECT count(*) AS n FROM deliveries")
     assert deliveries[0]["n"] == len(burst.attempted)
 
     assert daemon.stop() == 0
@@ -182,7 +171,7 @@ def test_a_killed_embedded_postgresql_is_started_again_and_mtad_goes_on(mtad_fac
 
     dsn = f"postgresql://postgres@/mtad?host={data_dir}"
     daemon.start()  # a tool of its own to read the spool: the daemon runs the server again
-    stored = {r["message_id"] for r in rows(dsn, "SELECT message_id FROM messages")}
+    stored = {r["message_id"] for r in pg.rows(dsn, "SELECT message_id FROM messages")}
     assert set(accepted) | set(burst.accepted) <= stored  # every 250 is there
     assert all(400 <= code < 500 for code in codes), codes
     assert daemon.stop() == 0
@@ -244,10 +233,9 @@ def test_a_full_disk_freed_again_lets_mtad_go_on_by_itself(mtad_factory: Any, sm
 
     def until(outcome: bool, within: float) -> None:
         """Submit until a submission is accepted (True) or refused (False)."""
-        deadline = time.monotonic() + within
         with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=60) as client:
-            while submit_one(client) != outcome:
-                assert time.monotonic() < deadline, "\n".join(daemon.output[-10:])
+            waiting.eventually(lambda: submit_one(client), lambda got: got == outcome, within=within, every=0,
+                               show=lambda: "\n".join(daemon.output[-10:]))  # each try waits for its reply  # fmt: skip
 
     until(True, 60)
     fill(small_disk / "filler")
@@ -261,6 +249,6 @@ def test_a_full_disk_freed_again_lets_mtad_go_on_by_itself(mtad_factory: Any, sm
 
     daemon.start()
     dsn = f"postgresql://postgres@/mtad?host={data_dir}"
-    stored = {r["message_id"] for r in rows(dsn, "SELECT message_id FROM messages")}
+    stored = {r["message_id"] for r in pg.rows(dsn, "SELECT message_id FROM messages")}
     assert set(accepted) <= stored
     assert daemon.stop() == 0

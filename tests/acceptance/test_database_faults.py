@@ -10,25 +10,21 @@ import itertools
 import os
 import signal
 import smtplib
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from email.message import EmailMessage
 from email.policy import SMTP
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mtad import db
 from mtad.base import vault
-from mtad.mailboxes import accounts
 from mtad.submission import tls_context
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_delivery import delivering, dns, sink  # noqa: F401 (fixtures)
-from tests.acceptance.test_run import rows
-from tests.conftest import run_sync
+from tests import pg
+from tests.acceptance.mailboxes import add_accounts
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.hooks import Receiver
+from tests.running import Mtad, delivering
 from tests.sink import ThreadedSink
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial, NEEDS_DNSMASQ]
@@ -36,42 +32,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.serial, NEEDS_DNSMASQ]
 ROUNDS = 20
 RESTART_WITHIN = 120.0  # seconds for the watchdog to see the server gone and start it again
 SETTLE_WITHIN = 180.0  # seconds for every accepted message to reach its end after the last kill
-
-
-class Hooks(ThreadingHTTPServer):
-    """A webhook endpoint that counts what it is sent."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Hook)
-        self.count = 0
-        self.arrived = threading.Condition()
-
-
-class _Hook(BaseHTTPRequestHandler):
-    server: Hooks
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        with self.server.arrived:
-            self.server.count += 1
-            self.server.arrived.notify_all()
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def hooks() -> Iterator[Hooks]:
-    server = Hooks()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def message(recipient: str, number: int, *, relayed: bool = False) -> bytes:
@@ -86,29 +46,13 @@ def message(recipient: str, number: int, *, relayed: bool = False) -> bytes:
     return msg.as_bytes(policy=SMTP)
 
 
-def add_account(dsn: str, key: bytes, port: int) -> None:
-    sealer = vault.Vault(key)
-
-    async def add() -> None:
-        database = await db.Database.connect(dsn, max_size=1)
-        try:
-            account = accounts.Account(name="box", address="box@example.com", pool="outreach", host="localhost",
-                                       port=port, login="box@example.com")  # fmt: skip
-            await accounts.add(database, account)
-            await accounts.set_secret(database, "box", sealer.seal(vault.Secret("pw-box")))
-        finally:
-            await database.close()
-
-    run_sync(add)
-
-
 @pytest.mark.timeout(900)  # twenty restarts of PostgreSQL: 2-4 minutes, more on a loaded machine
 def test_no_kill_of_the_database_ends_the_daemon_or_loses_a_message(
     mtad_factory: Any,
     tmp_path: Path,
-    dns: Dnsmasq,  # noqa: F811
-    sink: ThreadedSink,  # noqa: F811
-    hooks: Hooks,
+    dns: Dnsmasq,
+    sink: ThreadedSink,
+    receiver: Receiver,
     tls_files: tuple[Path, Path],
 ) -> None:
     data_dir = tmp_path / "pgdata"
@@ -122,8 +66,8 @@ def test_no_kill_of_the_database_ends_the_daemon_or_loses_a_message(
     with ThreadedSink(("127.0.0.1",), tls=tls_context(*tls_files), logins={"box@example.com": "pw-box"}) as smarthost:
         daemon: Mtad = mtad_factory(f'dsn = ""\ndata_dir = "{data_dir}"', env=trusting, **options).start()
         dsn = f"postgresql://postgres@/mtad?host={data_dir}"
-        add_account(dsn, key, smarthost.port)
-        added = daemon.cli("webhooks", "add", "default", f"http://127.0.0.1:{hooks.server_address[1]}/hook")
+        add_accounts(dsn, key, smarthost.port, ["box"])
+        added = daemon.cli("webhooks", "add", "default", f"http://127.0.0.1:{receiver.server_address[1]}/hook")
         assert added.returncode == 0, added.stderr
 
         accepted: dict[str, str] = {}  # recipient -> where it goes: mx, relay, none
@@ -172,9 +116,9 @@ def test_no_kill_of_the_database_ends_the_daemon_or_loses_a_message(
                                  within=60)  # fmt: skip
 
         def at_the_webhook(round_: int) -> None:
-            with hooks.arrived:
-                seen = hooks.count
-                hooks.arrived.wait_for(lambda: hooks.count > seen, timeout=60)
+            with receiver.arrived:
+                seen = len(receiver.got)
+                receiver.arrived.wait_for(lambda: len(receiver.got) > seen, timeout=60)
 
         moments: list[Callable[[int], None]] = [accepted_now, at_the_sink, at_the_smarthost, at_the_webhook]
         for round_ in range(1, ROUNDS + 1):
@@ -194,7 +138,7 @@ def test_no_kill_of_the_database_ends_the_daemon_or_loses_a_message(
         nowhere = sorted(r for r, kind in accepted.items() if kind == "none")
         daemon.wait_for_log(lambda records: {r.get("recipient") for r in records if r.get("event") == "bounced"}
                             >= set(nowhere), within=SETTLE_WITHIN)  # fmt: skip
-        states = {r["recipient"]: r["state"] for r in rows(dsn, "SELECT recipient, state::text FROM deliveries")}
+        states = {r["recipient"]: r["state"] for r in pg.rows(dsn, "SELECT recipient, state::text FROM deliveries")}
         assert {r: states.get(r) for r in nowhere} == dict.fromkeys(nowhere, "bounced")
         assert daemon.process is not None
         assert daemon.process.poll() is None

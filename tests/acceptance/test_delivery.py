@@ -9,7 +9,6 @@ import smtplib
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from email.policy import SMTP
 from pathlib import Path
 from typing import Any
@@ -17,54 +16,14 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email, http_get, rows
-from tests.conftest import run_sync
+from tests import pg
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.mail import email
+from tests.pg import run_sync
+from tests.running import Mtad, delivering, http_get
 from tests.sink import Received, ThreadedSink
 
 pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
-
-
-@pytest.fixture
-def dns() -> Iterator[Dnsmasq]:
-    server = Dnsmasq(
-        "test",
-        [
-            "--mx-host=sink.test,mx1.sink.test,10",
-            "--mx-host=sink.test,mx2.sink.test,20",
-            "--host-record=mx1.sink.test,127.0.0.2",
-            "--host-record=mx2.sink.test,127.0.0.3",
-            "--dns-rr=nullmx.test,15,000000",
-        ],
-    )
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def sink() -> Iterator[ThreadedSink]:
-    with ThreadedSink(("127.0.0.2", "127.0.0.3")) as started:
-        yield started
-
-
-def delivering(dns: Dnsmasq, sink: ThreadedSink, **overrides: str) -> dict[str, str]:
-    """write_config options for a node that delivers to the sink, quickly."""
-    settings = {
-        "enabled": "true",
-        "port": str(sink.port),
-        "retry": '"1s"',
-        "max_age": '"5s"',
-        "poll_interval": '"250ms"',
-        "lease_duration": '"8s"',
-        "shutdown_timeout": '"10s"',
-        **overrides,
-    }
-    return {
-        "delivery": "\n".join(f"{k} = {v}" for k, v in settings.items()),
-        "submission": "check_recipient_domains = true",
-        "extra": f'[dns]\nnameservers = ["127.0.0.1:{dns.port}"]\ntimeout = "2s"\n',
-    }
 
 
 def spool_rows(dsn: str, message_ids: list[str]) -> list[dict[str, Any]]:
@@ -394,7 +353,7 @@ def test_a_restarted_node_takes_back_at_once_what_it_held_when_killed(
     with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
         for i in range(total):
             client.sendmail("app@example.org", [f"slow-{i}@sink.test"], email(f"s{i}").as_bytes(policy=SMTP))
-    held = rows(dsn, "SELECT count(*) AS n FROM deliveries WHERE state = 'leased' AND lease_owner = 'test-node'")
+    held = pg.rows(dsn, "SELECT count(*) AS n FROM deliveries WHERE state = 'leased' AND lease_owner = 'test-node'")
     assert held[0]["n"] == total  # every one leased to the node by the accept path
     daemon.kill()
     sink.release()  # the receiver answers again (what was on the wire is answered to nobody)

@@ -16,9 +16,9 @@ import dkim as dkimpy
 import pytest
 
 from mtad.base import vault
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.mail import email
+from tests.running import Mtad
 from tests.sink import ThreadedSink
 
 pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]

@@ -11,8 +11,8 @@ from email.policy import SMTP
 from pathlib import Path
 from typing import Any
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email
+from tests.mail import email
+from tests.running import Mtad
 
 
 def test_suppression_lists_from_the_command_line_and_at_rcpt(mtad_factory: Any, dsn: str, tmp_path: Path) -> None:

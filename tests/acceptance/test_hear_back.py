@@ -10,63 +10,39 @@ import json
 import os
 import re
 import smtplib
-import socket
-import time
 import urllib.error
 import urllib.request
 from email.policy import SMTP
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_delivery import delivering, dns, sink  # noqa: F401 (fixtures)
-from tests.acceptance.test_run import email
-from tests.conftest import run_sync
+from tests import pg, waiting
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.mail import email
+from tests.reports import arf
+from tests.reports import dsn as bounce_report
+from tests.running import Mtad, delivering, free_port, hearing
 from tests.sink import ThreadedSink
-from tests.unit.test_reports import arf
-from tests.unit.test_reports import dsn as bounce_report
 
 pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def query(dsn_: str, text: str, *args: Any) -> list[asyncpg.Record]:
-    async def run() -> list[asyncpg.Record]:
-        conn = await asyncpg.connect(dsn_)
-        try:
-            return list(await conn.fetch(text, *args))
-        finally:
-            await conn.close()
-
-    return run_sync(run)
 
 
 def test_bounces_complaints_and_unsubscribes_come_back(
     mtad_factory: Any,
     dsn: str,
-    dns: Dnsmasq,  # noqa: F811
-    sink: ThreadedSink,  # noqa: F811
+    dns: Dnsmasq,
+    sink: ThreadedSink,
     tmp_path: Path,
 ) -> None:
-    inbound, web = free_port(), free_port()
-    keys = {name: tmp_path / f"{name}.key" for name in ("bounces", "unsubscribe")}
-    for path in keys.values():
-        path.write_bytes(os.urandom(32).hex().encode())
+    inbound, heard = hearing(tmp_path)
+    web, key = free_port(), tmp_path / "unsubscribe.key"
+    key.write_bytes(os.urandom(32).hex().encode())
     options = delivering(dns, sink)
-    options["extra"] += (
-        f'[bounces]\ndomain = "bounces.example.org"\nkey_file = "{keys["bounces"]}"\n'
-        f'[inbound]\nlisten = ["127.0.0.1:{inbound}"]\ncomplaints = "fbl@bounces.example.org"\n'
+    options["extra"] += heard + (
         f'[unsubscribe]\nlisten = ["127.0.0.1:{web}"]\nurl = "https://unsub.example.org"\n'
-        f'key_file = "{keys["unsubscribe"]}"\n[tenants."default"]\nlist_unsubscribe = true\n'
+        f'key_file = "{key}"\n[tenants."default"]\nlist_unsubscribe = true\n'
     )
     daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', **options).start()
     with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
@@ -81,10 +57,8 @@ def test_bounces_complaints_and_unsubscribes_come_back(
     assert link is not None
 
     # A bounce comes back after the delivery is recorded (the sink's 250 comes first).
-    deadline = time.monotonic() + 30
-    while len(query(dsn, "SELECT 1 FROM deliveries WHERE state = 'delivered'")) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    waiting.eventually(lambda: pg.rows(dsn, "SELECT 1 FROM deliveries WHERE state = 'delivered'"),
+                       lambda delivered: len(delivered) >= 2)  # fmt: skip
     # The inbound listener takes the bounce to the VERP address, and refuses to relay.
     with smtplib.SMTP("127.0.0.1", inbound, timeout=30) as client:
         report = bounce_report("gone@sink.test", "<news-1@example.org>", to=gone.sender)
@@ -106,15 +80,13 @@ def test_bounces_complaints_and_unsubscribes_come_back(
     refused.value.close()
 
     # The consumer suppresses both; the bounced delivery's outcome moved.
-    deadline = time.monotonic() + 30  # the daemon's consumer writes them: look until they are there
-    while len(rows := query(dsn, "SELECT address, reason FROM suppressions ORDER BY address")) < 2:
-        assert time.monotonic() < deadline, rows
-        time.sleep(0.1)
+    rows = waiting.eventually(lambda: pg.rows(dsn, "SELECT address, reason FROM suppressions ORDER BY address"),
+                              lambda rows: len(rows) >= 2)  # the daemon's consumer writes them  # fmt: skip
     found = [(r["address"], r["reason"]) for r in rows]
     assert found == [("gone@sink.test", "hard_bounce"), ("reader@sink.test", "unsubscribe")]
     listed = [json.loads(line) for line in daemon.cli("suppress", "ls", "--json").stdout.splitlines()]
     assert {e["address"] for e in listed} == {"gone@sink.test", "reader@sink.test"}
-    [row] = query(dsn, "SELECT state::text, reason::text FROM deliveries WHERE recipient = 'gone@sink.test'")
+    [row] = pg.rows(dsn, "SELECT state::text, reason::text FROM deliveries WHERE recipient = 'gone@sink.test'")
     assert (row["state"], row["reason"]) == ("bounced", "async_bounce")
     bounced = daemon.cli("events", "tail", "--json", "--kind", "bounced").stdout.splitlines()
     assert json.loads(bounced[-1])["data"]["async"] is True
@@ -123,7 +95,7 @@ def test_bounces_complaints_and_unsubscribes_come_back(
 
 def handled(dsn_: str, consumer: str, kinds: tuple[str, ...]) -> bool:
     """Whether `consumer` has passed the last event of `kinds` written so far."""
-    return not query(dsn_, "SELECT 1 FROM events e JOIN event_consumers c ON c.name = $1 WHERE e.kind = ANY ($2) "
+    return not pg.rows(dsn_, "SELECT 1 FROM events e JOIN event_consumers c ON c.name = $1 WHERE e.kind = ANY ($2) "
                            "AND e.xid IS NOT NULL AND (e.xid, e.id) > (c.position_xid, c.position_id)",
                      consumer, list(kinds))  # fmt: skip
 
@@ -131,19 +103,13 @@ def handled(dsn_: str, consumer: str, kinds: tuple[str, ...]) -> bool:
 def test_a_soft_bounce_repeated_suppresses_and_an_auth_failure_report_does_not(
     mtad_factory: Any,
     dsn: str,
-    dns: Dnsmasq,  # noqa: F811
-    sink: ThreadedSink,  # noqa: F811
+    dns: Dnsmasq,
+    sink: ThreadedSink,
     tmp_path: Path,
 ) -> None:
-    inbound = free_port()
-    key = tmp_path / "bounces.key"
-    key.write_bytes(os.urandom(32).hex().encode())
+    inbound, heard = hearing(tmp_path)
     options = delivering(dns, sink)
-    options["extra"] += (
-        f'[bounces]\ndomain = "bounces.example.org"\nkey_file = "{key}"\n'
-        f'[inbound]\nlisten = ["127.0.0.1:{inbound}"]\ncomplaints = "fbl@bounces.example.org"\n'
-        '[suppression]\nsoft_after = 3\nsoft_window = "30d"\n'
-    )
+    options["extra"] += heard + '[suppression]\nsoft_after = 3\nsoft_window = "30d"\n'
     daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', **options).start()
     with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
         client.sendmail("app@example.org", ["full@sink.test", "dmarc@sink.test"],
@@ -154,10 +120,8 @@ def test_a_soft_bounce_repeated_suppresses_and_an_auth_failure_report_does_not(
     senders = [m.sender for m in sink.wait_for(4) if m.recipients == ["full@sink.test"]]
     [dmarc] = [m.sender for m in sink.wait_for(4) if m.recipients == ["dmarc@sink.test"]]
     assert len(senders) == 3  # a VERP address each
-    deadline = time.monotonic() + 30
-    while len(query(dsn, "SELECT 1 FROM deliveries WHERE state = 'delivered'")) < 4:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    waiting.eventually(lambda: pg.rows(dsn, "SELECT 1 FROM deliveries WHERE state = 'delivered'"),
+                       lambda delivered: len(delivered) >= 4)  # fmt: skip
 
     def report(raw: bytes, to: str, sender: str = "") -> None:
         with smtplib.SMTP("127.0.0.1", inbound, timeout=30) as client:
@@ -171,23 +135,17 @@ def test_a_soft_bounce_repeated_suppresses_and_an_auth_failure_report_does_not(
                          status="4.2.2", diagnostic="smtp; 452 4.2.2 Mailbox full"), senders[0])  # fmt: skip
     for sender in senders[:2]:
         report(bounce_report("full@sink.test", "<x@y>", to=sender, **full), sender)
-    deadline = time.monotonic() + 30
-    while not handled(dsn, "suppression", ("bounced",)):  # and so the report before them
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    assert query(dsn, "SELECT address FROM suppressions") == []
+    waiting.eventually(lambda: handled(dsn, "suppression", ("bounced",)))  # and so the report before them
+    assert pg.rows(dsn, "SELECT address FROM suppressions") == []
     # The third failure within the window suppresses.
     report(bounce_report("full@sink.test", "<x@y>", to=senders[2], **full), senders[2])
-    deadline = time.monotonic() + 30
-    while not (rows := query(dsn, "SELECT address, reason FROM suppressions")):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    rows = waiting.eventually(lambda: pg.rows(dsn, "SELECT address, reason FROM suppressions"))
     assert [(r["address"], r["reason"]) for r in rows] == [("full@sink.test", "soft_bounce")]
-    states = query(dsn, "SELECT state::text, reason::text FROM deliveries WHERE recipient = 'full@sink.test'")
+    states = pg.rows(dsn, "SELECT state::text, reason::text FROM deliveries WHERE recipient = 'full@sink.test'")
     assert [(r["state"], r["reason"]) for r in states] == [("bounced", "async_bounce")] * 3
-    [failure] = query(dsn, "SELECT data FROM events WHERE kind = 'auth_failure'")
+    [failure] = pg.rows(dsn, "SELECT data FROM events WHERE kind = 'auth_failure'")
     assert json.loads(failure["data"])["feedback_type"] == "auth-failure"
-    [first] = query(dsn, "SELECT id FROM messages WHERE message_id = '<news-1@example.org>'")
+    [first] = pg.rows(dsn, "SELECT id FROM messages WHERE message_id = '<news-1@example.org>'")
     shown = daemon.cli("queue", "show", str(first["id"]))
     assert shown.returncode == 0, shown.stderr
     listed = shown.stdout.split("\ndeliveries:\n", 1)[1].split("\nevents:\n", 1)[0]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import smtplib
-import time
 from collections.abc import Iterator
 from email.policy import SMTP
 from pathlib import Path
@@ -17,12 +16,11 @@ import pytest
 
 from mtad.base import vault
 from mtad.submission import tls_context
-from tests import imap
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_hear_back import query
-from tests.acceptance.test_run import email
+from tests import imap, pg, waiting
+from tests.mail import email
+from tests.reports import dsn as bounce_report
+from tests.running import Mtad
 from tests.sink import ThreadedSink
-from tests.unit.test_reports import dsn as bounce_report
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(imap.missing() is not None, reason=str(imap.missing()))]
 
@@ -73,10 +71,8 @@ def test_bounces_and_replies_come_back_to_the_sending_mailbox(
                 message["X-Mtad-Account-Pool"] = "outreach"
                 client.sendmail("app@example.org", [recipient], message.as_bytes(policy=SMTP))
         assert len(smarthost.wait_for(2)) == 2
-        deadline = time.monotonic() + 30
-        while len(query(dsn, "SELECT 1 FROM deliveries WHERE state = 'delivered'")) < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        waiting.eventually(lambda: pg.rows(dsn, "SELECT 1 FROM deliveries WHERE state = 'delivered'"),
+                           lambda delivered: len(delivered) >= 2)  # fmt: skip
 
     # Back in the mailbox: a DSN that quotes the original's headers, and a person's reply.
     dovecot.deliver(ALICE, bounce_report("gone@example.net", "<m1@example.org>", to=ALICE))
@@ -85,13 +81,10 @@ def test_bounces_and_replies_come_back_to_the_sending_mailbox(
     dovecot.deliver(ALICE, reply)
     daemon.wait_for_log(lambda records: sum(1 for r in records if r.get("event") == "inbox_message"
                                             and r.get("outcome") == "recorded") == 2)  # fmt: skip
-    deadline = time.monotonic() + 30  # the daemon's consumer suppresses: look until it is there
-    while not query(dsn, "SELECT 1 FROM suppressions WHERE address = 'gone@example.net'"):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    [row] = query(dsn, "SELECT state::text, reason::text FROM deliveries WHERE recipient = 'gone@example.net'")
+    waiting.eventually(lambda: pg.rows(dsn, "SELECT 1 FROM suppressions WHERE address = 'gone@example.net'"))
+    [row] = pg.rows(dsn, "SELECT state::text, reason::text FROM deliveries WHERE recipient = 'gone@example.net'")
     assert (row["state"], row["reason"]) == ("bounced", "async_bounce")
-    [suppressed] = query(dsn, "SELECT reason FROM suppressions WHERE address = 'gone@example.net'")
+    [suppressed] = pg.rows(dsn, "SELECT reason FROM suppressions WHERE address = 'gone@example.net'")
     assert suppressed["reason"] == "hard_bounce"
     tail = daemon.cli("events", "tail", "--json", "--kind", "replied")
     replied = [json.loads(line) for line in tail.stdout.splitlines()]

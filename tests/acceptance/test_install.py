@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email
+from tests.mail import email
+from tests.running import Mtad
 
 pytestmark = pytest.mark.slow
 

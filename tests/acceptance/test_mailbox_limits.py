@@ -8,21 +8,14 @@ mailbox until its lease says the send is gone; the caps count recipients."""
 from __future__ import annotations
 
 import json
-import smtplib
 from datetime import UTC, datetime, timedelta
-from email.policy import SMTP
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mtad import db
-from mtad.base import vault
-from mtad.mailboxes import accounts
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email
-from tests.conftest import query, run_sync
-from tests.smarthost import Smarthost, violations
+from tests import pg
+from tests.acceptance.mailboxes import Rig, add_accounts, submit
+from tests.smarthost import violations
 
 pytestmark = pytest.mark.slow
 
@@ -30,70 +23,6 @@ GAP = 1.0  # min_gap of every mailbox, seconds
 JITTER = (0.25, 0.5)  # drawn per send and added to the gap
 SLOW = 2.0  # a slow provider answers the end of DATA this long after it (longer than the gap)
 STALL = 3.0  # a stalled provider answers nothing for this long
-DELIVERY = 'enabled = true\npoll_interval = "250ms"\nlease_duration = "10s"\nshutdown_timeout = "10s"'
-
-
-def add_accounts(dsn: str, key: bytes, port: int, names: list[str], **limits: Any) -> None:
-    sealer = vault.Vault(key)
-
-    async def add() -> None:
-        database = await db.Database.connect(dsn, max_size=2)
-        try:
-            for name in names:
-                account = accounts.Account(name=name, address=f"{name}@example.com", pool="outreach",
-                                           host="localhost", port=port, login=f"{name}@example.com",
-                                           limits=accounts.Limits(**limits))  # fmt: skip
-                await accounts.add(database, account)
-                await accounts.set_secret(database, name, sealer.seal(vault.Secret(f"pw-{name}")))
-        finally:
-            await database.close()
-
-    run_sync(add)
-
-
-def fetch(dsn: str, sql: str, *args: Any) -> list[dict[str, Any]]:
-    async def run() -> list[dict[str, Any]]:
-        database = await db.Database.connect(dsn, max_size=1)
-        try:
-            return [dict(row) for row in await query(database, sql, *args)]
-        finally:
-            await database.close()
-
-    return run_sync(run)
-
-
-def submit(node: Mtad, messages: range, recipients: int = 1) -> None:
-    with smtplib.SMTP("127.0.0.1", node.smtp_port, timeout=30) as client:
-        for i in messages:
-            message = email(f"relayed {i}")
-            message["X-Mtad-Account-Pool"] = "outreach"
-            to = [f"r{i}-{n}@example.net" for n in range(recipients)]
-            client.sendmail("app@example.org", to, message.as_bytes(policy=SMTP))
-
-
-class Rig:
-    """A smarthost process, its mailboxes in the database, and `mtad run` nodes that
-    trust its certificate through the pool's ca_file (no SSL_CERT_FILE)."""
-
-    def __init__(self, factory: Any, dsn: str, tls_files: tuple[Path, Path], tmp_path: Path) -> None:
-        self.factory, self.dsn, self.tls_files, self.tmp_path = factory, dsn, tls_files, tmp_path
-        self.key = vault.Vault.new_key()
-        (tmp_path / "accounts.key").write_bytes(self.key)
-
-    def smarthost(self, names: list[str], **options: Any) -> Smarthost:
-        logins = {f"{name}@example.com": f"pw-{name}" for name in names}
-        return Smarthost(*self.tls_files, logins, **options).start()
-
-    def node(self, n: int, pool: str = "") -> Mtad:
-        """Node relay-N; `pool`: more keys of [account_pools.outreach]."""
-        extra = (f'[accounts]\nkey_file = "{self.tmp_path / "accounts.key"}"\n'
-                 f'[account_pools.outreach]\nca_file = "{self.tls_files[0]}"\n{pool}\n')  # fmt: skip
-        return self.factory(f'dsn = "{self.dsn}"', extra, delivery=DELIVERY, node=f"relay-{n}")
-
-
-@pytest.fixture
-def rig(mtad_factory: Any, dsn: str, tls_files: tuple[Path, Path], tmp_path: Path) -> Rig:
-    return Rig(mtad_factory, dsn, tls_files, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -143,15 +72,15 @@ def test_a_send_whose_node_is_killed_in_data_holds_its_mailbox_until_its_lease_e
         assert second.stop() == 0
     finally:
         smarthost.stop()
-    [reservation, *_] = fetch(rig.dsn, "SELECT state::text AS state, settled_at, recipients FROM account_reservations "
-                                       "ORDER BY id")  # fmt: skip
+    [reservation, *_] = pg.rows(rig.dsn, "SELECT state::text AS state, settled_at, recipients "
+                                         "FROM account_reservations ORDER BY id")  # fmt: skip
     lease_end = reservation["settled_at"]
     assert reservation["state"] == "reserved"  # kept: it may have gone out, so its slot stays taken
     assert lease_end is not None
     assert lease_end.timestamp() > killed_at + 3  # the 10 s lease, not the gap
     again = smarthost.mails()[1]
     assert again >= lease_end.timestamp() + GAP
-    [usage] = fetch(rig.dsn, "SELECT sends FROM account_days")
+    [usage] = pg.rows(rig.dsn, "SELECT sends FROM account_days")
     assert usage["sends"] == 2
 
 
@@ -178,7 +107,7 @@ def test_recipients_count_against_the_daily_cap(rig: Rig) -> None:
     assert {row["name"]: row["today"] for row in map(json.loads, listed.stdout.splitlines())} == {
         "box0": 3, "box1": 3
     }  # fmt: skip
-    rows = fetch(rig.dsn, "SELECT state::text AS state, next_attempt_at FROM deliveries")
+    rows = pg.rows(rig.dsn, "SELECT state::text AS state, next_attempt_at FROM deliveries")
     assert sum(1 for r in rows if r["state"] == "delivered") == 6
     tomorrow = datetime.combine(datetime.now(UTC).date() + timedelta(days=1), datetime.min.time(), UTC)
     assert {r["next_attempt_at"] for r in rows if r["state"] != "delivered"} == {tomorrow}
@@ -196,10 +125,10 @@ def test_recipients_count_against_the_rate_caps(rig: Rig) -> None:
         smarthost.stop()
     answered = [r for r in smarthost.records if r.get("event") == "answered"]
     assert sorted(r["recipients"] for r in answered) == [2, 4, 4]
-    sends = fetch(rig.dsn, "SELECT reserved_at, recipients FROM account_reservations ORDER BY reserved_at")
+    sends = pg.rows(rig.dsn, "SELECT reserved_at, recipients FROM account_reservations ORDER BY reserved_at")
     for send in sends:  # in any second, four recipients at most
         window = [s["recipients"] for s in sends if send["reserved_at"] - timedelta(seconds=1) < s["reserved_at"]
                   <= send["reserved_at"]]  # fmt: skip
         assert sum(window) <= 4
-    rows = fetch(rig.dsn, "SELECT state::text AS state, attempts FROM deliveries")
+    rows = pg.rows(rig.dsn, "SELECT state::text AS state, attempts FROM deliveries")
     assert {(r["state"], r["attempts"]) for r in rows} == {("delivered", 1)}  # split without spending an attempt

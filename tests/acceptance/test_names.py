@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mtad import config
-from tests.acceptance.conftest import Mtad
+from tests.running import Mtad
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from mtad.feedback import reports
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email
+from tests.mail import email
+from tests.running import Mtad
 from tests.sink import ThreadedSink
 
 pytestmark = pytest.mark.slow

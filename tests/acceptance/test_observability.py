@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import Mtad, write_config
-from tests.acceptance.test_run import email, http_get
-from tests.conftest import admin, run_sync, with_database
+from tests.mail import email
+from tests.pg import admin, run_sync, with_database
+from tests.running import Mtad, http_get, write_config
 from tests.sink import ThreadedSink
 
 pytestmark = pytest.mark.slow

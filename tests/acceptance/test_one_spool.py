@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import Mtad, write_config
-from tests.acceptance.test_crash import submit
-from tests.acceptance.test_run import rows
+from tests import pg
+from tests.mail import submit
+from tests.running import Mtad, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +96,7 @@ def test_a_second_run_with_the_same_node_id_on_one_database_refuses(mtad_factory
     assert f"pid {first.process.pid}" in error, error
     assert f"127.0.0.1:{first.smtp_port}" in error, error
     assert "shared" in error, error
-    [node] = rows(dsn, "SELECT pid FROM nodes WHERE id = 'shared'")
+    [node] = pg.rows(dsn, "SELECT pid FROM nodes WHERE id = 'shared'")
     assert node["pid"] == first.process.pid  # its row was not overwritten
 
     other: Mtad = mtad_factory(f'dsn = "{dsn}"', node="other").start()  # another node id: welcome

@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email, http_get, rows
+from tests import pg
+from tests.mail import email
 from tests.pids import wait_exit
+from tests.running import Mtad, http_get
 from tests.sink import ThreadedSink
 
 pytestmark = pytest.mark.slow
@@ -87,7 +88,7 @@ def test_two_processes_serve_the_port_and_hand_their_mail_to_delivery(
     # Every delivery went by the fast path: leased at accept, handed over, none leased by a query.
     assert metric(daemon, "mtad_delivery_leased_total") == 0
     assert metric(daemon, "mtad_submission_accepted_messages_total") == 40  # both children's counts
-    assert rows(dsn, "SELECT count(*) AS n FROM deliveries WHERE state = 'delivered'") == [{"n": 40}]
+    assert pg.rows(dsn, "SELECT count(*) AS n FROM deliveries WHERE state = 'delivered'") == [{"n": 40}]
 
     # A child that dies is started again; what it counted stays counted.
     os.kill(first[1], signal.SIGKILL)
@@ -103,7 +104,7 @@ def test_two_processes_serve_the_port_and_hand_their_mail_to_delivery(
     assert daemon.stop() == 0
     assert wait_exit(running, 30)
     assert {r["process"] for r in daemon.events("submission_process_stopped")} == {1, 2}
-    assert len({r["id"] for r in rows(dsn, "SELECT id FROM messages")}) == 60
+    assert len({r["id"] for r in pg.rows(dsn, "SELECT id FROM messages")}) == 60
 
 
 def test_a_full_delivery_tells_the_children_to_spool_for_any_node(
@@ -118,7 +119,7 @@ def test_a_full_delivery_tells_the_children_to_spool_for_any_node(
             message = email(f"slow {n}", f"<slow{n}@example.org>").as_bytes(policy=SMTP)
             client.sendmail("app@example.org", [f"slow-{n}@example.com"], message)
     # Told that the delivery has no room, the children spooled the rest for any node to lease.
-    [waiting] = rows(dsn, "SELECT count(*) AS n FROM deliveries WHERE state = 'queued'")
+    [waiting] = pg.rows(dsn, "SELECT count(*) AS n FROM deliveries WHERE state = 'queued'")
     assert waiting["n"] > 0
     sink.release()
     assert len(sink.wait_for(12)) == 12

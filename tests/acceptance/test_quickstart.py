@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import CONF, Mtad
-from tests.integration.test_sink import SinkProcess
+from tests.running import CONF, Mtad, SinkProcess
 
 pytestmark = pytest.mark.slow
 

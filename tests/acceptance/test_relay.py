@@ -19,9 +19,10 @@ from mtad import db
 from mtad.base import vault
 from mtad.mailboxes import accounts
 from mtad.submission import tls_context
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email
-from tests.conftest import run_sync
+from tests.acceptance.mailboxes import add_accounts
+from tests.mail import email
+from tests.pg import run_sync
+from tests.running import Mtad
 from tests.sink import ThreadedSink
 
 pytestmark = pytest.mark.slow
@@ -31,25 +32,6 @@ ACCOUNTS = 60
 MESSAGES = 660
 GAP = 2.0  # seconds between two sends of one account
 CAP = 11  # sends a day: 660 messages fill every account's day exactly
-
-
-def add_accounts(dsn: str, key: bytes, port: int) -> None:
-    sealer = vault.Vault(key)
-
-    async def add() -> None:
-        database = await db.Database.connect(dsn, max_size=2)
-        try:
-            for i in range(ACCOUNTS):
-                name = f"box{i:02d}"
-                account = accounts.Account(name=name, address=f"{name}@example.com", pool="outreach",
-                                           host="localhost", port=port, login=f"{name}@example.com",
-                                           limits=accounts.Limits(daily_cap=CAP, min_gap=GAP))  # fmt: skip
-                await accounts.add(database, account)
-                await accounts.set_secret(database, name, sealer.seal(vault.Secret(f"pw-{name}")))
-        finally:
-            await database.close()
-
-    run_sync(add)
 
 
 def reservations(dsn: str) -> dict[str, int]:
@@ -73,7 +55,7 @@ def test_several_nodes_keep_every_account_inside_its_gap_and_cap(
     (tmp_path / "accounts.key").write_bytes(key)
     trusting = {**os.environ, "SSL_CERT_FILE": str(tls_files[0])}  # the smarthost's self-signed certificate
     with ThreadedSink(("127.0.0.1",), tls=tls_context(*tls_files), logins=logins) as smarthost:
-        add_accounts(dsn, key, smarthost.port)
+        add_accounts(dsn, key, smarthost.port, [f"box{i:02d}" for i in range(ACCOUNTS)], daily_cap=CAP, min_gap=GAP)
         extra = f'[accounts]\nkey_file = "{tmp_path / "accounts.key"}"\n[account_pools.outreach]\n'
         delivery = 'enabled = true\npoll_interval = "250ms"\nlease_duration = "10s"\nshutdown_timeout = "10s"'
         nodes: list[Mtad] = [

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_delivery import delivering, dns, sink  # noqa: F401 (fixtures)
-from tests.acceptance.test_run import email
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.mail import email
+from tests.running import Mtad, delivering
 from tests.sink import ThreadedSink
 
 pytestmark = pytest.mark.slow
@@ -79,8 +78,8 @@ def test_a_reload_takes_up_new_quotas_keeps_sessions_and_refuses_a_bad_file(mtad
 def test_a_reload_under_delivery_loses_no_lease_and_no_message(
     mtad_factory: Any,
     dsn: str,
-    dns: Dnsmasq,  # noqa: F811
-    sink: ThreadedSink,  # noqa: F811
+    dns: Dnsmasq,
+    sink: ThreadedSink,
     tmp_path: Path,
 ) -> None:
     providers = tmp_path / "providers.toml"

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email, rows
+from tests import pg
+from tests.mail import email
+from tests.running import Mtad
 from tests.sink import ThreadedSink
 
 pytestmark = [pytest.mark.slow]
@@ -55,7 +56,7 @@ def test_a_short_retention_prunes_what_was_delivered_and_keeps_what_waits(
     assert sum(r["messages"] for r in pruned) == 12
     assert sum(r["deliveries"] for r in pruned) == 12
     daemon.wait_for_log(lambda records: any(r["event"] == "pruned" and r["kept"] == 1 for r in records))
-    left = rows(dsn, "SELECT d.recipient, d.state::text FROM messages m JOIN deliveries d ON d.message = m.id")
+    left = pg.rows(dsn, "SELECT d.recipient, d.state::text FROM messages m JOIN deliveries d ON d.message = m.id")
     assert left == [{"recipient": "tempfail-1@sink.test", "state": "deferred"}]
     assert len(sink.received) == 12
     assert daemon.stop() == 0
@@ -81,8 +82,8 @@ def test_queue_purge_removes_now_what_is_done_and_counts_what_is_not(
     assert "kept 1 messages" in purged.stdout
     assert "database size:" in purged.stdout
     assert "before the VACUUM and REINDEX" in purged.stdout
-    left = rows(dsn, "SELECT d.recipient FROM messages m JOIN deliveries d ON d.message = m.id")
+    left = pg.rows(dsn, "SELECT d.recipient FROM messages m JOIN deliveries d ON d.message = m.id")
     assert left == [{"recipient": "tempfail-1@sink.test"}]
-    events = rows(dsn, "SELECT count(*) AS n FROM events")
+    events = pg.rows(dsn, "SELECT count(*) AS n FROM events")
     assert events == [{"n": 0}]
     assert daemon.stop() == 0

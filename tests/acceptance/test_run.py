@@ -7,53 +7,18 @@ import shutil
 import smtplib
 import socket
 import subprocess
-import urllib.error
-import urllib.request
-from email.message import EmailMessage
 from email.policy import SMTP
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mtad import db
-from tests.acceptance.conftest import Mtad
-from tests.conftest import query, run_sync
+from tests import pg
+from tests.mail import email
 from tests.proxy import PgProxy
+from tests.running import Mtad, http_get
 
 pytestmark = pytest.mark.slow
-
-
-def email(subject: str, message_id: str | None = None) -> EmailMessage:
-    msg = EmailMessage()
-    msg["From"] = "app@example.org"
-    msg["To"] = "someone@example.com"
-    msg["Subject"] = subject
-    if message_id:
-        msg["Message-ID"] = message_id
-    msg.set_content("Hello from the acceptance tests.\n")
-    return msg
-
-
-def http_get(port: int, path: str) -> tuple[int, str]:
-    """GET a path of mtad's HTTP endpoint; (status, body), errors included."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        with error:
-            return error.code, error.read().decode()
-
-
-def rows(dsn: str, text: str) -> list[dict[str, Any]]:
-    async def fetch() -> list[dict[str, Any]]:
-        database = await db.Database.connect(dsn)
-        try:
-            return [dict(r) for r in await query(database, text)]
-        finally:
-            await database.close()
-
-    return run_sync(fetch)
 
 
 def test_accepts_mail_shows_it_and_stops_cleanly(mtad_factory: Any, dsn: str, tmp_path: Path) -> None:
@@ -80,12 +45,12 @@ def test_accepts_mail_shows_it_and_stops_cleanly(mtad_factory: Any, dsn: str, tm
         assert swaks.returncode == 0, swaks.stdout + swaks.stderr
         assert "250 2.0.0 Ok: queued as" in swaks.stdout
 
-    [node] = rows(dsn, "SELECT id, pid, delivers FROM nodes")
+    [node] = pg.rows(dsn, "SELECT id, pid, delivers FROM nodes")
     # It only accepts ([delivery] enabled = false): it shares no delivering node's buckets.
     assert node == {"id": "test-node", "pid": daemon.process.pid if daemon.process else None, "delivers": False}
 
     expected = 4 if shutil.which("swaks") else 3
-    messages = rows(dsn, "SELECT id, sender, message_id FROM messages")
+    messages = pg.rows(dsn, "SELECT id, sender, message_id FROM messages")
     assert len(messages) == expected - 1
     assert len(daemon.events("accepted")) == expected - 1
     accepted = daemon.events("accepted")[0]
@@ -142,7 +107,7 @@ def test_accepts_mail_shows_it_and_stops_cleanly(mtad_factory: Any, dsn: str, tm
 
     assert daemon.stop() == 0
     assert notify.recv(4096).decode() == "STOPPING=1"
-    assert rows(dsn, "SELECT id FROM nodes") == []  # deregistered
+    assert pg.rows(dsn, "SELECT id FROM nodes") == []  # deregistered
     assert daemon.events("stopped")
     notify.close()
 
@@ -161,7 +126,7 @@ def test_database_down_gives_451_and_accept_resumes(mtad_factory: Any, dsn: str)
             proxy.restore()
             client.send_message(email("after"))
         assert daemon.stop() == 0
-    subjects = [r["body"] for r in rows(dsn, "SELECT body FROM messages")]
+    subjects = [r["body"] for r in pg.rows(dsn, "SELECT body FROM messages")]
     assert len(subjects) == 2
     assert not any(b"Subject: during" in bytes(b) for b in subjects)
 

@@ -6,66 +6,25 @@ group's mail from another pool; `suspensions ls` and `buckets ls` show them."""
 from __future__ import annotations
 
 import json
-import smtplib
-import time
-from email.policy import SMTP
 from typing import Any
 
-import asyncpg
 import pytest
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_delivery import delivering, dns, sink  # noqa: F401 (fixtures)
-from tests.acceptance.test_run import email
-from tests.conftest import run_sync
+from tests.acceptance.spool import checkpointed, set_aside
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.mail import send
+from tests.running import delivering
 from tests.sink import ThreadedSink
 
 pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
 MAIN, SPARE = "127.0.0.11", "127.0.0.10"
 
 
-def rows(dsn: str, text: str, *args: Any) -> list[asyncpg.Record]:
-    async def fetch() -> list[asyncpg.Record]:
-        conn = await asyncpg.connect(dsn)
-        try:
-            return list(await conn.fetch(text, *args))
-        finally:
-            await conn.close()
-
-    return run_sync(fetch)
-
-
-def send(node: Mtad, recipient: str, subject: str) -> None:
-    with smtplib.SMTP("127.0.0.1", node.smtp_port, timeout=30) as client:
-        client.sendmail("app@example.org", [recipient], email(subject).as_bytes(policy=SMTP))
-
-
-def checkpointed(dsn: str, group: str) -> None:
-    """Wait until a node has checkpointed a bucket of `group` (each does every few seconds)."""
-    deadline = time.monotonic() + 30
-    while not rows(dsn, "SELECT 1 FROM buckets WHERE route_group = $1", group):
-        assert time.monotonic() < deadline, f"no bucket of {group} checkpointed within 30 s"
-        time.sleep(0.1)
-
-
-def set_aside(dsn: str, recipient: str, kind: str) -> None:
-    """Wait until a node set the recipient's delivery aside for a suspension of `kind`."""
-    deadline = time.monotonic() + 30
-    while True:
-        found = rows(dsn, "SELECT e.data FROM events e JOIN deliveries d ON d.id = e.delivery "
-                          "WHERE e.kind = 'requeued' AND d.recipient = $1", recipient)  # fmt: skip
-        if any(json.loads(r["data"]).get("suspended") == kind for r in found):
-            return
-        assert time.monotonic() < deadline, found
-        time.sleep(0.1)
-
-
 def test_every_kind_of_suspension_holds_mail_on_both_nodes_until_resumed(
     mtad_factory: Any,
     dsn: str,
-    dns: Dnsmasq,  # noqa: F811
-    sink: ThreadedSink,  # noqa: F811
+    dns: Dnsmasq,
+    sink: ThreadedSink,
 ) -> None:
     options = delivering(dns, sink, default_pool='"main"')
     options["extra"] += f'[pools.main]\naddresses = ["{MAIN}"]\n[pools.spare]\naddresses = ["{SPARE}"]\n'

@@ -6,9 +6,7 @@ until an operator resumes it; a rate quota holds across two nodes."""
 from __future__ import annotations
 
 import json
-import os
 import smtplib
-import time
 import urllib.request
 from email.policy import SMTP
 from pathlib import Path
@@ -17,13 +15,12 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_delivery import delivering, dns, sink  # noqa: F401 (fixtures)
-from tests.acceptance.test_hear_back import free_port
-from tests.acceptance.test_run import email
+from tests import waiting
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.mail import email, send_as
+from tests.reports import arf
+from tests.running import Mtad, delivering, hearing
 from tests.sink import ThreadedSink
-from tests.unit.test_reports import arf
 
 pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
 
@@ -36,11 +33,7 @@ def shown(daemon: Mtad, tenant: str) -> dict[str, Any]:
 
 def until(daemon: Mtad, tenant: str, holds: Any, within: float = 30) -> dict[str, Any]:
     """The tenant as `tenants show` says once `holds(it)` (the daemon's consumer writes it)."""
-    deadline = time.monotonic() + within
-    while not holds(state := shown(daemon, tenant)):
-        assert time.monotonic() < deadline, state
-        time.sleep(0.2)
-    return state
+    return waiting.eventually(lambda: shown(daemon, tenant), holds, within=within, every=0.2)
 
 
 def states_logged(daemon: Mtad, paused: list[str], probation: list[str]) -> None:
@@ -62,32 +55,17 @@ def paused_samples(daemon: Mtad) -> set[tuple[tuple[tuple[str, str], ...], float
     return {(tuple(sorted(s.labels.items())), s.value) for s in families["mtad_tenant_paused"].samples}
 
 
-def send_as(port: int, tenant: str, recipient: str, subject: str) -> tuple[int, bytes]:
-    """Submit one message as `tenant`; the reply to the first command refused, else to DATA."""
-    with smtplib.SMTP("127.0.0.1", port, timeout=30) as client:
-        client.login(tenant, "pw")
-        code, text = client.mail("app@example.org")
-        if code != 250:
-            return code, text
-        assert client.rcpt(recipient)[0] == 250
-        return client.data(email(subject, f"<{subject}@example.org>").as_bytes(policy=SMTP))
-
-
 def test_probation_graduation_then_complaints_pause_a_tenant_until_resumed(
     mtad_factory: Any,
     dsn: str,
-    dns: Dnsmasq,  # noqa: F811
-    sink: ThreadedSink,  # noqa: F811
+    dns: Dnsmasq,
+    sink: ThreadedSink,
     tmp_path: Path,
 ) -> None:
-    inbound = free_port()
-    key = tmp_path / "bounces.key"
-    key.write_bytes(os.urandom(32).hex().encode())
+    inbound, heard = hearing(tmp_path)
     options = delivering(dns, sink, default_pool='"main"', probation_pool='"probation"')
-    options["extra"] += (
+    options["extra"] += heard + (
         '[pools.main]\naddresses = ["127.0.0.11"]\n[pools.probation]\naddresses = ["127.0.0.10"]\n'
-        f'[inbound]\nlisten = ["127.0.0.1:{inbound}"]\ncomplaints = "fbl@bounces.example.org"\n'
-        f'[bounces]\ndomain = "bounces.example.org"\nkey_file = "{key}"\n'
         "[tenants]\nmax_complaint_rate = 0.2\nreputation_min_volume = 4\ngraduate_after = 3\n"
         "probation_default = true\n"
     )
@@ -128,10 +106,8 @@ def test_probation_graduation_then_complaints_pause_a_tenant_until_resumed(
     [event] = [json.loads(line) for line in daemon.cli("events", "tail", "--json", "--kind", "tenant_paused")
                .stdout.splitlines()]  # fmt: skip
     assert (event["tenant"], event["data"]["by"], event["data"]["rate"]) == ("shop", "auto", "complaint")
-    deadline = time.monotonic() + 10  # the daemon's own read of the states (its children log theirs too)
-    while ((("by", "auto"), ("tenant", "shop")), 1.0) not in paused_samples(daemon):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    waiting.eventually(lambda: paused_samples(daemon), lambda samples: ((("by", "auto"), ("tenant", "shop")), 1.0)
+                       in samples, within=10, every=0.2)  # the daemon's own read (its children log theirs)  # fmt: skip
     windows = [json.loads(line) for line in daemon.cli("reputation", "ls", "--json").stdout.splitlines()]
     assert {(w["scope"], w["key"]) for w in windows} >= {("tenant", "shop"), ("source", "127.0.0.10")}
 

@@ -22,10 +22,11 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_run import email, http_get, rows
+from tests import pg
 from tests.certs import Authority
 from tests.dnsserver import PickyServer
+from tests.mail import email
+from tests.running import Mtad, http_get
 from tests.sink import ThreadedSink
 
 pytestmark = pytest.mark.slow
@@ -148,12 +149,12 @@ def test_policies_hold_delivery_through_the_daemon_and_survive_its_restart(
     assert all(m.tls for m in good.received)
     assert wrong.received == []
 
-    states = {r["recipient"]: r for r in rows(dsn, "SELECT recipient, state, reason FROM deliveries")}
+    states = {r["recipient"]: r for r in pg.rows(dsn, "SELECT recipient, state, reason FROM deliveries")}
     assert {k: (v["state"], v["reason"]) for k, v in states.items()} == {
         "a@enforce.test": ("delivered", None), "c@dane.test": ("delivered", None),
         "b@wrongname.test": ("deferred", "tls_failed"), "d@badkey.test": ("deferred", "tls_failed"),
     }  # fmt: skip
-    deferred = rows(dsn, "SELECT d.recipient, e.data FROM events e JOIN deliveries d ON d.id = e.delivery"
+    deferred = pg.rows(dsn, "SELECT d.recipient, e.data FROM events e JOIN deliveries d ON d.id = e.delivery"
                          " WHERE e.kind = 'deferred'")  # fmt: skip
     errors = {r["recipient"]: json.loads(r["data"]) for r in deferred}
     wrong_name = errors["b@wrongname.test"]["tls_error"]
@@ -173,7 +174,7 @@ def test_policies_hold_delivery_through_the_daemon_and_survive_its_restart(
 
     counted = "SELECT 1 FROM tls_report_counts WHERE domain = 'wrongname.test'"
     for _ in range(200):  # each session is counted beside its send
-        if rows(dsn, counted):
+        if pg.rows(dsn, counted):
             break
     reported = daemon.cli("tls", "report", "--day", "today")
     assert reported.returncode == 0, reported.stderr

@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.test_mailbox_limits import Rig, add_accounts, fetch, rig, submit  # noqa: F401 (rig: fixture)
+from tests import pg
+from tests.acceptance.mailboxes import Rig, add_accounts, submit
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_relayed_send_whose_daemon_was_killed_before_its_outcome_is_held_not_sent_twice(
-    rig: Rig,  # noqa: F811
+    rig: Rig,
 ) -> None:
     smarthost = rig.smarthost(["box0"], delay=120)  # the provider has the data, and answers too late
     try:
@@ -34,7 +35,7 @@ def test_a_relayed_send_whose_daemon_was_killed_before_its_outcome_is_held_not_s
         again.wait_for_log(held)
         listed = again.cli("queue", "ls", "--state", "unknown", "--json")
         table = again.cli("queue", "ls")
-        [delivery] = fetch(rig.dsn, "SELECT id, state::text AS state, reason::text AS reason FROM deliveries")
+        [delivery] = pg.rows(rig.dsn, "SELECT id, state::text AS state, reason::text AS reason FROM deliveries")
         shown = again.cli("queue", "show", str(delivery["id"]))
         assert again.stop() == 0
     finally:
@@ -51,5 +52,5 @@ def test_a_relayed_send_whose_daemon_was_killed_before_its_outcome_is_held_not_s
     [line] = [line for line in shown.stdout.splitlines() if "unrecorded_attempt" in line]  # its event
     assert line.split()[1] == "unknown"
     assert '"box0"' in line
-    [event] = fetch(rig.dsn, "SELECT data::text AS data FROM events WHERE kind = 'unknown'")
+    [event] = pg.rows(rig.dsn, "SELECT data::text AS data FROM events WHERE kind = 'unknown'")
     assert json.loads(event["data"])["looked_for"] is False  # no inbox is read: held for the operator

@@ -5,53 +5,37 @@ address repeats its day and the other advances."""
 
 from __future__ import annotations
 
-import os
 import smtplib
-import time
 from email.policy import SMTP
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import Mtad
-from tests.acceptance.test_delivery import delivering, dns, sink  # noqa: F401 (fixtures)
-from tests.acceptance.test_hear_back import free_port, query
-from tests.acceptance.test_run import email
+from tests import pg, waiting
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.mail import email
+from tests.reports import arf
+from tests.running import Mtad, delivering, hearing
 from tests.sink import ThreadedSink
-from tests.unit.test_reports import arf
 
 pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
 
 COMPLAINED, CLEAN = "127.0.0.10", "127.0.0.11"  # each the one warming address of its pool
 
 
-def until_rows(dsn: str, text: str, holds: Any, within: float = 30) -> list[Any]:
-    """The rows of `text` once `holds(rows)` (the daemon writes them)."""
-    deadline = time.monotonic() + within
-    while not holds(rows := query(dsn, text)):
-        assert time.monotonic() < deadline, rows
-        time.sleep(0.1)
-    return rows
-
-
 def test_a_warming_address_complained_about_repeats_its_day_and_a_clean_one_advances(
     mtad_factory: Any,
     dsn: str,
-    dns: Dnsmasq,  # noqa: F811
-    sink: ThreadedSink,  # noqa: F811
+    dns: Dnsmasq,
+    sink: ThreadedSink,
     tmp_path: Path,
 ) -> None:
-    inbound = free_port()
-    key = tmp_path / "bounces.key"
-    key.write_bytes(os.urandom(32).hex().encode())
+    inbound, heard = hearing(tmp_path)
     options = delivering(dns, sink, checkpoint_interval='"500ms"')
-    options["extra"] += (
+    options["extra"] += heard + (
         f'[pools.a]\naddresses = ["{COMPLAINED}"]\nwarming = ["{COMPLAINED}"]\n'
         f'[pools.b]\naddresses = ["{CLEAN}"]\nwarming = ["{CLEAN}"]\n'
-        f'[inbound]\nlisten = ["127.0.0.1:{inbound}"]\ncomplaints = "fbl@bounces.example.org"\n'
-        f'[bounces]\ndomain = "bounces.example.org"\nkey_file = "{key}"\n'
     )
     daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', **options).start()
     with smtplib.SMTP("127.0.0.1", daemon.smtp_port, timeout=30) as client:
@@ -61,7 +45,9 @@ def test_a_warming_address_complained_about_repeats_its_day_and_a_clean_one_adva
                 message["X-Mtad-Pool"] = pool
                 client.sendmail("app@example.org", [f"{pool}{n}@sink.test"], message.as_bytes(policy=SMTP))
     assert sorted(m.peer for m in sink.wait_for(8)) == [COMPLAINED] * 4 + [CLEAN] * 4
-    until_rows(dsn, "SELECT 1 FROM deliveries WHERE state = 'delivered'", lambda rows: len(rows) == 8)
+    waiting.eventually(
+        lambda: pg.rows(dsn, "SELECT 1 FROM deliveries WHERE state = 'delivered'"), lambda rows: len(rows) == 8
+    )
 
     # One complaint about the mail of the first address: its day hears it at a checkpoint. The
     # original's Return-Path is the delivery's VERP address, as a feedback loop encloses it.
@@ -69,8 +55,9 @@ def test_a_warming_address_complained_about_repeats_its_day_and_a_clean_one_adva
     with smtplib.SMTP("127.0.0.1", inbound, timeout=30) as client:
         report = arf("a0@sink.test", "<a0@example.org>", sender=None, return_path=f"<{verp}>").replace(b"\n", b"\r\n")
         client.sendmail("", ["fbl@bounces.example.org"], report)
-    heard = until_rows(dsn, "SELECT address, provider, day, sent, complaints FROM warmup ORDER BY address",
-                       lambda rows: len(rows) == 2 and rows[0]["complaints"] == 1)  # fmt: skip
+    heard = waiting.eventually(lambda: pg.rows(dsn, "SELECT address, provider, day, sent, complaints FROM warmup "
+                                                   "ORDER BY address"),
+                               lambda rows: len(rows) == 2 and rows[0]["complaints"] == 1)  # fmt: skip
     assert [tuple(r.values()) for r in heard] == [
         (COMPLAINED, heard[0]["provider"], 1, 4, 1),
         (CLEAN, heard[0]["provider"], 1, 4, 0),
@@ -78,15 +65,16 @@ def test_a_warming_address_complained_about_repeats_its_day_and_a_clean_one_adva
     assert daemon.stop() == 0
 
     # A day later (the clock moved by the stored times): the day is over when it starts again.
-    query(dsn, "UPDATE warmup SET day_started = day_started - interval '1 day'")
-    query(dsn, "UPDATE warmup_complaints SET minute = minute - interval '1 day'")
+    pg.rows(dsn, "UPDATE warmup SET day_started = day_started - interval '1 day'")
+    pg.rows(dsn, "UPDATE warmup_complaints SET minute = minute - interval '1 day'")
     daemon.start()
     daemon.wait_for_log(lambda records: len([r for r in records if r["event"] == "warmup_day_ended"]) == 2)
     ended = {r["address"]: r for r in daemon.events("warmup_day_ended")}
     assert (ended[COMPLAINED]["next_day"], ended[COMPLAINED]["complaints"]) == (1, 1)
     assert ended[COMPLAINED]["refused"] == "complaint rate 0.2500 is not under 0.003"
     assert (ended[CLEAN]["next_day"], ended[CLEAN]["refused"]) == (2, None)
-    days = until_rows(dsn, "SELECT address, day, sent, complaints FROM warmup ORDER BY address",
-                      lambda rows: [r["day"] for r in rows] == [1, 2])  # fmt: skip
+    days = waiting.eventually(lambda: pg.rows(dsn, "SELECT address, day, sent, complaints FROM warmup "
+                                                  "ORDER BY address"),
+                              lambda rows: [r["day"] for r in rows] == [1, 2])  # fmt: skip
     assert [(r["sent"], r["complaints"]) for r in days] == [(0, 0), (0, 0)]  # a new day, counted afresh
     assert daemon.stop() == 0

@@ -1,73 +1,19 @@
-"""A submission server on the test's own event loop, with its group committer."""
+"""Fixtures of the integration tier: submission servers on the test's own event loop
+(tests/integration/submitting.py), a client TLS context, a smarthost and a sink."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import dataclasses
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mtad import db, submission
-from mtad.base.endpoints import HostPort
-from mtad.feedback import suppression
-from mtad.outbound import routing
-from mtad.spool import commit, quotas, tenants
+from tests.integration.submitting import Factory, Submission, submission_server
 from tests.sink import Sink
-from tests.zones import ZoneResolver
-
-TEST_PROVIDERS = routing.load_providers(Path(__file__).parents[1] / "providers.toml")
-
-
-@dataclasses.dataclass
-class Submission:
-    server: submission.Server
-    committer: commit.GroupCommitter
-    database: db.Database
-    gate: quotas.Gate
-
-    @property
-    def port(self) -> int:
-        return self.server.addresses[0].port
-
-
-ZONE = """
-example.com.              A  192.0.2.1
-xn--bcher-kva.example.    A  192.0.2.2
-undeliverable.test.       MX 0 .
-"""
-
-
-@contextlib.asynccontextmanager
-async def submission_server(
-    database: db.Database, tls: tuple[Path, Path] | None = None, **overrides: Any
-) -> AsyncIterator[Submission]:
-    fields: dict[str, Any] = {"listen": (HostPort("127.0.0.1", 0),), "hostname": "mtad.test", **overrides}
-    if tls is not None:
-        fields["tls_cert"], fields["tls_key"] = tls
-    settings = submission.Settings(**fields)
-    committer = commit.GroupCommitter(database, window=0.001)
-    context = submission.tls_context(*tls) if tls else None
-    router = routing.Router(ZoneResolver(ZONE, servfail={"dnsdown.test"}), TEST_PROVIDERS)
-    quota = {t: d.quota for t, d in settings.tenant_defaults.items()}
-    gate = quotas.Gate(database, tenants.States(database), quota, settings.default_quota)
-    await gate.refresh()
-    handler = submission.Handler(settings, committer, tenants.Authenticator(database), router=router,
-                                 suppressions=suppression.Checker(database), gate=gate)  # fmt: skip
-    server = submission.Server(settings, handler, context)
-    task = asyncio.create_task(committer.run())
-    await server.start()
-    try:
-        yield Submission(server, committer, database, gate)
-    finally:
-        server.stop_accepting()
-        await server.close_sessions()
-        committer.close()
-        await task
 
 
 @pytest.fixture
@@ -76,9 +22,6 @@ def client_tls() -> ssl.SSLContext:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     return context
-
-
-Factory = Callable[..., contextlib.AbstractAsyncContextManager[Submission]]
 
 
 @pytest.fixture

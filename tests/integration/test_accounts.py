@@ -19,25 +19,12 @@ from mtad.feedback import consumers, reputation
 from mtad.mailboxes import accounts
 from mtad.mailboxes.accounts import Answer, State
 from mtad.spool import leases
-from tests.conftest import query
-from tests.integration.test_leases import spool_messages
+from tests.integration.mailboxes import make
+from tests.integration.spooling import spool_messages
+from tests.pg import query
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 LOCK_CLASS = 1835098979  # the first half of an account's advisory lock key (migration 0006)
-
-
-async def make(database: db.Database, name: str, pool: str = "p", time_zone: str = "UTC", **limits: Any) -> int:
-    account = accounts.Account(
-        name=name,
-        address=f"{name}@example.com",
-        pool=pool,
-        host="smtp.example.com",
-        port=587,
-        login=f"{name}@example.com",
-        limits=accounts.Limits(**limits),
-        time_zone=time_zone,
-    )
-    return (await accounts.add(database, account)).id
 
 
 async def answer(

@@ -11,12 +11,11 @@ from pathlib import Path
 
 from mtad import db
 from mtad.feedback.verp import Verp
-from tests.acceptance.conftest import write_config
-from tests.conftest import query
-from tests.integration.test_delivery import accept, deliveries, new_message
-from tests.unit.test_bounces_explain import MTAD
-from tests.unit.test_reports import SAMPLES, arf
-from tests.unit.test_reports import dsn as bounce_report
+from tests.integration.delivering import accept, deliveries, new_message
+from tests.pg import query
+from tests.reports import SAMPLES, arf
+from tests.reports import dsn as bounce_report
+from tests.running import MTAD, write_config
 
 VERP = Verp("bounces.example.org", b"k" * 32)
 

@@ -13,9 +13,9 @@ import structlog
 from mtad import db
 from mtad.feedback import consumers, reputation, suppression
 from mtad.feedback.suppression import Reason
-from tests.conftest import query
-from tests.integration.test_inbound import COMPLAINTS, delivered, listening, send
-from tests.unit.test_reports import arf
+from tests.integration.inbound import COMPLAINTS, delivered, listening, send
+from tests.pg import query
+from tests.reports import arf
 
 
 async def test_each_report_is_recorded_as_its_feedback_type_says(database: db.Database) -> None:

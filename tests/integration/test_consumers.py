@@ -14,8 +14,8 @@ from mtad import db
 from mtad.base import errors, metrics
 from mtad.feedback import consumers
 from mtad.feedback.consumers import Consumers, Stored
-from tests.conftest import query
-from tests.integration.test_relay_delivery import eventually
+from tests import waiting
+from tests.pg import query
 
 SEEN = "CREATE TABLE seen (consumer text, event bigint, PRIMARY KEY (consumer, event))"
 
@@ -107,8 +107,8 @@ async def test_a_failed_batch_is_handled_again_and_a_poison_event_skipped(ready:
     failing.poison = ids[2]
     running = asyncio.create_task(consuming.run())
     try:
-        await eventually(lambda: _has(ready, "other", 5))  # the other consumer is not held back
-        await eventually(lambda: _has(ready, "failing", 4))  # every event but the poison one, once
+        await waiting.eventually_async(lambda: _has(ready, "other", 5))  # the other consumer is not held back
+        await waiting.eventually_async(lambda: _has(ready, "failing", 4))  # every event but the poison one, once
     finally:
         running.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -140,7 +140,7 @@ async def test_a_database_away_skips_no_event_and_ends_no_consumer(ready: db.Dat
     ids = await write(ready, 5)
     running = asyncio.create_task(consuming.run())
     try:
-        await eventually(lambda: _has(ready, "waiting", 5), within=60)
+        await waiting.eventually_async(lambda: _has(ready, "waiting", 5), within=60)
     finally:
         running.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -153,11 +153,11 @@ async def test_a_consumer_is_woken_by_notify_and_reports_its_lag(ready: db.Datab
     consuming = Consumers(ready, [Recording("a", kinds=frozenset({"complained"}))], consumers.Settings(poll=3600))
     running = asyncio.create_task(consuming.run())
     try:
-        await eventually(lambda: _started(ready))
+        await waiting.eventually_async(lambda: _started(ready))
         await write(ready, 3)  # not its kind
         [wanted] = await write(ready, 1, kind="complained")
         async with asyncio.timeout(10):  # the poll is an hour away: only NOTIFY wakes it
-            await eventually(lambda: _has(ready, "a", 1))
+            await waiting.eventually_async(lambda: _has(ready, "a", 1))
         assert await seen(ready, "a") == [wanted]
     finally:
         running.cancel()
@@ -191,10 +191,10 @@ async def test_the_lag_is_the_age_of_the_oldest_event_still_to_handle(ready: db.
     running = asyncio.create_task(consuming.run())
     try:
         await holding.holding.wait()  # the batch is being handled: its position has not moved
-        await eventually(lambda: _is(lag._value.get(), 120.0))
+        await waiting.eventually_async(lambda: _is(lag._value.get(), 120.0))
         holding.released.set()
-        await eventually(lambda: _has(ready, "held", 2))
-        await eventually(lambda: _is(lag._value.get(), 0.0))  # caught up
+        await waiting.eventually_async(lambda: _has(ready, "held", 2))
+        await waiting.eventually_async(lambda: _is(lag._value.get(), 0.0))  # caught up
     finally:
         running.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -4,75 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
 
-from mtad import config, db
-from mtad.base import envelope
+from mtad import db
 from mtad.deliver import delivery
-from mtad.outbound import outcomes, routing, sessions
-from mtad.signing import dkim
+from mtad.outbound import routing, sessions
 from mtad.spool import commit, leases
-from tests.conftest import query
-from tests.integration.test_spool import running
+from tests import waiting
+from tests.integration.delivering import PROVIDERS, RULES, ZONE, accept, deliveries, engine, new_message
+from tests.integration.spooling import running
+from tests.pg import query
 from tests.sink import Sink
 from tests.zones import ZoneResolver
 
 CONF = Path(__file__).parents[2] / "conf"
-PROVIDERS = routing.load_providers(Path(__file__).parents[1] / "providers.toml")
-RULES = outcomes.load_rules(config.shipped_table("replies"))
-ZONE = """
-sink.test.        MX 10 mx1.sink.test.
-sink.test.        MX 20 mx2.sink.test.
-mx1.sink.test.    A  127.0.0.2
-mx2.sink.test.    A  127.0.0.3
-other.test.       MX 10 mx.other.test.
-mx.other.test.    A  127.0.0.3
-nullmx.test.      MX 0 .
-down.test.        MX 10 mx.down.test.
-mx.down.test.     A  127.0.0.9
-"""
-
-
-def engine(database: db.Database, sink: Sink, *, node: str = "n1", now: Callable[[], datetime] | None = None,
-           signer: dkim.Signer | None = None, providers: routing.Providers = PROVIDERS,
-           **kw: object) -> delivery.Delivery:  # fmt: skip
-    resolver = ZoneResolver(ZONE, servfail={"broken.test"})
-    router = routing.Router(resolver, providers, port=sink.port)
-    pool = sessions.Pool(sessions.Settings(port=sink.port, ehlo_hostname="mtad.test"))
-    settings = delivery.Settings(node=node, retry=outcomes.RetrySchedule((60,), jitter=0), **kw)  # type: ignore[arg-type]
-    return delivery.Delivery(settings, database, router, pool, RULES, now=now or (lambda: datetime.now(UTC)),
-                             signer=signer)  # fmt: skip
-
-
-def new_message(*recipients: str, body: bytes = b"Subject: t\r\n\r\nhello\r\n") -> commit.NewMessage:
-    queue_id = commit.new_queue_id()
-    return commit.NewMessage(
-        id=queue_id,
-        tenant="t1",
-        sender="app@example.org",
-        recipients=tuple(envelope.parse_mailbox(r) for r in recipients),
-        message_id=f"<{queue_id.hex}@test>",
-        idempotency_key=None,
-        body=body,
-        client_address="127.0.0.1",
-        received_at=datetime.now(UTC),
-    )
-
-
-async def accept(database: db.Database, *messages: commit.NewMessage) -> None:
-    async with running(commit.GroupCommitter(database)) as committer:
-        for m in messages:
-            await committer.commit(m)
-
-
-async def deliveries(database: db.Database) -> dict[str, dict[str, object]]:
-    rows = await query(database, "SELECT * FROM deliveries ORDER BY id")
-    return {r["recipient"]: dict(r) for r in rows}
 
 
 async def test_a_message_reaches_the_first_mx_and_is_recorded(database: db.Database, sink: Sink) -> None:
@@ -302,9 +251,7 @@ async def test_a_send_slower_than_the_lease_keeps_its_lease_and_goes_once(databa
                     timedelta(seconds=1.2)
                 )
 
-            async with asyncio.timeout(20):
-                while not await outlived():  # noqa: ASYNC110 (a database row: nothing to wait on)
-                    await asyncio.sleep(0.05)
+            await waiting.eventually_async(outlived, within=20)
             sink.release()
             await mtad.wait_idle()
     finally:

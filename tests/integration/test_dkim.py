@@ -18,9 +18,9 @@ from mtad.mailboxes import accounts, relay
 from mtad.outbound import routing
 from mtad.signing import dkim
 from mtad.signing.dkim import Algorithm, KeyState
-from tests.conftest import query
-from tests.integration.test_delivery import accept, engine, new_message
-from tests.integration.test_relay_delivery import SEALER, add, relayed, relaying
+from tests.integration.delivering import accept, engine, new_message
+from tests.integration.mailboxes import SEALER, add, relayed, relaying
+from tests.pg import query
 from tests.sink import Sink
 
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

@@ -13,7 +13,7 @@ from mtad.deliver import warmup
 from mtad.deliver.egress import Egress, PoolSettings, SendOutcome
 from mtad.deliver.warmup import DAY, Warmup, WarmupRow
 from mtad.feedback import consumers, reputation
-from tests.conftest import query
+from tests.pg import query
 
 START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
 A, W, V = "192.0.2.1", "192.0.2.9", "2001:db8::9"  # A is warm; W and V are warming up

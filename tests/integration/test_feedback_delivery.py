@@ -12,7 +12,7 @@ from mtad.deliver import delivery, egress
 from mtad.feedback import unsubscribe
 from mtad.feedback.verp import Verp
 from mtad.outbound import outcomes, routing, sessions
-from tests.integration.test_delivery import PROVIDERS, RULES, ZONE, accept, deliveries, new_message
+from tests.integration.delivering import PROVIDERS, RULES, ZONE, accept, deliveries, new_message
 from tests.sink import Sink
 from tests.zones import ZoneResolver
 

@@ -5,9 +5,7 @@ consumer makes of them, and what the listener refuses (relaying, size, rate)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,57 +13,22 @@ import structlog
 from prometheus_client import REGISTRY
 
 from mtad import db
-from mtad.base.endpoints import HostPort
 from mtad.deliver import delivery, egress
-from mtad.feedback import consumers, inbound, suppression
-from mtad.feedback.inbound import Inbound, Rate
+from mtad.feedback import consumers, suppression
+from mtad.feedback.inbound import Rate
 from mtad.feedback.suppression import Reason
 from mtad.feedback.verp import Verp
 from mtad.mailboxes import relay
 from mtad.outbound import outcomes, routing, sessions
-from tests.conftest import query
-from tests.integration.test_delivery import PROVIDERS, RULES, ZONE, accept, deliveries, new_message
-from tests.integration.test_relay import trusting
-from tests.integration.test_relay_delivery import SEALER as RELAY_SEALER
-from tests.integration.test_relay_delivery import add, relayed
+from tests.integration.delivering import PROVIDERS, RULES, ZONE, accept, deliveries, new_message
+from tests.integration.inbound import COMPLAINTS, VERP, delivered, listening, send
+from tests.integration.mailboxes import SEALER as RELAY_SEALER
+from tests.integration.mailboxes import add, relayed, trusting
+from tests.pg import query
+from tests.reports import OUT_OF_OFFICE, arf, dsn
 from tests.sink import Sink
 from tests.smtpclient import RawClient
-from tests.unit.test_reports import OUT_OF_OFFICE, arf, dsn
 from tests.zones import ZoneResolver
-
-VERP = Verp("bounces.example.org", b"k" * 32)
-COMPLAINTS = "fbl@example.org"
-
-
-@contextlib.asynccontextmanager
-async def listening(database: db.Database, **overrides: Any) -> AsyncIterator[Inbound]:
-    fields: dict[str, Any] = {"listen": (HostPort("127.0.0.1", 0),), "bounce_domain": VERP.domain,
-                              "complaints": COMPLAINTS, "hostname": "mtad.test", **overrides}  # fmt: skip
-    listener = Inbound(inbound.Settings(**fields), database, VERP)
-    await listener.start()
-    try:
-        yield listener
-    finally:
-        await listener.stop()
-
-
-async def delivered(database: db.Database, *recipients: str) -> tuple[str, dict[str, int]]:
-    """A message accepted and recorded as delivered: its Message-ID and its deliveries' ids."""
-    message = new_message(*recipients)
-    await accept(database, message)
-    await query(database, "UPDATE deliveries SET state = 'delivered' WHERE message = $1", message.id)
-    return message.message_id, {r: int(str(d["id"])) for r, d in (await deliveries(database)).items()}
-
-
-async def send(listener: Inbound, recipient: str, raw: bytes, *, sender: str = "") -> str:
-    """One message over SMTP from <sender> (<> by default); returns the reply to DATA."""
-    client = await RawClient.connect("127.0.0.1", listener.addresses[0].port)
-    try:
-        await client.ehlo()
-        await client.envelope(sender, recipient)
-        return await client.data(raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n") + b".\r\n")
-    finally:
-        await client.close()
 
 
 async def bounced_events(database: db.Database) -> list[dict[str, Any]]:

@@ -26,11 +26,11 @@ from mtad.feedback import consumers, inbox, suppression
 from mtad.feedback.suppression import Reason
 from mtad.mailboxes import accounts, inboxes, relay
 from tests import imap
-from tests.conftest import query
-from tests.integration.test_delivery import deliveries
-from tests.integration.test_inbound import delivered
-from tests.integration.test_oauth import TokenServer
-from tests.unit.test_reports import EXCHANGE, OUT_OF_OFFICE, arf, dsn
+from tests.integration.delivering import deliveries
+from tests.integration.inbound import delivered
+from tests.integration.tokens import TokenServer
+from tests.pg import query
+from tests.reports import EXCHANGE, OUT_OF_OFFICE, arf, dsn
 
 pytestmark = pytest.mark.skipif(imap.missing() is not None, reason=str(imap.missing()))
 

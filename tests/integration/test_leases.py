@@ -14,16 +14,8 @@ from mtad.base import errors
 from mtad.base.lifecycle import Reason, State
 from mtad.base.replies import Reply
 from mtad.spool import commit, leases
-from tests.conftest import query
-from tests.integration.test_spool import message, running
-
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-async def spool_messages(database: db.Database, *recipients: str, count: int = 1) -> list[uuid.UUID]:
-    async with running(commit.GroupCommitter(database, now=lambda: NOW)) as committer:
-        accepted = [await committer.commit(message(*recipients)) for _ in range(count)]
-    return [a.queue_id for a in accepted]
+from tests.integration.spooling import Collector, message, outcome, running, spool_messages
+from tests.pg import query
 
 
 async def states(database: db.Database) -> dict[int, str]:
@@ -111,12 +103,6 @@ async def test_deliveries_found_by_id_are_found_by_primary_key_alone(database: d
     assert "deliveries_pkey" in plan
     assert "deliveries_lease_expiry" not in plan
     assert "deliveries_due" not in plan
-
-
-def outcome(delivery: int, state: State, reason: Reason | None, reply: Reply | None, **kw: object) -> leases.Outcome:
-    fields: dict[str, object] = {"tenant": "t1", "next_attempt_at": None, "route_group": "g", "internal": False}
-    fields.update(kw)
-    return leases.Outcome(delivery, state=state, reason=reason, reply=reply, data={"mx": "mx1"}, **fields)  # type: ignore[arg-type]
 
 
 async def test_record_outcomes_with_their_events(database: db.Database) -> None:
@@ -207,24 +193,6 @@ async def test_operator_actions(database: db.Database) -> None:
     assert (await states(database))[ids[2]] == "cancelled"
     with pytest.raises(errors.NotFound):
         await leases.act(database, "bounce", "424242", now)
-
-
-class Collector:
-    """The fast path's receiving end (a commit.FastPath)."""
-
-    node = "n1"
-
-    def __init__(self) -> None:
-        self.deliveries: list[commit.NewDelivery] = []
-
-    def lease_until(self, now: datetime) -> datetime:
-        return now + timedelta(minutes=5)
-
-    def has_room(self) -> bool:
-        return True
-
-    def accepted(self, deliveries: list[commit.NewDelivery]) -> None:
-        self.deliveries.extend(deliveries)
 
 
 async def test_accepted_deliveries_take_the_fast_path(database: db.Database) -> None:

@@ -14,7 +14,7 @@ import pytest
 from mtad import db
 from mtad.base import errors
 from mtad.spool import controls, nodes
-from tests.conftest import query
+from tests.pg import query
 
 
 async def test_only_live_delivering_nodes_share_the_buckets(database: db.Database) -> None:

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 from mtad import db
 from mtad.feedback import consumers, reports, signals
 from mtad.feedback.nondelivery import Reporter
-from tests.conftest import query
-from tests.integration.test_delivery import accept, new_message
+from tests.integration.delivering import accept, new_message
+from tests.pg import query
 
 
 async def reports_spooled(database: db.Database) -> list[dict[str, object]]:

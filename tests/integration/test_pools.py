@@ -12,22 +12,13 @@ from typing import Any
 from mtad import db
 from mtad.deliver import delivery, egress, shaping, warmup
 from mtad.outbound import outcomes, routing, sessions
-from tests.conftest import query
-from tests.integration.test_delivery import PROVIDERS, RULES, ZONE, accept, new_message
+from tests.integration.delivering import RULES, ZONE, accept, engine, new_message
+from tests.pg import query
 from tests.sink import Sink
 from tests.zones import ZoneResolver
 
 GROUP = "mx:mx1.sink.test,mx2.sink.test"
 A, B = "127.0.0.10", "127.0.0.11"
-
-
-def engine(
-    database: db.Database, sink: Sink, pools: egress.Egress, shaper: shaping.Shaper | None = None, **kw: Any
-) -> delivery.Delivery:
-    router = routing.Router(ZoneResolver(ZONE), PROVIDERS, port=sink.port)
-    pool = sessions.Pool(sessions.Settings(port=sink.port, ehlo_hostname="mtad.test"))
-    settings = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0), **kw)
-    return delivery.Delivery(settings, database, router, pool, RULES, shaper=shaper, pools=pools)
 
 
 async def events(database: db.Database) -> list[dict[str, Any]]:

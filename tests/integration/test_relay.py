@@ -3,7 +3,6 @@ pooled per account (the sink in smarthost mode, on loopback)."""
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,17 +11,13 @@ import pytest
 from mtad.outbound import outcomes, sessions
 from mtad.outbound.outcomes import Failure
 from mtad.submission import tls_context
-from tests.integration.test_delivery import RULES
+from tests.integration.delivering import RULES
+from tests.integration.mailboxes import trusting
 from tests.sink import Sink
 
 ALICE, BOB = "alice@example.com", "bob@example.com"
 LOGINS = {ALICE: "alice-secret", BOB: "bob-token"}
 TX = sessions.Transaction("app@example.org", ("r1@example.net", "r2@example.net"), b"Subject: t\r\n\r\nhi\r\n")
-
-
-def trusting(cert: Path) -> ssl.SSLContext:
-    """A client context that trusts the test's self-signed smarthost certificate."""
-    return ssl.create_default_context(cafile=str(cert))
 
 
 @pytest.fixture

@@ -23,9 +23,9 @@ from mtad.mailboxes import accounts, relay
 from mtad.outbound import outcomes, routing, sessions
 from mtad.submission import tls_context
 from tests.certs import self_signed
-from tests.integration.test_delivery import PROVIDERS, RULES, accept, deliveries
-from tests.integration.test_oauth import TokenServer
-from tests.integration.test_relay_delivery import SEALER, add, relayed
+from tests.integration.delivering import PROVIDERS, RULES, accept, deliveries
+from tests.integration.mailboxes import SEALER, add, relayed
+from tests.integration.tokens import TokenServer
 from tests.sink import Sink
 from tests.zones import ZoneResolver
 

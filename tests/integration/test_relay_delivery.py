@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import json
 import random
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,83 +18,23 @@ import structlog
 from prometheus_client import REGISTRY
 
 from mtad import db
-from mtad.base import vault
 from mtad.base.vault import Secret
-from mtad.deliver import delivery, egress
+from mtad.deliver import egress
 from mtad.mailboxes import accounts, relay
 from mtad.mailboxes.accounts import State
-from mtad.outbound import outcomes, routing, sessions
-from mtad.signing import dkim
-from mtad.spool import commit
-from tests.conftest import query
-from tests.integration.test_delivery import PROVIDERS, RULES, accept, deliveries, new_message
-from tests.integration.test_oauth import TokenServer
-from tests.integration.test_relay import trusting
+from tests import waiting
+from tests.integration.delivering import accept, deliveries, new_message
+from tests.integration.mailboxes import SEALER, add, frozen, relayed, relaying, reservations
+from tests.integration.tokens import TokenServer
+from tests.pg import query
 from tests.sink import Sink
-from tests.zones import ZoneResolver
 
-SEALER = vault.Vault(vault.Vault.new_key())
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-async def add(
-    database: db.Database, sink: Sink, name: str, *, pool: str = "p", secret: str | None = None,
-    mechanism: accounts.Mechanism = accounts.Mechanism.PLAIN, **limits: Any,
-) -> accounts.Account:  # fmt: skip
-    """An account at the sink ("localhost", the certificate's name), its password known to the sink."""
-    address = f"{name}@example.com"
-    assert sink.logins is not None
-    sink.logins[address] = f"pw-{name}"
-    account = accounts.Account(name=name, address=address, pool=pool, host="localhost", port=sink.port,
-                               login=address, mechanism=mechanism, limits=accounts.Limits(**limits))  # fmt: skip
-    stored = await accounts.add(database, account)
-    await accounts.set_secret(database, name, SEALER.seal(Secret(secret or f"pw-{name}")))
-    return stored
-
-
-def relaying(
-    database: db.Database, tls_files: tuple[Path, Path], *, now: Callable[[], datetime] | None = None,
-    settings: relay.Settings | None = None, token_tls: Any = None, routes: dict[str, str] | None = None,
-    lease_duration: float = 300.0, signer: dkim.Signer | None = None, poll_interval: float = 5.0,
-    max_held: int = 20_000, pools: egress.Egress | None = None, default_pool: str | None = None,
-) -> delivery.Delivery:  # fmt: skip
-    clock = now or (lambda: datetime.now(UTC))
-    pool = sessions.Pool(sessions.Settings(ehlo_hostname="mtad.test"), relay_tls=trusting(tls_files[0]))
-    mailboxes = relay.Mailboxes(database, settings or relay.Settings(poll=0.2), SEALER, now=now,
-                                rng=random.Random(0), token_tls=token_tls)  # fmt: skip
-    router = routing.Router(ZoneResolver(""), PROVIDERS)  # relayed mail asks no DNS
-    engine = delivery.Settings(node="n1", retry=outcomes.RetrySchedule((60,), jitter=0),
-                               route_account_pools=routes or {}, lease_duration=lease_duration,
-                               poll_interval=poll_interval, max_held=max_held, default_pool=default_pool)  # fmt: skip
-    return delivery.Delivery(engine, database, router, pool, RULES, mailboxes=mailboxes, now=clock, signer=signer,
-                             pools=pools)  # fmt: skip
-
-
-def relayed(*recipients: str, pool: str = "p", body: bytes = b"Subject: t\r\n\r\nhello\r\n") -> commit.NewMessage:
-    return dataclasses.replace(new_message(*recipients, body=body), account_pool=pool)
-
-
-async def reservations(database: db.Database, name: str) -> list[str]:
-    rows = await query(
-        database,
-        "SELECT r.state::text AS state FROM account_reservations r JOIN accounts a ON a.id = r.account "
-        "WHERE a.name = $1 ORDER BY r.id",
-        name,
-    )
-    return [r["state"] for r in rows]
 
 
 async def account_events(database: db.Database, kind: str) -> list[dict[str, Any]]:
     rows = await query(database, "SELECT data FROM events WHERE kind = $1 ORDER BY id", kind)
     return [json.loads(r["data"]) for r in rows]
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float = 20) -> None:
-    """Until `check()` holds, looking again every 50 ms (bounded): for what only the
-    database records (the event log), which offers nothing to wait on."""
-    async with asyncio.timeout(within):
-        while not await check():  # noqa: ASYNC110 (a database row, not an in-process event)
-            await asyncio.sleep(0.05)
 
 
 async def test_relayed_mail_spreads_over_the_pool_and_each_send_is_confirmed(
@@ -151,11 +89,6 @@ async def test_relayed_mail_leaves_from_a_leased_address_of_its_source_pool(
     assert sources == {("127.0.0.10", "out"), ("127.0.0.11", "out")}
     held = await query(database, "SELECT address, node, sends FROM source_leases ORDER BY address")
     assert [tuple(r) for r in held] == [("127.0.0.10", "n1", None), ("127.0.0.11", "n1", None)]
-
-
-def frozen() -> datetime:
-    """A clock that stands still, just after the messages of the test were accepted."""
-    return datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
 
 
 def midnight_after(at: datetime) -> datetime:
@@ -293,7 +226,7 @@ async def test_the_pool_pauses_when_no_account_can_send_and_resumes_by_itself(
     async def handed_back() -> bool:
         return bool(await query(database, "SELECT 1 FROM events WHERE kind = 'requeued'"))
 
-    await eventually(handed_back)
+    await waiting.eventually_async(handed_back)
     [event] = await account_events(database, "account_pool")
     assert (event["pool"], event["paused"], event["accounts"]) == ("p", True, 1)
     assert REGISTRY.get_sample_value("mtad_account_pool_paused", {"pool": "p"}) == 1
@@ -323,14 +256,14 @@ async def test_mail_that_would_wait_long_for_a_mailbox_goes_back_to_the_spool_an
         rows = await query(database, "SELECT 1 FROM events WHERE kind = 'requeued'")
         return len(rows) == 3 and engine.statistics().held == 0
 
-    await eventually(three_handed_back)  # the fourth was leased once room was made
+    await waiting.eventually_async(three_handed_back)  # the fourth was leased once room was made
     engine.stop()
     await running
     tomorrow = midnight_after(datetime.now(UTC))
-    waiting = [r for r in (await deliveries(database)).values() if r["state"] != "delivered"]
-    assert len(waiting) == 3
+    undelivered = [r for r in (await deliveries(database)).values() if r["state"] != "delivered"]
+    assert len(undelivered) == 3
     # Queued, due when the account's day resets, no attempt spent, no node's lease.
-    assert {(r["state"], r["attempts"], r["lease_owner"], r["next_attempt_at"]) for r in waiting} == {
+    assert {(r["state"], r["attempts"], r["lease_owner"], r["next_attempt_at"]) for r in undelivered} == {
         ("queued", 0, None, tomorrow)
     }
     assert {e["until"] for e in await account_events(database, "requeued")} == {tomorrow.isoformat()}
@@ -351,7 +284,7 @@ async def test_a_parked_account_sends_again_when_its_day_resets(
     async def parked() -> bool:
         return (await accounts.get(database, "a")).state is State.PARKED
 
-    await eventually(parked)
+    await waiting.eventually_async(parked)
     assert (await accounts.get(database, "a")).state_until == midnight
     del smarthost.mail_replies["a@example.com"]
     clock[0] = midnight + timedelta(seconds=1)  # a new day
@@ -466,13 +399,13 @@ async def test_mail_rerouted_into_a_paused_pool_keeps_its_lease_and_is_handed_ba
     async def parked() -> bool:
         return (await accounts.get(database, "a")).state is State.PARKED
 
-    await eventually(parked)
+    await waiting.eventually_async(parked)
     first = (await lease())["lease_expires_at"]
 
     async def renewed() -> bool:
         return bool((await lease())["lease_expires_at"] > first + timedelta(seconds=0.4))
 
-    await eventually(renewed)  # waiting for its pool, the delivery is still ours
+    await waiting.eventually_async(renewed)  # waiting for its pool, the delivery is still ours
     engine.stop()
     async with asyncio.timeout(10):  # nothing is in flight: no waiting for shutdown_timeout
         await running

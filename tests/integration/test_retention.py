@@ -13,8 +13,9 @@ from mtad import db
 from mtad.base import envelope
 from mtad.mailboxes import accounts
 from mtad.spool import commit, retention
-from tests.conftest import query
-from tests.integration.test_accounts import make
+from tests import waiting
+from tests.integration.mailboxes import make
+from tests.pg import query
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 WEEK = retention.Settings(messages=7 * retention.DAY, events=30 * retention.DAY, batch=10)
@@ -196,13 +197,11 @@ async def test_two_pruners_at_once_delete_each_message_once(database: db.Databas
 
 async def wait_for_lock_waiter(database: db.Database) -> None:
     """Until a session waits for an advisory lock (bounded)."""
-    waiting = (
+    waits = (
         "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = "
         "(SELECT oid FROM pg_database WHERE datname = current_database())"
     )
-    async with asyncio.timeout(10):
-        while not await query(database, waiting):  # noqa: ASYNC110 (a row of pg_locks: nothing to wait on)
-            await asyncio.sleep(0.02)
+    await waiting.eventually_async(lambda: query(database, waits), within=10, every=0.02)
 
 
 def test_the_first_queue_id_of_a_time_is_below_every_id_made_then_or_later() -> None:

@@ -13,9 +13,9 @@ from mtad.base.endpoints import HostPort
 from mtad.outbound import routing
 from mtad.signing import dkim, rotation
 from mtad.signing.dkim import Algorithm, KeyState
-from tests.conftest import query
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
-from tests.integration.test_relay_delivery import SEALER
+from tests.integration.mailboxes import SEALER
+from tests.pg import query
 
 pytestmark = NEEDS_DNSMASQ
 

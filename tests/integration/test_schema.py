@@ -10,7 +10,7 @@ from mtad.base import errors, lifecycle
 from mtad.db import migrate
 from mtad.mailboxes import accounts
 from mtad.signing import dkim
-from tests.conftest import admin, query, with_database
+from tests.pg import admin, query, with_database
 
 
 async def enum_values(database: db.Database, name: str) -> list[str]:

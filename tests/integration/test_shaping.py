@@ -13,10 +13,9 @@ from mtad import db
 from mtad.deliver import delivery, shaping
 from mtad.outbound import limits, outcomes, routing, sessions
 from mtad.spool import commit
-from tests.conftest import query
-from tests.integration.conftest import TEST_PROVIDERS
-from tests.integration.test_delivery import RULES, ZONE, accept, new_message
-from tests.integration.test_spool import running
+from tests.integration.delivering import PROVIDERS, RULES, ZONE, accept, new_message
+from tests.integration.spooling import running
+from tests.pg import query
 from tests.sink import Sink
 from tests.zones import ZoneResolver
 
@@ -147,7 +146,7 @@ async def test_a_small_tenant_is_not_starved_by_a_big_campaign(database: db.Data
         async with running(commit.GroupCommitter(database)) as committer:  # committed in batches
             await asyncio.gather(*(committer.commit(m) for m in big))
             await asyncio.gather(*(committer.commit(m) for m in small))
-        router = routing.Router(ZoneResolver(ZONE), TEST_PROVIDERS, port=sink.port)
+        router = routing.Router(ZoneResolver(ZONE), PROVIDERS, port=sink.port)
         pool = sessions.Pool(sessions.Settings(port=sink.port, ehlo_hostname="mtad.test"))
         mtad = delivery.Delivery(delivery.Settings(node="n1"), database, router, pool, RULES)
         await mtad.run_until_idle()

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import smtplib
 import subprocess
 import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 
 import pytest
+
+from tests.running import SinkProcess
 
 # The message as a client sends it: CRLF lines, a line that starts with a dot
 # (dot-stuffed on the wire), two signatures, an encoded Subject.
@@ -30,64 +28,6 @@ MESSAGE = (
     b"\r\n"
 )
 SECOND = b"Subject: second\r\n\r\nbody\r\n"
-
-
-class SinkProcess:
-    """`mtad sink ARGS` as a subprocess; its stdout is read line by line as it prints."""
-
-    def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mtad", "sink", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONIOENCODING": "utf-8"},
-            text=True,
-            encoding="utf-8",
-        )
-        self.lines: list[str] = []
-        self._closed = False
-        self._printed = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        listening = self.wait_for(lambda line: line.startswith("mtad sink: listening on "))
-        self.port = int(listening.split(";")[0].rsplit(":", 1)[1])
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            with self._printed:
-                self.lines.append(line.rstrip("\n"))
-                self._printed.notify_all()
-        with self._printed:
-            self._closed = True
-            self._printed.notify_all()
-
-    def wait_for(self, holds: Callable[[str], bool], within: float = 30) -> str:
-        """The first line printed for which holds(line), waiting for it (bounded)."""
-        with self._printed:
-            self._printed.wait_for(lambda: self._closed or any(map(holds, self.lines)), timeout=within)
-            found = [line for line in self.lines if holds(line)]
-        if not found:
-            raise AssertionError(f"mtad sink did not print the line; it printed {self.lines}")
-        return found[0]
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
-        """Send the signal and wait for the exit; returns the exit status."""
-        self.process.send_signal(sig)
-        code = self.process.wait(30)
-        self._reader.join(10)
-        return code
-
-    def __enter__(self) -> SinkProcess:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(30)
-        for pipe in (self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                pipe.close()
 
 
 def test_the_sink_accepts_answers_as_scripted_stores_and_prints(tmp_path: Path) -> None:

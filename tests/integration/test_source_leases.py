@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from mtad import db
 from mtad.deliver import source_leases
 from mtad.deliver.egress import Choice, Egress, Policy, PoolSettings, SendOutcome, Wanted
-from tests.conftest import query
+from tests.pg import query
 
 START = datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()
 A, B, C = "192.0.2.1", "192.0.2.2", "192.0.2.3"

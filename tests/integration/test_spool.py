@@ -13,37 +13,11 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 from mtad import db
-from mtad.base import envelope, errors
+from mtad.base import errors
 from mtad.spool import commit, queue
-from tests.conftest import query
+from tests.integration.spooling import message, running
+from tests.pg import query
 from tests.proxy import PgProxy
-
-
-def message(
-    *recipients: str, tenant: str = "t1", key: str | None = None, body: bytes = b"Subject: x\r\n\r\nhi\r\n"
-) -> commit.NewMessage:
-    queue_id = commit.new_queue_id()
-    return commit.NewMessage(
-        id=queue_id,
-        tenant=tenant,
-        sender="app@example.org",
-        recipients=tuple(envelope.parse_mailbox(r) for r in recipients or ("a@example.com",)),
-        message_id=f"<{queue_id.hex}@test>",
-        idempotency_key=key,
-        body=body,
-        client_address="127.0.0.1",
-        received_at=datetime.now(UTC),
-    )
-
-
-@contextlib.asynccontextmanager
-async def running(committer: commit.GroupCommitter) -> AsyncIterator[commit.GroupCommitter]:
-    task = asyncio.create_task(committer.run())
-    try:
-        yield committer
-    finally:
-        committer.close()
-        await task
 
 
 async def test_a_commit_writes_message_deliveries_and_event_together(database: db.Database) -> None:

@@ -29,10 +29,9 @@ from mtad.mailboxes import accounts
 from mtad.signing import dkim
 from mtad.signing.dkim import Algorithm, KeyState
 from mtad.spool import commit, leases, suspensions, tenants, unknowns
-from tests.conftest import query
-from tests.integration.test_accounts import make
-from tests.integration.test_leases import Collector, outcome, spool_messages
-from tests.integration.test_spool import message, running
+from tests.integration.mailboxes import make
+from tests.integration.spooling import Collector, message, outcome, running, spool_messages
+from tests.pg import query
 
 SQL = Path(mtad.__file__).parent / "sql"
 

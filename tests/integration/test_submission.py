@@ -14,10 +14,11 @@ from mtad import db, submission
 from mtad.deliver import delivery
 from mtad.outbound import outcomes, routing, sessions
 from mtad.spool import leases, tenants
-from tests.conftest import query
-from tests.integration.conftest import Factory
-from tests.integration.test_delivery import PROVIDERS, RULES
-from tests.integration.test_delivery import ZONE as DELIVERY_ZONE
+from tests import waiting
+from tests.integration.delivering import PROVIDERS, RULES
+from tests.integration.delivering import ZONE as DELIVERY_ZONE
+from tests.integration.submitting import Factory
+from tests.pg import query
 from tests.proxy import PgProxy
 from tests.smtpclient import RawClient
 from tests.zones import ZoneResolver
@@ -263,7 +264,7 @@ async def test_resubmission_with_the_same_key_gets_the_original_queue_id(make_su
 
 
 async def test_database_down_gives_451_and_accept_resumes(dsn: str, tls_files: object) -> None:
-    from tests.integration.conftest import submission_server
+    from tests.integration.submitting import submission_server
 
     with PgProxy(dsn) as proxy:
         database = await db.Database.connect(proxy.dsn, max_size=3)
@@ -638,14 +639,18 @@ async def connect_refused(port: int, source: str = "127.0.0.1") -> bytes:
 
 async def until_admitted(port: int, source: str = "127.0.0.1") -> RawClient:
     """A session, once the server has seen a closed one go (its count falls after the close)."""
-    for _ in range(100):
+
+    async def admitted() -> RawClient | None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
         client = RawClient(reader, writer)
         if (await client.reply()).startswith("220 "):
             return client
         await client.close()
-        await asyncio.sleep(0.02)
-    raise AssertionError("never admitted")
+        return None
+
+    client = await waiting.eventually_async(admitted, within=10, every=0.02)
+    assert client is not None
+    return client
 
 
 async def test_connections_from_one_client_address_are_capped(make_submission: Factory) -> None:

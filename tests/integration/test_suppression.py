@@ -17,10 +17,9 @@ from mtad.base import errors
 from mtad.deliver import egress
 from mtad.feedback import consumers, signals, suppression
 from mtad.feedback.suppression import GLOBAL, Reason
-from tests.conftest import query
-from tests.integration.conftest import Factory
-from tests.integration.test_delivery import accept, deliveries, new_message
-from tests.integration.test_pools import engine
+from tests.integration.delivering import accept, deliveries, engine, new_message
+from tests.integration.submitting import Factory
+from tests.pg import query
 from tests.sink import Sink
 from tests.smtpclient import RawClient
 

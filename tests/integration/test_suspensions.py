@@ -22,10 +22,10 @@ from mtad.deliver import delivery, egress
 from mtad.mailboxes import accounts
 from mtad.outbound import outcomes, routing, sessions
 from mtad.spool import controls, leases, nodes, suspensions
-from tests.conftest import query
-from tests.integration.test_accounts import make
-from tests.integration.test_admin import serving
-from tests.integration.test_delivery import PROVIDERS, RULES, ZONE, accept, new_message
+from tests.integration.admin_api import serving
+from tests.integration.delivering import PROVIDERS, RULES, ZONE, accept, new_message
+from tests.integration.mailboxes import make
+from tests.pg import query
 from tests.sink import Sink
 from tests.zones import ZoneResolver
 

@@ -18,10 +18,10 @@ from mtad.base.replies import Reply
 from mtad.feedback import consumers, reputation, webhook_outbox, webhooks
 from mtad.spool import leases, quotas, tenants
 from mtad.submission import TenantDefaults
-from tests.conftest import query
-from tests.integration.conftest import Factory
-from tests.integration.test_delivery import accept, engine, new_message
-from tests.integration.test_webhook_delivery import SEALER
+from tests.integration.delivering import accept, engine, new_message
+from tests.integration.mailboxes import SEALER
+from tests.integration.submitting import Factory
+from tests.pg import query
 from tests.sink import Sink
 from tests.smtpclient import RawClient
 

@@ -29,8 +29,8 @@ from mtad.cli import tls as tls_cli
 from mtad.deliver import delivery
 from mtad.outbound import fetching, mtasts, outcomes, policies, routing, sessions, tlsrpt
 from tests.certs import Authority
-from tests.conftest import query
-from tests.integration.test_delivery import PROVIDERS, RULES, accept, deliveries, new_message
+from tests.integration.delivering import PROVIDERS, RULES, accept, deliveries, new_message
+from tests.pg import query
 from tests.sink import Sink
 from tests.zones import ZoneResolver
 

@@ -24,9 +24,9 @@ from mtad.feedback import inbox
 from mtad.mailboxes import accounts, inboxes, relay
 from mtad.spool import leases, queue
 from tests import imap
-from tests.conftest import query
-from tests.integration.test_delivery import accept, deliveries, engine, new_message
-from tests.integration.test_relay_delivery import SEALER, add, frozen, relayed, relaying, reservations
+from tests.integration.delivering import accept, deliveries, engine, new_message
+from tests.integration.mailboxes import SEALER, add, frozen, relayed, relaying, reservations
+from tests.pg import query
 from tests.proxy import PgProxy
 from tests.sink import Sink
 

@@ -22,8 +22,8 @@ from mtad.base import errors, http
 from mtad.base.endpoints import HostPort
 from mtad.feedback import consumers, suppression, unsubscribe
 from mtad.feedback.suppression import Reason
-from tests.conftest import query
-from tests.integration.test_delivery import accept, new_message
+from tests.integration.delivering import accept, new_message
+from tests.pg import query
 
 TOKENS = unsubscribe.Tokens(b"k" * 32)
 ONE_CLICK = {"List-Unsubscribe": "One-Click"}

@@ -27,8 +27,8 @@ from mtad.feedback import consumers, signals, webhooks
 from mtad.feedback.webhook_outbox import Outbox, replay
 from mtad.feedback.webhook_sender import Sender, Settings
 from mtad.spool import retention
-from tests.conftest import query
-from tests.integration.test_inbound import delivered
+from tests.integration.inbound import delivered
+from tests.pg import query
 
 SEALER = vault.Vault(vault.Vault.new_key())
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)

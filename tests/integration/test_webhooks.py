@@ -13,7 +13,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from mtad import db
 from mtad.base import errors, vault
 from mtad.feedback import webhooks
-from tests.conftest import query
+from tests.pg import query
 
 SEALER = vault.Vault(vault.Vault.new_key())
 BODY = json.dumps({"type": "delivered", "data": {"recipient": "a@example.net"}})

@@ -7,16 +7,14 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.unit.test_reports import EXPECTED, SAMPLES
+from tests.reports import EXPECTED, SAMPLES
+from tests.running import MTAD
 
-ENTRY_POINT = Path(sys.executable).with_name("mtad")  # .venv/bin/mtad beside .venv/bin/python
-MTAD = [str(ENTRY_POINT)] if ENTRY_POINT.exists() else [sys.executable, "-m", "mtad"]
 # What this test checks of a sample: a sample the reader gets wrong only in other
 # fields (expected.toml's `wrong`) is explained as expected here.
 CHECKED = frozenset({"kind", "recipient", "reason", "feedback_type"})
