@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import Any
 
 SAMPLES = Path(__file__).parent / "samples" / "reports"
-
-
 EXPECTED: dict[str, dict[str, Any]] = tomllib.loads((SAMPLES / "expected.toml").read_text())
 
 

@@ -286,6 +286,4 @@ class SinkProcess:
 
 
 ENTRY_POINT = Path(sys.executable).with_name("mtad")  # .venv/bin/mtad beside .venv/bin/python
-
-
 MTAD = [str(ENTRY_POINT)] if ENTRY_POINT.exists() else [sys.executable, "-m", "mtad"]

@@ -18,8 +18,6 @@ from mtad.spool import commit, quotas, tenants
 from tests.integration.mailboxes import SEALER
 
 TOKEN = "t0ken-of-the-admin-api-0123456789"
-
-
 CONFIGURED = names.Configured(
     pools={"bulk": ("127.0.0.10", "127.0.0.11"), "transactional": ("127.0.0.12",)},
     account_pools=frozenset({"outreach"}),

@@ -19,11 +19,7 @@ from tests.sink import Sink
 from tests.zones import ZoneResolver
 
 PROVIDERS = routing.load_providers(Path(__file__).parents[1] / "providers.toml")
-
-
 RULES = outcomes.load_rules(config.shipped_table("replies"))
-
-
 ZONE = """
 sink.test.        MX 10 mx1.sink.test.
 sink.test.        MX 20 mx2.sink.test.

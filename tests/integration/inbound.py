@@ -17,8 +17,6 @@ from tests.pg import query
 from tests.smtpclient import RawClient
 
 VERP = Verp("bounces.example.org", b"k" * 32)
-
-
 COMPLAINTS = "fbl@example.org"
 
 

@@ -134,8 +134,8 @@ class Unreachable(Recording):
 
 
 async def test_a_database_away_skips_no_event_and_ends_no_consumer(ready: db.Database) -> None:
-    waiting = Unreachable("waiting", times=5)  # more than the failures that skip a poison event (4)
-    consuming = Consumers(ready, [waiting], consumers.Settings(poll=0.05, max_failures=2))
+    away = Unreachable("waiting", times=5)  # more than the failures that skip a poison event (4)
+    consuming = Consumers(ready, [away], consumers.Settings(poll=0.05, max_failures=2))
     await consuming.catch_up()
     ids = await write(ready, 5)
     running = asyncio.create_task(consuming.run())
@@ -146,7 +146,7 @@ async def test_a_database_away_skips_no_event_and_ends_no_consumer(ready: db.Dat
         with pytest.raises(asyncio.CancelledError):
             await running
     assert await seen(ready, "waiting") == ids  # every event, once: none was taken for a poison one
-    assert waiting.times == 0
+    assert away.times == 0
 
 
 async def test_a_consumer_is_woken_by_notify_and_reports_its_lag(ready: db.Database) -> None:

@@ -1,9 +1,7 @@
 """Inbound reports: every sample of tests/samples/reports/ read as its expectations
 (expected.toml) say; another reply table taken when given; and parse never raises,
-whatever the octets.
-
-The builders below (dsn, arf, EXCHANGE, OUT_OF_OFFICE) make the reports the
-integration and acceptance tiers send to mtad; they import them from here."""
+whatever the octets; the reports the other tiers send (tests/reports.py) read as
+they expect."""
 
 from __future__ import annotations
 
@@ -172,6 +170,3 @@ def test_parse_never_raises_on_a_report_with_its_lines_broken(sample: bytes, end
     lines = sample.split(b"\n")
     broken = b"".join(line + (ending if every and i % every == 0 else b"\n") for i, line in enumerate(lines))
     assert isinstance(reports.parse(broken), KINDS)
-
-
-# --- the reports the integration and acceptance tiers send --------------------------
