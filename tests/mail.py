@@ -1,4 +1,4 @@
-"""The mail the tests submit."""
+"""The mail the tests submit to a running mtad, and the submitting of it over SMTP."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from tests.running import Mtad
 
 
 def email(subject: str, message_id: str | None = None) -> EmailMessage:
+    """A plain message from app@example.org to someone@example.com."""
     msg = EmailMessage()
     msg["From"] = "app@example.org"
     msg["To"] = "someone@example.com"
@@ -21,6 +22,7 @@ def email(subject: str, message_id: str | None = None) -> EmailMessage:
 
 
 def send(node: Mtad, recipient: str, subject: str) -> None:
+    """One message to `recipient`, over a session of its own."""
     with smtplib.SMTP("127.0.0.1", node.smtp_port, timeout=30) as client:
         client.sendmail("app@example.org", [recipient], email(subject).as_bytes(policy=SMTP))
 

@@ -28,6 +28,10 @@ STARTUP_TIMEOUT = 60.0
 
 
 class Mtad:
+    """`mtad run --config CONFIG` as a subprocess: start() returns once it logs `ready`
+    (the ports it bound are read from that record), its JSON log is kept as it
+    writes it, cli() runs `mtad ARGS` against the same configuration."""
+
     def __init__(
         self, config: Path, env: dict[str, str] | None = None, *, python: str = sys.executable, cwd: Path | None = None
     ) -> None:
@@ -192,6 +196,7 @@ def http_get(port: int, path: str) -> tuple[int, str]:
 
 
 def free_port() -> int:
+    """A port of 127.0.0.1 free now, for a listener mtad does not report in `ready`."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -285,5 +290,6 @@ class SinkProcess:
                 pipe.close()
 
 
+# The mtad command as an operator types it: the installed entry point, else the module.
 ENTRY_POINT = Path(sys.executable).with_name("mtad")  # .venv/bin/mtad beside .venv/bin/python
 MTAD = [str(ENTRY_POINT)] if ENTRY_POINT.exists() else [sys.executable, "-m", "mtad"]

@@ -8,11 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
 from mtad.submission import tls_context
-from tests.pg import run_sync
+from tests import pg
 from tests.running import Mtad
 from tests.sink import ThreadedSink
 
@@ -25,14 +24,7 @@ def smarthost(tls_files: tuple[Path, Path]) -> Iterator[ThreadedSink]:
 
 
 def stored_secrets(dsn: str) -> list[bytes]:
-    async def fetch() -> list[bytes]:
-        conn = await asyncpg.connect(dsn)
-        try:
-            return [bytes(r["secret"]) for r in await conn.fetch("SELECT secret FROM accounts ORDER BY id")]
-        finally:
-            await conn.close()
-
-    return run_sync(fetch)
+    return [bytes(r["secret"]) for r in pg.rows(dsn, "SELECT secret FROM accounts ORDER BY id")]
 
 
 def test_accounts_are_added_listed_tested_and_switched_off_and_on(

@@ -36,11 +36,7 @@ def call(port: int, method: str, path: str, body: Any = None, token: str | None 
 
 
 def test_a_message_injected_over_http_is_delivered(
-    mtad_factory: Any,
-    dsn: str,
-    dns: Dnsmasq,
-    sink: ThreadedSink,
-    tmp_path: Path,
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink, tmp_path: Path
 ) -> None:
     token_file = tmp_path / "admin.token"
     token_file.write_text(TOKEN + "\n")

@@ -28,10 +28,7 @@ def got(receiver: ThreadedSink, *recipients: str, within: float = 30) -> set[str
 
 
 def test_commands_hold_on_every_live_node_when_they_return(
-    mtad_factory: Any,
-    dsn: str,
-    dns: Dnsmasq,
-    sink: ThreadedSink,
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink
 ) -> None:
     # Leasing is woken by NOTIFY only: the poll that would find due mail is a minute away.
     options = delivering(dns, sink, poll_interval='"60s"')

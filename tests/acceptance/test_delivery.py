@@ -13,13 +13,11 @@ from email.policy import SMTP
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
 from tests import pg
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
 from tests.mail import email
-from tests.pg import run_sync
 from tests.running import Mtad, delivering, http_get
 from tests.sink import Received, ThreadedSink
 
@@ -29,22 +27,16 @@ pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
 def spool_rows(dsn: str, message_ids: list[str]) -> list[dict[str, Any]]:
     """What the spool says about these messages: their deliveries and events, for a failing assertion."""
 
-    async def fetch() -> list[dict[str, Any]]:
-        conn = await asyncpg.connect(dsn)
-        try:
-            rows = await conn.fetch(
-                """SELECT m.message_id, d.id, d.state, d.reason, d.attempts, d.next_attempt_at, d.lease_owner,
-                          (SELECT array_agg(e.kind || ' ' || e.data::text ORDER BY e.id) FROM events e
-                           WHERE e.delivery = d.id) AS events
-                   FROM messages m LEFT JOIN deliveries d ON d.message = m.id
-                   WHERE m.message_id = ANY($1::text[])""",
-                message_ids,
-            )
-            return [dict(row) for row in rows] or [{"not in the spool": message_ids}]
-        finally:
-            await conn.close()
-
-    return run_sync(fetch)
+    found = pg.rows(
+        dsn,
+        """SELECT m.message_id, d.id, d.state, d.reason, d.attempts, d.next_attempt_at, d.lease_owner,
+                  (SELECT array_agg(e.kind || ' ' || e.data::text ORDER BY e.id) FROM events e
+                   WHERE e.delivery = d.id) AS events
+           FROM messages m LEFT JOIN deliveries d ON d.message = m.id
+           WHERE m.message_id = ANY($1::text[])""",
+        message_ids,
+    )
+    return found or [{"not in the spool": message_ids}]
 
 
 def logged(daemon: Mtad, event: str, recipient: str) -> list[dict[str, Any]]:
@@ -138,15 +130,7 @@ def test_two_nodes_rotate_the_source_addresses_of_a_pool_as_one(
     options["extra"] += f'[pools.bulk]\naddresses = {json.dumps(addresses)}\npolicy = "rotate"\n'
     through_two_nodes(mtad_factory, dsn, sink, options, 60)
 
-    async def delivered() -> list[dict[str, Any]]:
-        conn = await asyncpg.connect(dsn)
-        try:
-            found = await conn.fetch("SELECT data FROM events WHERE kind = 'delivered'")
-            return [json.loads(r["data"]) for r in found]
-        finally:
-            await conn.close()
-
-    sent = run_sync(delivered)
+    sent = [json.loads(r["data"]) for r in pg.rows(dsn, "SELECT data FROM events WHERE kind = 'delivered'")]
     assert len(sent) == 60
     turns = Counter(e["source"] for e in sent if not e.get("egress_fallback"))
     assert set(turns) == set(addresses)  # one turn each, then a rest

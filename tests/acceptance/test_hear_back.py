@@ -30,11 +30,7 @@ pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
 
 
 def test_bounces_complaints_and_unsubscribes_come_back(
-    mtad_factory: Any,
-    dsn: str,
-    dns: Dnsmasq,
-    sink: ThreadedSink,
-    tmp_path: Path,
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink, tmp_path: Path
 ) -> None:
     inbound, heard = hearing(tmp_path)
     web, key = free_port(), tmp_path / "unsubscribe.key"
@@ -101,11 +97,7 @@ def handled(dsn_: str, consumer: str, kinds: tuple[str, ...]) -> bool:
 
 
 def test_a_soft_bounce_repeated_suppresses_and_an_auth_failure_report_does_not(
-    mtad_factory: Any,
-    dsn: str,
-    dns: Dnsmasq,
-    sink: ThreadedSink,
-    tmp_path: Path,
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink, tmp_path: Path
 ) -> None:
     inbound, heard = hearing(tmp_path)
     options = delivering(dns, sink)

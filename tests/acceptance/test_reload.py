@@ -76,11 +76,7 @@ def test_a_reload_takes_up_new_quotas_keeps_sessions_and_refuses_a_bad_file(mtad
 
 @NEEDS_DNSMASQ
 def test_a_reload_under_delivery_loses_no_lease_and_no_message(
-    mtad_factory: Any,
-    dsn: str,
-    dns: Dnsmasq,
-    sink: ThreadedSink,
-    tmp_path: Path,
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink, tmp_path: Path
 ) -> None:
     providers = tmp_path / "providers.toml"
     providers.write_text('[default]\nrate = "40/s"\nmin_rate = "40/s"\nmax_rate = "40/s"\nburst = 4\nsessions = 4\n')

@@ -21,10 +21,7 @@ MAIN, SPARE = "127.0.0.11", "127.0.0.10"
 
 
 def test_every_kind_of_suspension_holds_mail_on_both_nodes_until_resumed(
-    mtad_factory: Any,
-    dsn: str,
-    dns: Dnsmasq,
-    sink: ThreadedSink,
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink
 ) -> None:
     options = delivering(dns, sink, default_pool='"main"')
     options["extra"] += f'[pools.main]\naddresses = ["{MAIN}"]\n[pools.spare]\naddresses = ["{SPARE}"]\n'

@@ -56,11 +56,7 @@ def paused_samples(daemon: Mtad) -> set[tuple[tuple[tuple[str, str], ...], float
 
 
 def test_probation_graduation_then_complaints_pause_a_tenant_until_resumed(
-    mtad_factory: Any,
-    dsn: str,
-    dns: Dnsmasq,
-    sink: ThreadedSink,
-    tmp_path: Path,
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink, tmp_path: Path
 ) -> None:
     inbound, heard = hearing(tmp_path)
     options = delivering(dns, sink, default_pool='"main"', probation_pool='"probation"')

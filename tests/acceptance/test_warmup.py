@@ -25,11 +25,7 @@ COMPLAINED, CLEAN = "127.0.0.10", "127.0.0.11"  # each the one warming address o
 
 
 def test_a_warming_address_complained_about_repeats_its_day_and_a_clean_one_advances(
-    mtad_factory: Any,
-    dsn: str,
-    dns: Dnsmasq,
-    sink: ThreadedSink,
-    tmp_path: Path,
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink, tmp_path: Path
 ) -> None:
     inbound, heard = hearing(tmp_path)
     options = delivering(dns, sink, checkpoint_interval='"500ms"')
