@@ -1,17 +1,18 @@
 """Fixtures of the integration tier: submission servers on the test's own event loop
-(tests/integration/submitting.py), a client TLS context, a smarthost and a sink."""
+(tests/integration/submitting.py), a client TLS context, a smarthost, a sink and an IMAP server."""
 
 from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mtad import db, submission
+from tests import imap
 from tests.integration.submitting import Factory, Submission, submission_server
 from tests.sink import Sink
 
@@ -49,3 +50,16 @@ async def sink() -> AsyncIterator[Sink]:
     started = await Sink(("127.0.0.2", "127.0.0.3")).start()
     yield started
     await started.stop()
+
+
+@pytest.fixture(scope="module")
+def dovecot() -> Iterator[imap.Dovecot]:
+    """A Dovecot IMAP server for the module's tests (skipped where Dovecot is missing)."""
+    if imap.missing() is not None:
+        pytest.skip(str(imap.missing()))
+    server = imap.Dovecot()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

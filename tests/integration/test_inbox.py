@@ -11,7 +11,7 @@ import contextlib
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,16 +37,6 @@ pytestmark = pytest.mark.skipif(imap.missing() is not None, reason=str(imap.miss
 SEALER = vault.Vault(vault.Vault.new_key())
 WAIT = 30.0  # seconds a test waits for the reader, at most
 _names = itertools.count(1)
-
-
-@pytest.fixture(scope="module")
-def dovecot() -> Iterator[imap.Dovecot]:
-    server = imap.Dovecot()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def mailboxes(database: db.Database, dovecot: imap.Dovecot) -> relay.Mailboxes:

@@ -12,12 +12,10 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from mtad import db
 from mtad.feedback import inbox
@@ -29,18 +27,6 @@ from tests.integration.mailboxes import SEALER, add, frozen, relayed, relaying, 
 from tests.pg import query
 from tests.proxy import PgProxy
 from tests.sink import Sink
-
-
-@pytest.fixture(scope="module")
-def dovecot() -> Iterator[imap.Dovecot]:
-    if imap.missing() is not None:
-        pytest.skip(str(imap.missing()))
-    server = imap.Dovecot()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 async def events(database: db.Database, kind: str) -> list[dict[str, Any]]:
