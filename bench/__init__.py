@@ -24,7 +24,7 @@
   resident memory, second by second (`--quick`: 100,000 of them, for 20 s).
 - accounts: reserve before send: `accounts.reserve` calls per second with 1, 10 and
   100 concurrent callers on 5 and 500 accounts whose limits never bind, and
-  `accounts.choose` per second with 10 callers.
+  `choosing.choose` per second with 10 callers.
 - relay: the end-to-end rate of mail relayed through 5 sending accounts at a
   smarthost sink (STARTTLS, AUTH) against the same mail sent without the mailbox
   layer to a like sink (goal: under 10 % overhead).

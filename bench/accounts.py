@@ -46,7 +46,7 @@ from bench import mtad_server, report
 from mtad import db
 from mtad.base import errors
 from mtad.db import embedded, migrate
-from mtad.mailboxes import accounts
+from mtad.mailboxes import accounts, choosing
 
 POOLS = (5, 500)
 CALLERS = (1, 10, 100)
@@ -176,7 +176,7 @@ async def choose_loop(
     for _ in range(MAX_CALLS):
         if time.perf_counter() >= deadline:
             return
-        reservation = await accounts.choose(database, pool, datetime.now(UTC), rng)
+        reservation = await choosing.choose(database, pool, datetime.now(UTC), rng)
         reserved = isinstance(reservation, accounts.Reservation)
         answers[accounts.Answer.RESERVED.value if reserved else NONE] += 1
 

@@ -18,7 +18,7 @@ only in the mailbox layer:
   daily cap, no min_gap, no jitter, no caps per second, minute or hour. They all
   name one smarthost sink, which requires AUTH PLAIN after STARTTLS (its
   self-signed certificate is verified against "localhost"). Each send:
-  a reservation (`Mailboxes.take`: `accounts.choose_many`, one round trip for the
+  a reservation (`Mailboxes.take`: `choosing.choose_healthy`, one round trip for the
   reservations of up to 16 waiting jobs, two callers at once per pool), `login`
   (the secret read and opened once per account, then kept), the transaction over
   one of the account's pooled sessions (AUTH once per session), then `settle`

@@ -36,7 +36,7 @@ from mtad.deliver.record import Recorder
 from mtad.deliver.settings import Settings
 from mtad.deliver.signatures import Signatures
 from mtad.feedback.verp import Verp
-from mtad.mailboxes import accounts, relay
+from mtad.mailboxes import accounts, choosing, relay
 from mtad.outbound import policies, routing
 from mtad.spool import suspensions
 
@@ -487,7 +487,7 @@ class Dispatcher:
         assert self._mailboxes is not None
         assert group.account_pool is not None
         try:
-            wants = [accounts.Want(len(job.deliveries), job.deliveries[0].id) for job in batch]
+            wants = [choosing.Want(len(job.deliveries), job.deliveries[0].id) for job in batch]
             taken = await self._mailboxes.take(group.account_pool, wants, self.dispatch.settings.node)
         except errors.SpoolError as exc:
             log.warning("account_pool_unreadable", account_pool=group.account_pool, error=str(exc))

@@ -5,7 +5,7 @@ server on 587 or 465) that mtad logs in to and relays through: an address, a
 smarthost, a login and an AUTH mechanism, and its limits (`Limits`: a daily cap, a
 minimum gap between sends plus a jitter drawn per send, caps per second, minute and
 hour; each None means no limit). Accounts belong to named account pools, and
-`choose` picks one of a pool for a send. Secrets (passwords, tokens) are stored
+`choosing` picks one of a pool for a send. Secrets (passwords, tokens) are stored
 sealed (mtad.base.vault) by `set_secret` and read back sealed by `secret`; nothing
 here opens them, and no listing returns them.
 
@@ -47,22 +47,18 @@ caller may give its own time instead (tests, tools).
   24 hours, since its last enable (mtad_account_health). Below its pool's floor
   an active account rests (RESTING) until the moment its health is back at the
   floor as they leave the window (mtad_account_rest): after a `bounce`, or when
-  `choose_healthy` comes to it.
+  `choosing.choose_healthy` comes to it.
 
 Costs: `reserve` is one round trip and one short transaction (a lock, two to five
-index scans over the account's recent reservations, one insert). `choose` is one
-round trip too: one query over the pool's accounts (an index probe each for the
-latest send, and a count of today's sends for those past their gap), then
-mtad_reserve on each account tried, in the same transaction. `usage` (for
+index scans over the account's recent reservations, one insert). `usage` (for
 `mtad accounts ls`) counts today's sends of every account. `prune` deletes
 reservations that no limit looks at any more. Everything here that talks to
-PostgreSQL is async and raises what mtad.db raises (DatabaseUnavailable,
-OutcomeUnknown, Conflict, SpoolError); nothing here catches asyncpg's exceptions.
+PostgreSQL is async and raises what mtad.db raises; nothing here catches asyncpg's
+exceptions.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import json
 import random
@@ -197,7 +193,7 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """A send reserved through `account` by `choose`: confirm, release or keep it."""
+    """A send reserved through `account` by `reserve` or `choosing`: confirm, release or keep it."""
 
     id: int
     account: Account
@@ -207,28 +203,12 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
-class Busy:
-    """What `choose` answers when it reserved nothing."""
-
-    contended: bool  # an account was skipped because another caller was reserving on it
-
-
-@dataclass(frozen=True, slots=True)
 class Rested:
     """An account moved to RESTING: its health fell below its pool's floor."""
 
     account: Account  # as it was before (active)
     health: int
     until: datetime  # when its health is back at the floor, as its sends and bounces leave the 24 hours
-
-
-@dataclass(frozen=True, slots=True)
-class Chosen:
-    """What `choose_healthy` made: reservations (none: the pool is busy) and rests."""
-
-    reservations: list[Reservation]
-    rested: list[Rested]
-    contended: bool  # with no reservation: an account was skipped because another caller was reserving on it
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,20 +249,6 @@ class Breaker:
     trips_per_day: int = _DECLARED.trips_to_disconnect  # the trip in a day that disconnects the account instead
 
 
-@dataclass(frozen=True, slots=True)
-class PoolStatus:
-    """An account pool at some time (`pool_status`)."""
-
-    accounts: int
-    active: int  # accounts in an active state (they may still be in their gap or at their cap)
-    next_free: datetime | None  # the earliest an account may send again; None: only an operator can help
-
-    @property
-    def paused(self) -> bool:
-        """No account of the pool can send until some state ends or an operator acts."""
-        return self.active == 0
-
-
 def problems(account: Account) -> list[str]:
     """Everything wrong with an account's settings (sync, no I/O); empty when it is fine."""
     found: list[str] = []
@@ -319,7 +285,7 @@ def problems(account: Account) -> list[str]:
     return found
 
 
-def _account(row: db.Row) -> Account:
+def of_row(row: db.Row) -> Account:
     low, high = row["gap_jitter_low"], row["gap_jitter_high"]
     return Account(
         name=row["name"],
@@ -379,7 +345,7 @@ async def add(database: db.Database, account: Account) -> Account:
     except errors.Conflict:
         raise errors.Conflict(f"account {account.name!r} already exists") from None
     assert row is not None
-    return _account(row)
+    return of_row(row)
 
 
 async def set_secret(database: db.Database, name: str, sealed: bytes) -> None:
@@ -418,7 +384,7 @@ async def credentials(database: db.Database, account_id: int) -> Credentials:
 
 async def list_all(database: db.Database) -> list[Account]:
     """Every account, by pool then name."""
-    return [_account(row) for row in await database.fetch("accounts/list")]
+    return [of_row(row) for row in await database.fetch("accounts/list")]
 
 
 async def get(database: db.Database, name: str) -> Account:
@@ -426,14 +392,14 @@ async def get(database: db.Database, name: str) -> Account:
     row = await database.fetchrow("accounts/get", name)
     if row is None:
         raise errors.NotFound(f"no account {name!r}")
-    return _account(row)
+    return of_row(row)
 
 
 async def usage(database: db.Database, now: datetime, pool: str | None = None) -> list[Usage]:
     """Every account (of `pool`, or all) with today's recipients, its latest send and
     the end of its gap at `now`, by pool then name (for `mtad accounts ls`). One query."""
     return [
-        Usage(_account(row), row["today"], row["last_send"], row["gap_until"], row["health"], row["sending"])
+        Usage(of_row(row), row["today"], row["last_send"], row["gap_until"], row["health"], row["sending"])
         for row in await database.fetch("accounts/usage", now, pool)
     ]
 
@@ -450,7 +416,7 @@ async def set_state(
     allowed_from = [s.value for s in State if state in TRANSITIONS[s]]
     row = await database.fetchrow("accounts/set_state", name, state.value, until, reason, allowed_from, now)
     if row is not None:
-        return _account(row)  # and its account_state event is written
+        return of_row(row)  # and its account_state event is written
     current = await get(database, name)  # NotFound if there is none
     raise errors.IllegalTransition(
         f"account {name!r}: {current.state.value} -> {state.value} is not allowed "
@@ -561,81 +527,6 @@ async def bounce(
     written)."""
     row = await database.fetchrow("accounts/bounce", account.id, now, json.dumps(dict(data), default=str), floor)
     return Rested(account, row["health"], row["until"]) if row is not None else None
-
-
-async def pool_status(database: db.Database, pool: str, now: datetime | None = None) -> PoolStatus:
-    """How many accounts the pool has, how many are active, and when one may send next
-    (at `now`; None: PostgreSQL's clock)."""
-    row = await database.fetchrow("accounts/pool_status", pool, now)
-    assert row is not None
-    return PoolStatus(row["accounts"], row["active"], row["next_free"])
-
-
-async def pool_event(database: db.Database, pool: str, now: datetime, data: Mapping[str, Any]) -> None:
-    """An account pool paused (no account can send) or resumed: its event."""
-    await database.execute("accounts/pool_event", pool, now, json.dumps(dict(data), default=str))
-
-
-async def choose(database: db.Database, pool: str, now: datetime | None, rng: random.Random) -> Reservation | Busy:
-    """Reserve one send of one recipient through an account of `pool`, least used
-    first: fewest recipients today, then longest since the latest send. Accounts that
-    are not active at `now` (None: PostgreSQL's clock), at their daily cap, inside
-    their gap or still sending are not tried; the others are tried in that order until
-    one is reserved. Busy when none could be (contended: one was skipped because
-    another caller was reserving on it; trying again at once may succeed)."""
-    chosen = await choose_many(database, pool, [Want(1)], now, rng)
-    return chosen[0] if isinstance(chosen, list) else chosen
-
-
-@dataclass(frozen=True, slots=True)
-class Want:
-    """One send `choose_many` seeks: its recipients, and the delivery that sends it."""
-
-    recipients: int
-    delivery: int | None = None  # its first recipient's delivery (its lease bounds the send)
-
-
-async def choose_many(
-    database: db.Database, pool: str, wants: Sequence[Want], now: datetime | None, rng: random.Random,
-    node: str | None = None,
-) -> list[Reservation] | Busy:  # fmt: skip
-    """Reserve sends through the accounts of `pool` at `now` (None: PostgreSQL's
-    clock), the i-th for `wants[i]` (sent by `node`), least used first and in turns
-    (one each, then again), every limit holding within the batch as between batches:
-    at least one reservation (the first ones of `wants`, in order), or Busy.
-    Health is not judged (see choose_healthy).
-
-    One round trip and one short transaction (mtad_choose), whatever the number of
-    accounts tried or reservations made.
-    """
-    chosen = await choose_healthy(database, pool, wants, now, rng, node)
-    return chosen.reservations or Busy(chosen.contended)
-
-
-async def choose_healthy(
-    database: db.Database, pool: str, wants: Sequence[Want], now: datetime | None, rng: random.Random,
-    node: str | None = None, *, floor: int = 0,
-) -> Chosen:  # fmt: skip
-    """`choose_many` among the healthy accounts: one whose health is below `floor`
-    (0: none) when its turn comes is rested instead (RESTING, with its
-    account_state event, until its health is back at the floor) and the next one is
-    tried. Reservations (none: the pool is busy) and rests, in one round trip."""
-    rows = await database.fetch(
-        "accounts/choose", pool, now, [w.recipients for w in wants], [rng.random() for _ in wants],
-        [w.delivery for w in wants], node, floor,
-    )  # fmt: skip
-    made: list[Reservation] = []
-    rested: list[Rested] = []
-    for row in rows:
-        if row["rested_until"] is not None:
-            rested.append(Rested(_account(row), row["health"], row["rested_until"]))
-        elif row["reservation"] is not None:
-            account = _account(row)  # as it was before the reservation: a lapsed state is over
-            lapsed = State(row["lapsed"]) if row["lapsed"] is not None else None
-            if lapsed is not None:
-                account = dataclasses.replace(account, state=State.ACTIVE, state_until=None)
-            made.append(Reservation(row["reservation"], account, row["reserved_at"], lapsed, row["granted"]))
-    return Chosen(made, rested, not made and bool(rows[-1]["contended"]))
 
 
 async def prune(database: db.Database, before: datetime, limit: int = 10_000) -> int:

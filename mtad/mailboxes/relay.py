@@ -54,7 +54,7 @@ from mtad import db
 from mtad.base import errors, metrics, reasons, vault
 from mtad.base.batching import Batcher
 from mtad.base.lifecycle import Reason
-from mtad.mailboxes import accounts, inboxes, oauth, settings
+from mtad.mailboxes import accounts, choosing, inboxes, oauth, settings
 from mtad.mailboxes.accounts import Account, State
 from mtad.outbound import sessions
 from mtad.outbound.outcomes import Class, Verdict
@@ -287,7 +287,7 @@ class Mailboxes:
         return self._now() if self._now is not None else datetime.now(UTC)
 
     async def take(
-        self, pool: str, wants: Sequence[accounts.Want] = (accounts.Want(1),), node: str | None = None
+        self, pool: str, wants: Sequence[choosing.Want] = (choosing.Want(1),), node: str | None = None
     ) -> list[accounts.Reservation] | Wait:
         """Reservations on the pool's least-used accounts that may send now, for the
         first of `wants` (at least one; each may carry fewer recipients than it asked
@@ -297,7 +297,7 @@ class Mailboxes:
         evented and counted."""
         floor = self.health_floor(pool)
         for _ in range(CONTENDED_RETRIES):  # callers at once skip each other's accounts: look again
-            chosen = await accounts.choose_healthy(self._db, pool, wants, self._at(), self._rng, node, floor=floor)
+            chosen = await choosing.choose_healthy(self._db, pool, wants, self._at(), self._rng, node, floor=floor)
             for rested in chosen.rested:
                 self._rested(rested, floor)
             if chosen.reservations or not chosen.contended:
@@ -310,7 +310,7 @@ class Mailboxes:
             if pool in self._paused:
                 await self._pause(pool, False, now, None)
             return chosen.reservations
-        status = await accounts.pool_status(self._db, pool, self._at())
+        status = await choosing.pool_status(self._db, pool, self._at())
         poll = timedelta(seconds=self.settings.poll)
         if status.paused:
             if pool not in self._paused:
@@ -325,7 +325,7 @@ class Mailboxes:
         until = status.next_free if status.next_free is not None else now + poll
         return Wait(min(max(until, soonest), now + poll), False, max(until, soonest))
 
-    async def _pause(self, pool: str, paused: bool, now: datetime, status: accounts.PoolStatus | None) -> None:
+    async def _pause(self, pool: str, paused: bool, now: datetime, status: choosing.PoolStatus | None) -> None:
         if paused:
             self._paused.add(pool)
             data = {
@@ -340,7 +340,7 @@ class Mailboxes:
             log.info("account_pool_resumed", pool=pool)
         metrics.ACCOUNT_POOL_PAUSED.labels(pool=pool).set(1 if paused else 0)
         with contextlib.suppress(errors.SpoolError):  # the state is what counts; the event is its record
-            await accounts.pool_event(self._db, pool, now, data)
+            await choosing.pool_event(self._db, pool, now, data)
 
     async def login(self, account: Account) -> sessions.Login:
         """The account's login for the session pool: its password, or a current

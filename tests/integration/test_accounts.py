@@ -16,7 +16,7 @@ import pytest
 from mtad import db
 from mtad.base import errors
 from mtad.feedback import consumers, reputation
-from mtad.mailboxes import accounts
+from mtad.mailboxes import accounts, choosing
 from mtad.mailboxes.accounts import Answer, State
 from mtad.spool import leases
 from tests.integration.mailboxes import make
@@ -214,10 +214,10 @@ async def test_a_resting_account_is_skipped_until_its_time(database: db.Database
     await accounts.set_state(database, "a", state, until, "421 4.7.0 slow down", NOW)
     decision = await accounts.reserve(database, account, NOW, random.Random(0))
     assert decision == accounts.Decision(Answer.SKIPPED_COOLDOWN, None, until)
-    assert isinstance(await accounts.choose(database, "p", NOW, random.Random(0)), accounts.Busy)
+    assert isinstance(await choosing.choose(database, "p", NOW, random.Random(0)), choosing.Busy)
     assert await answer(database, account, until - timedelta(milliseconds=1)) is Answer.SKIPPED_COOLDOWN
     assert await answer(database, account, until) is Answer.RESERVED
-    reservation = await accounts.choose(database, "p", until + timedelta(seconds=1), random.Random(0))
+    reservation = await choosing.choose(database, "p", until + timedelta(seconds=1), random.Random(0))
     assert isinstance(reservation, accounts.Reservation)
     assert reservation.account.id == account
 
@@ -230,7 +230,7 @@ async def test_a_disabled_or_disconnected_account_waits_for_an_operator(database
     assert await accounts.reserve(database, account, much_later, random.Random(0)) == accounts.Decision(
         Answer.SKIPPED_DISABLED
     )
-    assert isinstance(await accounts.choose(database, "p", much_later, random.Random(0)), accounts.Busy)
+    assert isinstance(await choosing.choose(database, "p", much_later, random.Random(0)), choosing.Busy)
     enabled = await accounts.enable(database, "a", "operator", much_later)
     assert (enabled.state, enabled.state_until, enabled.state_reason) == (State.ACTIVE, None, "operator")
     assert await answer(database, account, much_later) is Answer.RESERVED
@@ -301,7 +301,7 @@ async def test_least_used_first_spreads_volume_evenly_over_a_pool(database: db.D
         assert await answer(database, ids[0], NOW - timedelta(hours=1, seconds=-i)) is Answer.RESERVED
     chosen = []
     for i in range(9 + 40):
-        reservation = await accounts.choose(database, "p", NOW + timedelta(seconds=i), rng)
+        reservation = await choosing.choose(database, "p", NOW + timedelta(seconds=i), rng)
         assert isinstance(reservation, accounts.Reservation)
         assert reservation.reserved_at == NOW + timedelta(seconds=i)
         chosen.append(reservation.account.name)
@@ -311,7 +311,7 @@ async def test_least_used_first_spreads_volume_evenly_over_a_pool(database: db.D
     usage = {u.account.name: u.today for u in await accounts.usage(database, NOW + timedelta(minutes=5))}
     assert usage == {"a0": 13, "a1": 13, "a2": 13, "a3": 13, "q0": 0}
     assert await count(database, other_pool) == 0
-    assert isinstance(await accounts.choose(database, "no-such-pool", NOW, rng), accounts.Busy)
+    assert isinstance(await choosing.choose(database, "no-such-pool", NOW, rng), choosing.Busy)
 
 
 async def test_choose_tries_the_next_account_when_one_is_taken(dsn: str) -> None:
@@ -319,15 +319,15 @@ async def test_choose_tries_the_next_account_when_one_is_taken(dsn: str) -> None
     try:
         ids = [await make(database, f"a{i}", min_gap=60) for i in range(5)]
         rng = random.Random(5)
-        chosen = await asyncio.gather(*(accounts.choose(database, "p", NOW, rng) for _ in range(20)))
+        chosen = await asyncio.gather(*(choosing.choose(database, "p", NOW, rng) for _ in range(20)))
         reserved = [r for r in chosen if isinstance(r, accounts.Reservation)]
         assert sorted(r.account.id for r in reserved) == ids  # one each: the send in flight forbids a second
         assert await count(database) == 5
-        assert isinstance(await accounts.choose(database, "p", NOW + timedelta(seconds=60), rng), accounts.Busy)
+        assert isinstance(await choosing.choose(database, "p", NOW + timedelta(seconds=60), rng), choosing.Busy)
         for r in reserved:
             assert await accounts.keep(database, r.id, NOW)
-        assert isinstance(await accounts.choose(database, "p", NOW + timedelta(seconds=59), rng), accounts.Busy)
-        assert isinstance(await accounts.choose(database, "p", NOW + timedelta(seconds=60), rng), accounts.Reservation)
+        assert isinstance(await choosing.choose(database, "p", NOW + timedelta(seconds=59), rng), choosing.Busy)
+        assert isinstance(await choosing.choose(database, "p", NOW + timedelta(seconds=60), rng), accounts.Reservation)
     finally:
         await database.close()
 
@@ -338,7 +338,7 @@ async def test_choose_skips_accounts_at_their_daily_cap(database: db.Database) -
     rng = random.Random(6)
     names = []
     for i in range(4):
-        reservation = await accounts.choose(database, "p", NOW + timedelta(seconds=i), rng)
+        reservation = await choosing.choose(database, "p", NOW + timedelta(seconds=i), rng)
         names.append(reservation.account.name if isinstance(reservation, accounts.Reservation) else None)
     assert names == ["a0", "a1", "a1", None]
 
@@ -437,8 +437,8 @@ async def test_a_send_in_flight_holds_its_mailbox_until_it_is_settled(database: 
     # The provider has not answered 60 s later: the mailbox is still sending, whatever the gap.
     held = await accounts.reserve(database, account, NOW + timedelta(seconds=60), Fixed(0.0))
     assert (held.answer, held.retry_at) == (Answer.SKIPPED_SENDING, NOW + timedelta(seconds=63.5))
-    assert isinstance(await accounts.choose(database, "p", NOW + timedelta(seconds=60), Fixed(0.0)), accounts.Busy)
-    status = await accounts.pool_status(database, "p", NOW + timedelta(seconds=60))
+    assert isinstance(await choosing.choose(database, "p", NOW + timedelta(seconds=60), Fixed(0.0)), choosing.Busy)
+    status = await choosing.pool_status(database, "p", NOW + timedelta(seconds=60))
     assert (status.paused, status.next_free) == (False, NOW + timedelta(seconds=63.5))
     [use] = await accounts.usage(database, NOW + timedelta(seconds=60))
     assert (use.sending, use.gap_until, use.today) == (True, None, 1)
@@ -553,11 +553,11 @@ async def test_recipients_count_against_the_rate_caps(database: db.Database, fie
 async def test_choose_many_gives_each_send_the_recipients_its_account_allows(database: db.Database) -> None:
     await make(database, "a0", daily_cap=3)
     await make(database, "a1", daily_cap=3)
-    wants = [accounts.Want(20), accounts.Want(20), accounts.Want(20)]
-    chosen = await accounts.choose_many(database, "p", wants, NOW, Fixed(0.0))
+    wants = [choosing.Want(20), choosing.Want(20), choosing.Want(20)]
+    chosen = await choosing.choose_many(database, "p", wants, NOW, Fixed(0.0))
     assert isinstance(chosen, list)
     assert [(r.account.name, r.recipients) for r in chosen] == [("a0", 3), ("a1", 3)]
-    assert isinstance(await accounts.choose_many(database, "p", wants, NOW, Fixed(0.0)), accounts.Busy)
+    assert isinstance(await choosing.choose_many(database, "p", wants, NOW, Fixed(0.0)), choosing.Busy)
 
 
 async def sent(database: db.Database, account: int, at: datetime) -> None:
@@ -594,11 +594,11 @@ async def test_an_account_whose_health_falls_below_the_floor_rests_until_it_is_b
     )
     [moved] = [e["data"] for e in await account_events(database) if e["kind"] == "account_state"]
     assert (moved["from"], moved["to"], moved["health"], moved["floor"]) == ("active", "resting", 50, 60)
-    pool = await accounts.pool_status(database, "p", NOW + timedelta(minutes=1))
+    pool = await choosing.pool_status(database, "p", NOW + timedelta(minutes=1))
     assert (pool.paused, pool.next_free) == (True, NOW + timedelta(hours=21))
     before = NOW + timedelta(hours=21) - timedelta(milliseconds=1)
     assert await answer(database, account, before) is Answer.SKIPPED_COOLDOWN
-    back = await accounts.choose_healthy(database, "p", [accounts.Want(1)], NOW + timedelta(hours=21),
+    back = await choosing.choose_healthy(database, "p", [choosing.Want(1)], NOW + timedelta(hours=21),
                                          random.Random(0), floor=60)  # fmt: skip
     assert ([r.lapsed for r in back.reservations], back.rested) == ([State.RESTING], [])
 
@@ -621,20 +621,20 @@ async def test_choose_rests_an_unhealthy_account_when_its_turn_comes_and_reserve
     box = await accounts.get(database, "a0")
     await accounts.bounce(database, box, NOW - timedelta(hours=1), {"class": "recipient", "via": "inbox"})
     await accounts.bounce(database, box, NOW, {"class": "recipient", "via": "inbox"})  # no floor given: active
-    unjudged = await accounts.choose_healthy(database, "p", [accounts.Want(1)], NOW, Fixed(0.0))
+    unjudged = await choosing.choose_healthy(database, "p", [choosing.Want(1)], NOW, Fixed(0.0))
     assert [r.account.id for r in unjudged.reservations] == [sick]  # floor 0: health is not judged
     await query(database, "DELETE FROM account_reservations")  # as if that send never was
-    chosen = await accounts.choose_healthy(database, "p", [accounts.Want(1)] * 2, NOW, Fixed(0.0), floor=50)
+    chosen = await choosing.choose_healthy(database, "p", [choosing.Want(1)] * 2, NOW, Fixed(0.0), floor=50)
     assert [(r.account.name, r.health, r.until) for r in chosen.rested] == [("a0", 33, NOW + timedelta(hours=23))]
     assert chosen.rested[0].account.state is State.ACTIVE  # as it was
     assert [r.account.id for r in chosen.reservations] == [well, well]  # least used first, among the healthy
     assert (await accounts.get(database, "a0")).state is State.RESTING
-    again = await accounts.choose_healthy(database, "p", [accounts.Want(1)], NOW, Fixed(0.0), floor=50)
+    again = await choosing.choose_healthy(database, "p", [choosing.Want(1)], NOW, Fixed(0.0), floor=50)
     assert (again.rested, [r.account.id for r in again.reservations]) == ([], [well])
     await accounts.disable(database, "a1", "holiday", NOW)
-    busy = await accounts.choose_healthy(database, "p", [accounts.Want(1)], NOW, Fixed(0.0), floor=50)
+    busy = await choosing.choose_healthy(database, "p", [choosing.Want(1)], NOW, Fixed(0.0), floor=50)
     assert (busy.reservations, busy.rested, busy.contended) == ([], [], False)
-    assert isinstance(await accounts.choose_many(database, "p", [accounts.Want(1)], NOW, Fixed(0.0)), accounts.Busy)
+    assert isinstance(await choosing.choose_many(database, "p", [choosing.Want(1)], NOW, Fixed(0.0)), choosing.Busy)
 
 
 async def test_an_operators_enable_starts_an_accounts_health_afresh(database: db.Database) -> None:
@@ -645,7 +645,7 @@ async def test_an_operators_enable_starts_an_accounts_health_afresh(database: db
     assert await health(database, "a", NOW) == 33
     await accounts.enable(database, "a", "list cleaned", NOW + timedelta(minutes=1))
     assert await health(database, "a", NOW + timedelta(minutes=1)) == 100
-    chosen = await accounts.choose_healthy(database, "p", [accounts.Want(1)], NOW + timedelta(minutes=1),
+    chosen = await choosing.choose_healthy(database, "p", [choosing.Want(1)], NOW + timedelta(minutes=1),
                                            Fixed(0.0), floor=50)  # fmt: skip
     assert ([r.account.id for r in chosen.reservations], chosen.rested) == ([account], [])
     later = NOW + timedelta(minutes=2)

@@ -25,7 +25,7 @@ from mtad.base import events, vault
 from mtad.base.lifecycle import TRANSITIONS, Reason, State
 from mtad.base.replies import Reply
 from mtad.feedback import signals
-from mtad.mailboxes import accounts
+from mtad.mailboxes import accounts, choosing
 from mtad.signing import dkim
 from mtad.signing.dkim import Algorithm, KeyState
 from mtad.spool import commit, leases, suspensions, tenants, unknowns
@@ -226,17 +226,17 @@ async def exercise(database: db.Database) -> None:
     assert decision.lapsed is accounts.State.COOLING
     later = now + timedelta(minutes=2)
     await accounts.set_state(database, "acc", accounts.State.COOLING, later + timedelta(minutes=1), "421", later)
-    chosen = await accounts.choose(database, "p", now + timedelta(minutes=4), random.Random(0))
+    chosen = await choosing.choose(database, "p", now + timedelta(minutes=4), random.Random(0))
     assert isinstance(chosen, accounts.Reservation)
     assert chosen.lapsed is accounts.State.COOLING
     await accounts.failure(database, account, now, {"class": "transient"}, accounts.Breaker())
     await accounts.bounce(database, account, now, {"class": "recipient"})
-    await accounts.pool_event(database, "p", now, {"paused": True})
+    await choosing.pool_event(database, "p", now, {"paused": True})
     await make(database, "sick", pool="q")  # rested as it bounces, and as its turn comes
     sick = await accounts.get(database, "sick")
     assert await accounts.bounce(database, sick, now, {"class": "recipient"}, floor=60) is not None
     await accounts.enable(database, "sick", "checked", now)
-    chosen_healthy = await accounts.choose_healthy(database, "q", [accounts.Want(1)], now, random.Random(0), floor=60)
+    chosen_healthy = await choosing.choose_healthy(database, "q", [choosing.Want(1)], now, random.Random(0), floor=60)
     assert chosen_healthy.rested == []  # enabled: its health starts afresh
 
     # What comes back after delivery: each kind of signal, about the delivered delivery

@@ -19,7 +19,7 @@ from typing import Any
 
 from mtad import db
 from mtad.feedback import inbox
-from mtad.mailboxes import accounts, inboxes, relay
+from mtad.mailboxes import accounts, choosing, inboxes, relay
 from mtad.spool import leases, queue
 from tests import imap
 from tests.integration.delivering import accept, deliveries, engine, new_message
@@ -227,7 +227,7 @@ async def test_a_send_whose_node_died_is_held_and_looked_for_in_its_accounts_sen
     now = datetime.now(UTC)
     [leased] = await leases.lease(database, "n0", 10, now, now + timedelta(minutes=5))
     mailboxes = relay.Mailboxes(database, relay.Settings(), SEALER)
-    [reservation] = await mailboxes.take("p", [accounts.Want(1, leased.id)], "n0")
+    [reservation] = await mailboxes.take("p", [choosing.Want(1, leased.id)], "n0")
     begun = await leases.begin(database, "n0", [leases.Attempt(uuid.uuid4(), (leased.id,), "accounts:p", "t1")], now)
     assert begun.owned == {leased.id}
     assert await leases.reclaim(database, "n0", now) == 1  # its restart takes it back: queued, maybe sent
