@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any, TypeVar, cast
 
 import asyncpg
+import structlog
 
 from mtad.base import errors
 
@@ -283,6 +284,30 @@ class Listener:
     async def close(self) -> None:
         with contextlib.suppress(Exception):
             await self._conn.close()
+
+
+class Listening:
+    """A LISTEN kept: `keep()` opens it, and again once its connection was lost (the
+    database restarted); until then the caller's poll finds the work."""
+
+    def __init__(self, dsn: str, channel: str, callback: Callable[[], None]) -> None:
+        self._dsn = dsn
+        self._channel = channel
+        self._callback = callback
+        self._listener: Listener | None = None
+
+    async def keep(self) -> None:
+        if self._listener is not None and self._listener.alive:
+            return
+        try:
+            self._listener = await Listener.open(self._dsn, self._channel, self._callback)
+        except errors.DatabaseUnavailable as exc:
+            structlog.get_logger("mtad.db").warning("listen_failed", channel=self._channel, error=str(exc))
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
 
 
 async def connect_once(dsn: str) -> Connection:

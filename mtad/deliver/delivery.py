@@ -139,7 +139,7 @@ class Delivery:
     async def run(self) -> None:
         """Lease, route and send until stop(); then finish what is in flight (bounded
         by shutdown_timeout) and hand back the leases of what was not started."""
-        await self._intake.listen()
+        await self._intake.listening.keep()
         try:
             await warmup.load(self._db, self._egress.days)  # warm-up days go on where they were
             await self._intake.checkpoint()  # and the buckets start where the cluster's are
@@ -161,7 +161,7 @@ class Delivery:
                 await self._drain()
         finally:
             self._tasks = None
-            await self._intake.close()
+            await self._intake.listening.close()
             await self._pool.close()
 
     def stop(self) -> None:

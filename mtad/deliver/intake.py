@@ -84,31 +84,17 @@ class Intake:
         self._stopped = stopped
         self._now = now
         self.wake = asyncio.Event()  # NOTIFY, or room to lease again
-        self._listener: db.Listener | None = None  # NOTIFY on CHANNEL wakes the lease loop
+        self.listening = db.Listening(self._db.dsn, CHANNEL, self.wake.set)  # NOTIFY wakes the lease loop
 
     def lease_until(self, now: datetime) -> datetime:
         return now + timedelta(seconds=self.settings.lease_duration)
 
     # --- leasing -----------------------------------------------------------------------------
 
-    async def listen(self) -> None:
-        """LISTEN for due mail, again after the connection was lost (the database
-        restarted); meanwhile the periodic poll still finds the work."""
-        if self._listener is not None and self._listener.alive:
-            return
-        try:
-            self._listener = await db.Listener.open(self._db.dsn, CHANNEL, self.wake.set)
-        except errors.DatabaseUnavailable as exc:
-            log.warning("listen_failed", error=str(exc))
-
-    async def close(self) -> None:
-        if self._listener is not None:
-            await self._listener.close()
-
     async def run(self) -> None:
         """Lease whenever woken (NOTIFY, room freed) or every poll_interval, until stopped."""
         while not self._stopped.is_set():
-            await self.listen()
+            await self.listening.keep()
             try:
                 full = await self.lease_once()
             except errors.SpoolError as exc:

@@ -127,7 +127,7 @@ class Consumers:
         self.settings = settings
         self._now = now
         self._wake = {h.name: asyncio.Event() for h in handlers}
-        self._listener: db.Listener | None = None
+        self._listening = db.Listening(database.dsn, CHANNEL, self._woken)
         self._own: dict[str, db.Connection] = {}  # an attempting handler's connection (it claims)
 
     async def run(self) -> None:
@@ -135,13 +135,12 @@ class Consumers:
             await self._db.execute("consumers/start", handler.name, self._now())
         try:
             async with asyncio.TaskGroup() as tasks:
-                await self._listen()
+                await self._listening.keep()
                 for handler in self._handlers:
                     tasks.create_task(self._consume(handler), name=f"consumer:{handler.name}")
                 tasks.create_task(self._watch(), name="consumer-lag")
         finally:
-            if self._listener is not None:
-                await self._listener.close()
+            await self._listening.close()
             await self._let_go()
 
     async def catch_up(self) -> int:
@@ -162,14 +161,6 @@ class Consumers:
     def _woken(self) -> None:
         for event in self._wake.values():
             event.set()
-
-    async def _listen(self) -> None:
-        if self._listener is not None and self._listener.alive:
-            return
-        try:
-            self._listener = await db.Listener.open(self._db.dsn, CHANNEL, self._woken)
-        except errors.DatabaseUnavailable as exc:
-            log.warning("listen_failed", channel=CHANNEL, error=str(exc))  # the poll still finds the events
 
     async def _consume(self, handler: Handler) -> None:
         wake = self._wake[handler.name]
@@ -292,7 +283,7 @@ class Consumers:
         """Every poll: LISTEN again if the connection was lost, and the lag of each consumer."""
         names = [h.name for h in self._handlers]
         while True:
-            await self._listen()
+            await self._listening.keep()
             try:
                 rows = await self._db.fetch("consumers/lag", names)
             except errors.SpoolError as exc:

@@ -185,7 +185,7 @@ class Sender:
         self._group: asyncio.TaskGroup | None = None  # while sending(): owns every request in flight
         self._client: http_client.Client | None = None  # while sending(): first attempts go through it
         self._slow: dict[int, float] = {}  # endpoint -> until when (loop time) it gets no first attempt
-        self._listener: db.Listener | None = None
+        self._listening = db.Listening(database.dsn, CHANNEL, self._wake.set)
         self._conn: db.Connection | None = None  # its own while it runs
         self._answered: list[Settled] = []  # recorded at the next turn
 
@@ -219,7 +219,7 @@ class Sender:
         async with self.sending(), contextlib.AsyncExitStack() as stopping:
             stopping.push_async_callback(self._stop)
             while True:
-                await self._listen()
+                await self._listening.keep()
                 self._wake.clear()
                 await self._held_turn()
                 with contextlib.suppress(TimeoutError):
@@ -272,17 +272,7 @@ class Sender:
             async with asyncio.timeout(FLUSH):
                 await self._turn(None)
         await self._let_go()
-        if self._listener is not None:
-            await self._listener.close()
-
-    async def _listen(self) -> None:
-        """LISTEN for new rows, again after the connection was lost; meanwhile the poll finds them."""
-        if self._listener is not None and self._listener.alive:
-            return
-        try:
-            self._listener = await db.Listener.open(self._db.dsn, CHANNEL, self._wake.set)
-        except errors.DatabaseUnavailable as exc:
-            log.warning("listen_failed", channel=CHANNEL, error=str(exc))
+        await self._listening.close()
 
     async def send_due(self) -> int:
         """While sending(): record what was answered since the last turn, lease what is

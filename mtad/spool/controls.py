@@ -129,7 +129,7 @@ class Heeding:
         self._apply = apply
         self._every = every
         self._told = asyncio.Event()
-        self._listener: db.Listener | None = None
+        self._listening = db.Listening(database.dsn, CHANNEL, self._told.set)
         self.applied: int | None = None  # the version acknowledged last
 
     async def heed(self) -> int:
@@ -146,7 +146,7 @@ class Heeding:
     async def run(self) -> None:
         try:
             while True:
-                await self._listen()
+                await self._listening.keep()
                 self._told.clear()  # a NOTIFY from now on brings another turn
                 try:
                     await self.heed()
@@ -156,14 +156,4 @@ class Heeding:
                     async with asyncio.timeout(self._every):
                         await self._told.wait()
         finally:
-            if self._listener is not None:
-                await self._listener.close()
-
-    async def _listen(self) -> None:
-        """LISTEN, again after the connection was lost; meanwhile the periodic read still heeds."""
-        if self._listener is not None and self._listener.alive:
-            return
-        try:
-            self._listener = await db.Listener.open(self._db.dsn, CHANNEL, self._told.set)
-        except errors.DatabaseUnavailable as exc:
-            log.warning("listen_failed", channel=CHANNEL, error=str(exc))
+            await self._listening.close()
