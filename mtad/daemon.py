@@ -51,21 +51,10 @@ from mtad.base import errors, http, log, metrics, vault
 from mtad.base.endpoints import HostPort
 from mtad.db import embedded, opening, owner
 from mtad.deliver import delivery, egress
-from mtad.feedback import (
-    consumers,
-    inbound,
-    inbox,
-    nondelivery,
-    reputation,
-    suppression,
-    unsubscribe,
-    verp,
-    webhook_outbox,
-    webhook_sender,
-)
+from mtad.feedback import inbound, on_node, reputation, suppression, unsubscribe, verp
 from mtad.mailboxes import relay
 from mtad.outbound import fetching, policies, routing, sessions, tlsrpt
-from mtad.signing import dkim, rotation
+from mtad.signing import active, dkim, rotation
 from mtad.spool import commit, leases, nodes, quotas, retention, suspensions, tenants
 from mtad.spool import controls as node_controls
 from mtad.submission import port, processes
@@ -74,7 +63,6 @@ logger = structlog.get_logger("mtad.daemon")
 
 WATCH_INTERVAL = 1.0  # seconds between looks at whether the embedded PostgreSQL still runs
 RESTART_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 30.0, 30.0)  # waits after each failed restart, then give up
-DKIM_RELOAD_INTERVAL = 60.0  # seconds between reads of the active DKIM keys (a key made active anywhere signs soon)
 CONTROLS_EVERY = 2.0  # seconds between reads of the operator's controls, should a NOTIFY be lost
 
 
@@ -170,8 +158,9 @@ class Daemon:
         await controls.load(_now())
         handed = port_settings(settings, database.dsn)
         gate = handed.gate(database, states)
-        if out.enabled and sealer is not None:
-            await self._dkim_keys(database, signer, sealer)  # the keys active now, before the first send
+        keys_active = active.ActiveKeys(database, signer, sealer) if out.enabled and sealer is not None else None
+        if keys_active is not None:
+            await keys_active.load()  # the keys active now, before the first send
         if out.enabled:
             queue = await db.Database.connect(
                 database.dsn, max_size=settings.database.pool_size, replan=True, name="delivery"
@@ -224,15 +213,11 @@ class Daemon:
             async with asyncio.TaskGroup() as tasks:
                 serving = tasks.create_task(accepting.run(), name="submission")
                 delivering = tasks.create_task(engine.run(), name="delivery") if engine else None
-                # Event consumers run on every node; each event is handled once per consumer.
-                sending = None  # webhook requests: written by the outbox consumer, sent by every node
-                if settings.webhooks.enabled and sealer is not None:
-                    sending = webhook_sender.Sender(database, sealer, settings.webhooks, node_id)
-                outbox = webhook_outbox.Outbox(sending)  # first attempts by this node's sender
                 self._quiet = {t for t, d in settings.submission.tenant_defaults.items() if not d.dsn}
-                reporter = nondelivery.Reporter(settings.submission.hostname, lambda tenant: tenant not in self._quiet,
-                                                delayed_after=settings.delayed_after)  # fmt: skip
-                handlers: list[consumers.Handler] = [suppression.Suppressor(settings.suppression), outbox, reporter]
+                feedback = on_node.on_node(database, on_node.Sections(
+                    settings.suppression, settings.webhooks, settings.reputation, settings.inbox, out.relay,
+                    settings.submission.hostname, settings.delayed_after,
+                ), node_id, sealer, out.rules, reports_to=lambda tenant: tenant not in self._quiet)  # fmt: skip
                 background = [
                     tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),
                     tasks.create_task(gate.run(), name="tenant-states"),
@@ -243,30 +228,18 @@ class Daemon:
                 apply = functools.partial(_apply_controls, controls, gate, accepting, engine)
                 heeding = node_controls.Heeding(database, node_id, apply, every=CONTROLS_EVERY)
                 background.append(tasks.create_task(heeding.run(), name="controls"))
-                reputing = reputation.Reputation(settings.reputation) if settings.reputation.enabled else None
-                if reputing is not None:
-                    handlers.append(reputing)
-                    publishing = reputation.Publisher(database, settings.reputation.publish)
-                    background.append(tasks.create_task(publishing.run(), name="reputation-metrics"))
-                background.append(
-                    tasks.create_task(consumers.Consumers(database, handlers).run(), name="event-consumers")
-                )
-                live = _Live(engine, accepting, router, gate, acceptor if injecting else None, reputing, listening)
+                background += [tasks.create_task(run(), name=name) for name, run in feedback.loops]
+                live = _Live(engine, accepting, router, gate, acceptor if injecting else None, feedback.reputation,
+                             listening)  # fmt: skip
                 background.append(tasks.create_task(self._reloading(database, live), name="reload"))
                 if engine is not None:  # TLS reports of the sessions this node made under a policy
                     reporting = tlsrpt.Reporter(database, resolver, out.tls_reports,
                                                 settings.submission.hostname,
                                                 https_tls=fetching.trust(out.tls.ca_file))  # fmt: skip
                     background.append(tasks.create_task(reporting.run(), name="tls-reports"))
-                if sending is not None:
-                    background.append(tasks.create_task(sending.run(), name="webhooks"))
                 injected = tasks.create_task(injecting.run(), name="injection") if injecting else None
-                if out.enabled and sealer is not None:
-                    background.append(tasks.create_task(self._dkim_reload(database, signer, sealer), name="dkim"))
-                if settings.inbox.enabled and sealer is not None:  # the mailboxes' inboxes: one node reads each
-                    reading = relay.Mailboxes(database, out.relay, sealer)
-                    readers = inbox.Inboxes(inbox.Reading(database, reading, settings.inbox, node_id, rules=out.rules))
-                    background.append(tasks.create_task(readers.run(), name="inboxes"))
+                if keys_active is not None:
+                    background.append(tasks.create_task(keys_active.run(), name="dkim"))
                 if settings.retention.enabled:  # at most one node prunes at a time (retention.LOCK_KEY)
                     history = out.relay.breaker.window  # the breaker reads account history this far back
                     pruner = retention.Pruner(database, settings.retention, account_history=history,
@@ -276,7 +249,7 @@ class Daemon:
                     background.append(tasks.create_task(self._watch(server), name="embedded-postgres"))
                 if sealer is not None:  # pending keys become active as DNS publishes them, old ones retire
                     rotating = rotation.Rotation(database, resolver, sealer, settings.dkim, now=_now)
-                    reload = functools.partial(self._dkim_keys, database, signer, sealer)
+                    reload = keys_active.load if keys_active is not None else _nothing
                     background.append(tasks.create_task(rotating.run(reload), name="dkim-rotation"))
                 await (accepting.start(bound) if isinstance(accepting, port.InProcess) else accepting.start())
                 if web is not None and settings.http.listen is not None:
@@ -448,25 +421,6 @@ class Daemon:
             except errors.SpoolError as exc:
                 logger.warning("heartbeat_failed", error=str(exc))
 
-    async def _dkim_keys(self, database: db.Database, signer: dkim.Signer, sealer: vault.Vault) -> None:
-        """The active DKIM keys into the signer (those of other nodes' changes too)."""
-        try:
-            keys = await dkim.load(database, sealer)
-        except (errors.SpoolError, errors.ConfigError) as exc:
-            logger.warning("dkim_keys_not_loaded", error=str(exc))  # the keys loaded before stay
-            return
-        before = {(k.domain, k.selector) for found in signer.keys.values() for k in found}
-        signer.replace(keys)
-        await signer.start()  # its workers, when an RSA key is active: not at the first message
-        now = {(k.domain, k.selector) for k in keys}
-        if now != before:
-            logger.info("dkim_keys", active=sorted(f"{d}/{s}" for d, s in now))
-
-    async def _dkim_reload(self, database: db.Database, signer: dkim.Signer, sealer: vault.Vault) -> None:
-        while True:
-            await asyncio.sleep(DKIM_RELOAD_INTERVAL)
-            await self._dkim_keys(database, signer, sealer)
-
 
 def _configured(settings: config.Settings) -> dict[str, list[str]]:
     """The addresses the configuration asks to listen on (before they are bound)."""
@@ -575,6 +529,10 @@ def port_settings(settings: config.Settings, dsn: str) -> port.PortSettings:
         node=out.engine.node,
         lease_duration=out.engine.lease_duration,
     )
+
+
+async def _nothing() -> None:
+    """No signer on this node to load keys into."""
 
 
 def _now() -> datetime:
