@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
+import typing
 
 from mtad.base import errors
 from mtad.signing import rsa_worker
@@ -39,11 +40,9 @@ class Worker(asyncio.SubprocessProtocol):
         return worker
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.SubprocessTransport)
-        self._transport = transport
-        requests = transport.get_pipe_transport(0)
-        assert isinstance(requests, asyncio.WriteTransport)
-        self._requests = requests
+        # uvloop's transports are not asyncio's classes, only of their shape
+        self._transport = typing.cast(asyncio.SubprocessTransport, transport)
+        self._requests = typing.cast(asyncio.WriteTransport, self._transport.get_pipe_transport(0))
 
     @property
     def pid(self) -> int:
