@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import dkim as dkimpy
 import pytest
+import uvloop
 from dkim.canonicalization import CanonicalizationPolicy
 
 from mtad.signing import dkim
@@ -105,6 +106,23 @@ async def test_a_signer_whose_worker_died_still_signs_and_starts_another() -> No
         assert again != worker
     finally:
         await signer.close()
+
+
+def test_a_signer_signs_in_its_processes_on_uvloop_as_in_the_daemon() -> None:
+    """uvloop's subprocess transports are of asyncio's shape, not its classes."""
+
+    async def signing() -> tuple[bytes, list[int]]:
+        signer = dkim.Signer(processes=1)
+        try:
+            return await signer.sign(PLAIN, [RSA]), signer.pids()
+        finally:
+            await signer.close()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        signed, workers = runner.run(signing())
+    assert len(workers) == 1
+    assert gone(workers[0])
+    assert verify(signed, RSA) == [True]
 
 
 def test_the_signed_fields_are_the_recommended_ones_present_and_from_is_over_signed() -> None:
