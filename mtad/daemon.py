@@ -38,7 +38,7 @@ import os
 import re
 import signal
 import socket
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -49,12 +49,12 @@ from mtad import config, db, submission
 from mtad.admin import api
 from mtad.base import errors, http, log, metrics, vault
 from mtad.base.endpoints import HostPort
+from mtad.base.tasks import Loop
 from mtad.db import embedded, opening, owner
-from mtad.deliver import delivery, egress
-from mtad.feedback import inbound, on_node, reputation, suppression, unsubscribe, verp
-from mtad.mailboxes import relay
-from mtad.outbound import fetching, policies, routing, sessions, tlsrpt
-from mtad.signing import active, dkim, rotation
+from mtad.deliver import delivery
+from mtad.deliver import on_node as deliver_node
+from mtad.feedback import inbound, on_node, suppression, unsubscribe, verp
+from mtad.signing import on_node as signing_node
 from mtad.spool import commit, leases, nodes, quotas, retention, suspensions, tenants
 from mtad.spool import controls as node_controls
 from mtad.submission import port, processes
@@ -145,36 +145,31 @@ class Daemon:
         await nodes.register(database, node_id, _now(), delivers=settings.delivery.enabled)
         await self._reclaim(database, node_id)
         out = settings.delivery
-        resolver = routing.DnsResolver(out.nameservers, timeout=out.dns_timeout)
-        router = routing.Router(resolver, out.providers, routes=out.routes, port=out.sessions.port)
-        engine = None
-        tls_policies = policies.Policies(database, resolver, out.tls, count_failure=tlsrpt.failures(database))
-        signer = dkim.Signer(processes=out.dkim_processes)
+        roads = deliver_node.routes(database, out)
         keys = settings.accounts
         sealer = vault.Vault.configured(keys.key_file, keys.key_env, keys.make)
+        signing = await signing_node.on_node(database, roads.resolver, sealer, settings.dkim,
+                                             processes=out.dkim_processes, delivers=out.enabled)  # fmt: skip
         tokens = unsubscribe.tokens(settings.unsubscribe)
         states = tenants.States(database)  # paused, on probation: read again by the gate's task
         controls = suspensions.Controls(database)  # the operator's suspensions and reroutes
         await controls.load(_now())
         handed = port_settings(settings, database.dsn)
         gate = handed.gate(database, states)
-        keys_active = active.ActiveKeys(database, signer, sealer) if out.enabled and sealer is not None else None
-        if keys_active is not None:
-            await keys_active.load()  # the keys active now, before the first send
+        # What a reload applies, in order: the first may refuse (ConfigError) before anything changed.
+        reloads: list[Callable[[config.Settings], None]] = []
+        delivering = None
         if out.enabled:
-            queue = await db.Database.connect(
-                database.dsn, max_size=settings.database.pool_size, replan=True, name="delivery"
-            )
-            self._closing.append(queue)
-            mailboxes = relay.Mailboxes(queue, out.relay, sealer)  # PostgreSQL's clock
             url = settings.unsubscribe.url
             links = unsubscribe.Unsubscribing(tokens, url) if tokens is not None and url is not None else None
-            engine = delivery.Delivery(
-                out.engine, queue, router, sessions.Pool(out.sessions, verified_tls=fetching.trust(out.tls.ca_file)),
-                out.rules, pools=egress.Egress(out.pools), tls=tls_policies,
-                mailboxes=mailboxes, signer=signer, verp=verp.configured(settings.bounces), unsubscribing=links,
-                on_probation=states.on_probation, controls=controls,
+            delivering = await deliver_node.on_node(
+                database, out, roads, signing.signer, pool_size=settings.database.pool_size,
+                hostname=settings.submission.hostname, sealer=sealer, verp=verp.configured(settings.bounces),
+                unsubscribing=links, on_probation=states.on_probation, controls=controls,
             )  # fmt: skip
+            self._closing.append(delivering.pool)
+            reloads.append(lambda new: delivering.reconfigure(new.delivery))
+        engine = delivering.engine if delivering is not None else None
         metrics.watch_pools([database, *self._closing])  # their use is read at every scrape
         sub = settings.submission
         accepting: port.InProcess | processes.Processes
@@ -182,103 +177,80 @@ class Daemon:
         if sub.processes:
             accepting = processes.Processes(handed, bound, sub.processes, fast_path=engine)
         else:
-            accepting = port.InProcess(handed, database, router, fast_path=engine, gate=gate)
-        listening = None  # bounces and complaints
-        if settings.inbound.listen:
-            listening = inbound.Inbound(settings.inbound, database, verp.configured(settings.bounces), rules=out.rules)
-        injecting = None  # the admin API's own group committer: HTTP injection
-        admin = None
-        acceptor = None
-        if settings.admin.token is not None:
-            injecting = commit.committer(database, settings.spool, fast_path=engine)
-            refusing = any(t.refuse_suppressed for t in sub.tenant_defaults.values())
-            checker = suppression.Checker(database) if refusing else None
-            acceptor = submission.Acceptor(sub, injecting, gate, router=router, suppressions=checker)
-            admin = http.Listener(api.application(api.Services(
-                database, settings.admin.token, acceptor, sub.default_tenant, settings.limits,
-                3 * settings.node.heartbeat_interval, sealer, configured=lambda: config.names(self.settings),
-            )))  # fmt: skip
-        leaving = None  # the one-click unsubscribe endpoint
-        if tokens is not None and settings.unsubscribe.listen:
-            recording = functools.partial(unsubscribe.record, database)
-            leaving = http.Listener(unsubscribe.app(tokens, recording))
-        web = None
+            accepting = port.InProcess(handed, database, roads.router, fast_path=engine, gate=gate)
+        reloads += [
+            lambda new: roads.reconfigure(new.delivery),
+            lambda new: accepting.reconfigure(port_settings(new, database.dsn)),
+            lambda new: gate.reconfigure(_quotas(new.submission), new.submission.default_quota),
+        ]
+        listeners: list[_Listening] = []  # started in this order once the port is served; stopped last
         if settings.http.listen is not None:
             web = http.Listener(http.observability(
                 depth=lambda: commit.depth(database),
                 healthy=lambda: _healthy(database),
                 others=accepting.counts,
             ))  # fmt: skip
+            listeners.append(_Listening("http", "[http] listen", [settings.http.listen], web))
+        injecting = None  # the admin API's own group committer: HTTP injection
+        admin = None
+        if settings.admin.token is not None:
+            injecting = commit.committer(database, settings.spool, fast_path=engine)
+            refusing = any(t.refuse_suppressed for t in sub.tenant_defaults.values())
+            checker = suppression.Checker(database) if refusing else None
+            acceptor = submission.Acceptor(sub, injecting, gate, router=roads.router, suppressions=checker)
+            reloads.append(lambda new: setattr(acceptor, "settings", new.submission))
+            admin = http.Listener(api.application(api.Services(
+                database, settings.admin.token, acceptor, sub.default_tenant, settings.limits,
+                3 * settings.node.heartbeat_interval, sealer, configured=lambda: config.names(self.settings),
+            )))  # fmt: skip
+            listeners.append(_Listening("admin", "[admin] listen", [settings.admin.listen], admin))
+        if tokens is not None and settings.unsubscribe.listen:  # the one-click unsubscribe endpoint
+            leaving = http.Listener(unsubscribe.app(tokens, functools.partial(unsubscribe.record, database)))
+            listeners.append(_Listening("unsubscribe", "[unsubscribe] listen", settings.unsubscribe.listen, leaving))
+        if settings.inbound.listen:  # bounces and complaints
+            reading = inbound.Inbound(settings.inbound, database, verp.configured(settings.bounces), rules=out.rules)
+            listeners.append(_Listening("inbound", "[inbound] listen", settings.inbound.listen, reading))
+            reloads.append(lambda new: setattr(reading, "rules", new.delivery.rules))
         try:
             async with asyncio.TaskGroup() as tasks:
                 serving = tasks.create_task(accepting.run(), name="submission")
-                delivering = tasks.create_task(engine.run(), name="delivery") if engine else None
+                running = tasks.create_task(engine.run(), name="delivery") if engine else None
                 self._quiet = {t for t, d in settings.submission.tenant_defaults.items() if not d.dsn}
-                feedback = on_node.on_node(database, on_node.Sections(
-                    settings.suppression, settings.webhooks, settings.reputation, settings.inbox, out.relay,
-                    settings.submission.hostname, settings.delayed_after,
-                ), node_id, sealer, out.rules, reports_to=lambda tenant: tenant not in self._quiet)  # fmt: skip
-                background = [
-                    tasks.create_task(self._heartbeat(database, node_id), name="heartbeat"),
-                    tasks.create_task(gate.run(), name="tenant-states"),
-                    tasks.create_task(controls.run(CONTROLS_EVERY), name="suspensions"),
-                ]
+                feedback = on_node.on_node(database, _feedback(settings), node_id, sealer, out.rules,
+                                           reports_to=lambda tenant: tenant not in self._quiet)  # fmt: skip
+                reloads.append(lambda new: feedback.reconfigure(_feedback(new)))
                 # An operator's command holds on this node once it is applied here and in
                 # every submission process: the command waits for the acknowledgement.
                 apply = functools.partial(_apply_controls, controls, gate, accepting, engine)
-                heeding = node_controls.Heeding(database, node_id, apply, every=CONTROLS_EVERY)
-                background.append(tasks.create_task(heeding.run(), name="controls"))
-                background += [tasks.create_task(run(), name=name) for name, run in feedback.loops]
-                live = _Live(engine, accepting, router, gate, acceptor if injecting else None, feedback.reputation,
-                             listening)  # fmt: skip
-                background.append(tasks.create_task(self._reloading(database, live), name="reload"))
-                if engine is not None:  # TLS reports of the sessions this node made under a policy
-                    reporting = tlsrpt.Reporter(database, resolver, out.tls_reports,
-                                                settings.submission.hostname,
-                                                https_tls=fetching.trust(out.tls.ca_file))  # fmt: skip
-                    background.append(tasks.create_task(reporting.run(), name="tls-reports"))
-                injected = tasks.create_task(injecting.run(), name="injection") if injecting else None
-                if keys_active is not None:
-                    background.append(tasks.create_task(keys_active.run(), name="dkim"))
+                loops: list[Loop] = [
+                    ("heartbeat", functools.partial(self._heartbeat, database, node_id)),
+                    ("tenant-states", gate.run),
+                    ("suspensions", functools.partial(controls.run, CONTROLS_EVERY)),
+                    ("controls", node_controls.Heeding(database, node_id, apply, every=CONTROLS_EVERY).run),
+                    ("reload", functools.partial(self._reloading, database, reloads)),
+                    *feedback.loops, *signing.loops, *(delivering.loops if delivering is not None else []),
+                ]  # fmt: skip
                 if settings.retention.enabled:  # at most one node prunes at a time (retention.LOCK_KEY)
                     history = out.relay.breaker.window  # the breaker reads account history this far back
                     pruner = retention.Pruner(database, settings.retention, account_history=history,
                                               soft_window=settings.suppression.soft_window)  # fmt: skip
-                    background.append(tasks.create_task(pruner.run(), name="retention"))
+                    loops.append(("retention", pruner.run))
                 if server is not None:  # it is mtad's: started again when it dies
-                    background.append(tasks.create_task(self._watch(server), name="embedded-postgres"))
-                if sealer is not None:  # pending keys become active as DNS publishes them, old ones retire
-                    rotating = rotation.Rotation(database, resolver, sealer, settings.dkim, now=_now)
-                    reload = keys_active.load if keys_active is not None else _nothing
-                    background.append(tasks.create_task(rotating.run(reload), name="dkim-rotation"))
+                    loops.append(("embedded-postgres", functools.partial(self._watch, server)))
+                background = [tasks.create_task(run(), name=name) for name, run in loops]
+                injected = tasks.create_task(injecting.run(), name="injection") if injecting else None
                 await (accepting.start(bound) if isinstance(accepting, port.InProcess) else accepting.start())
-                if web is not None and settings.http.listen is not None:
-                    await _listen("[http] listen", [settings.http.listen], web.start([settings.http.listen]))
-                if admin is not None:
-                    await _listen("[admin] listen", [settings.admin.listen], admin.start([settings.admin.listen]))
-                if leaving is not None:
-                    await _listen("[unsubscribe] listen", settings.unsubscribe.listen,
-                                  leaving.start(settings.unsubscribe.listen))  # fmt: skip
-                if listening is not None:
-                    await _listen("[inbound] listen", settings.inbound.listen, listening.start())
+                for listening in listeners:
+                    await _listen(listening.key, listening.listen, listening.start())
                 addresses = [str(a) for a in accepting.addresses]
+                found = {x.what: [str(a) for a in x.server.addresses] for x in listeners}
                 logger.info(
-                    "ready",
-                    node=node_id,
-                    smtp=addresses,
-                    processes=sub.processes,
-                    http=str(web.addresses[0]) if web is not None else None,
-                    admin=str(admin.addresses[0]) if admin is not None else None,
-                    unsubscribe=[str(a) for a in leaving.addresses] if leaving is not None else None,
-                    inbound=[str(a) for a in listening.addresses] if listening is not None else None,
-                    pid=os.getpid(),
-                )
-                await self._announce(database, {
-                    "submission": addresses,
-                    "http": [str(a) for a in web.addresses] if web is not None else [],
-                    "admin": [str(a) for a in admin.addresses] if admin is not None else [],
-                    "unsubscribe": [str(a) for a in leaving.addresses] if leaving is not None else [],
-                    "inbound": [str(a) for a in listening.addresses] if listening is not None else [],
+                    "ready", node=node_id, smtp=addresses, processes=sub.processes,
+                    http=found.get("http", [None])[0], admin=found.get("admin", [None])[0],
+                    unsubscribe=found.get("unsubscribe"), inbound=found.get("inbound"), pid=os.getpid(),
+                )  # fmt: skip
+                await self._announce(database, {"submission": addresses} | {
+                    what: found.get(what, []) for what in ("http", "admin", "unsubscribe", "inbound")
                 })  # fmt: skip
                 notify(f"READY=1\nSTATUS=accepting on {', '.join(addresses)}")
                 await self._stop.wait()
@@ -292,38 +264,32 @@ class Daemon:
                 if injecting is not None and injected is not None:
                     injecting.close()
                     await injected
-                if engine is not None and delivering is not None:
+                if engine is not None and running is not None:
                     engine.stop()  # stop leasing; finish what is on the wire; hand back the rest
-                    await delivering
+                    await running
                 for task in background:
                     task.cancel()
         finally:
             accepting.close()
-            if web is not None:
-                await web.stop()
-            if admin is not None:
-                await admin.stop()
+            for listening in listeners:
+                await listening.server.stop()
             if injecting is not None:
                 injecting.close()
-            if leaving is not None:
-                await leaving.stop()
-            if listening is not None:
-                await listening.stop()
             for pool in self._closing:
                 await pool.close()
             with contextlib.suppress(errors.SpoolError):
                 await nodes.deregister(database, node_id)
-            await signer.close()
-            await tls_policies.close()
+            await signing.signer.close()
+            await roads.policies.close()
         logger.info("stopped")
 
-    async def _reloading(self, database: db.Database, live: _Live) -> None:
+    async def _reloading(self, database: db.Database, reloads: list[Callable[[config.Settings], None]]) -> None:
         """On each SIGHUP (`mtad reload`), read the configuration again and apply what
         can change while running; record what it came to on the node's row."""
         while True:
             await self._reload.wait()
             self._reload.clear()
-            result = self._reconfigure(database.dsn, live)
+            result = self._reconfigure(reloads)
             if result["ok"]:
                 logger.info("reloaded", restart=result["restart"])
             else:
@@ -335,7 +301,7 @@ class Daemon:
             except errors.SpoolError as exc:
                 logger.warning("reload_not_recorded", error=str(exc))
 
-    def _reconfigure(self, dsn: str, live: _Live) -> dict[str, Any]:
+    def _reconfigure(self, reloads: list[Callable[[config.Settings], None]]) -> dict[str, Any]:
         """The configuration file read again and applied, whole or not at all (a bad
         file leaves the running configuration as it is): tenants' settings and quotas,
         limits, routes, pools, reply rules, the account pools' defaults, the reputation
@@ -344,24 +310,11 @@ class Daemon:
         old = self.settings
         try:
             new = config.load(old.source)
-            if live.engine is not None:
-                out = new.delivery
-                live.engine.reconfigure(out.engine, out.rules, out.pools, out.relay)
+            for reload in reloads:
+                reload(new)
         except errors.ConfigError as exc:
             return {"ok": False, "problems": exc.problems, "restart": []}
-        out = new.delivery
-        live.router.reconfigure(out.providers, out.routes, out.sessions.port)
-        if live.listening is not None:
-            live.listening.rules = out.rules
-        handed = port_settings(new, dsn)
-        live.accepting.reconfigure(handed)
-        sub = new.submission
-        live.gate.reconfigure({t: d.quota for t, d in sub.tenant_defaults.items()}, sub.default_quota)
-        if live.acceptor is not None:
-            live.acceptor.settings = sub
-        if live.reputation is not None:
-            live.reputation.settings = new.reputation
-        self._quiet = {t for t, d in sub.tenant_defaults.items() if not d.dsn}
+        self._quiet = {t for t, d in new.submission.tenant_defaults.items() if not d.dsn}
         restart = config.restart_only(old, new)
         self.settings = new
         return {"ok": True, "problems": [], "restart": restart}
@@ -499,16 +452,33 @@ async def _healthy(database: db.Database) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _Live:
-    """What a reload changes in a running node."""
+class _Listening:
+    """A listener besides the submission port: what the ready line and the lock call it,
+    the key it listens by, where, and the server."""
 
-    engine: delivery.Delivery | None
-    accepting: port.InProcess | processes.Processes
-    router: routing.Router
-    gate: quotas.Gate
-    acceptor: submission.Acceptor | None  # the admin API's HTTP injection
-    reputation: reputation.Reputation | None
-    listening: inbound.Inbound | None  # reads what comes back with the reply table
+    what: str
+    key: str
+    listen: Sequence[HostPort]
+    server: http.Listener | inbound.Inbound
+
+    async def start(self) -> None:
+        if isinstance(self.server, http.Listener):
+            await self.server.start(self.listen)
+        else:
+            await self.server.start()  # it listens where its settings say (self.listen)
+
+
+def _quotas(sub: submission.Settings) -> dict[str, quotas.Quota]:
+    """The tenants' own quotas."""
+    return {tenant: defaults.quota for tenant, defaults in sub.tenant_defaults.items()}
+
+
+def _feedback(settings: config.Settings) -> on_node.Sections:
+    """What the feedback layer reads of the configuration."""
+    return on_node.Sections(
+        settings.suppression, settings.webhooks, settings.reputation, settings.inbox, settings.delivery.relay,
+        settings.submission.hostname, settings.delayed_after,
+    )  # fmt: skip
 
 
 def port_settings(settings: config.Settings, dsn: str) -> port.PortSettings:
@@ -529,10 +499,6 @@ def port_settings(settings: config.Settings, dsn: str) -> port.PortSettings:
         node=out.engine.node,
         lease_duration=out.engine.lease_duration,
     )
-
-
-async def _nothing() -> None:
-    """No signer on this node to load keys into."""
 
 
 def _now() -> datetime:

@@ -1,16 +1,16 @@
 """What the feedback layer runs on a node, built from its sections: the event
 consumers' handlers (suppression, webhooks' first attempts, non-delivery reports,
 reputation), the webhook sender, the reputation metrics, the inbox readers. The
-daemon runs `loops` in its TaskGroup and reloads `reputation`."""
+daemon runs `loops` in its TaskGroup and reconfigures it on a reload."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from mtad import db
 from mtad.base import vault
+from mtad.base.tasks import Loop
 from mtad.feedback import (
     consumers,
     inbox,
@@ -22,8 +22,6 @@ from mtad.feedback import (
 )
 from mtad.mailboxes import relay
 from mtad.outbound import outcomes
-
-Loop = tuple[str, Callable[[], Coroutine[Any, Any, None]]]  # a task's name, and what it runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +39,13 @@ class Sections:
 
 @dataclass(slots=True)
 class Feedback:
-    reputation: reputation.Reputation | None  # its limits change on a reload
+    reputation: reputation.Reputation | None
     loops: list[Loop] = field(default_factory=list)
+
+    def reconfigure(self, sections: Sections) -> None:
+        """A reload: the reputation limits (the rest is read anew where it is used)."""
+        if self.reputation is not None:
+            self.reputation.settings = sections.reputation
 
 
 def on_node(
