@@ -122,10 +122,12 @@ async def prune(
         pruned.days = int(await conn.fetchval("retention/days", cutoffs.account_history))
         pruned.windows = int(await conn.fetchval("retention/windows", cutoffs.account_history))
         if cutoffs.soft_bounces is not None:
-            await _soft_bounces(conn, cutoffs.soft_bounces, batch, pause, pruned)
+            pruned.soft_bounces += await _in_batches(conn, "retention/soft_bounces", cutoffs.soft_bounces,
+                                                     batch=batch, pause=pause, pruned=pruned)  # fmt: skip
         pruned.webhooks += await _by_id(conn, "retention/webhooks", cutoffs.events, batch=batch, pause=pause,
                                         pruned=pruned)  # fmt: skip
-        await _keys(conn, cutoffs.keys, batch, pause, pruned)
+        pruned.keys += await _in_batches(conn, "retention/keys", cutoffs.keys, batch=batch, pause=pause,
+                                         pruned=pruned)  # fmt: skip
         if reindex:  # still holding the lock: one node rebuilds
             await _rebuild_sparse(conn, pruned)
         return pruned
@@ -193,23 +195,17 @@ async def _by_id(conn: db.Connection, statement: str, *args: object, batch: int,
         await _paused(pause)
 
 
-async def _soft_bounces(conn: db.Connection, before: datetime, batch: int, pause: float, pruned: Pruned) -> None:
+async def _in_batches(conn: db.Connection, statement: str, before: datetime, *, batch: int, pause: float,
+                      pruned: Pruned) -> int:  # fmt: skip
+    """Run a statement that deletes up to `batch` rows older than `before` (and returns
+    how many) until a batch comes short; returns how many rows went."""
+    deleted = 0
     while True:
-        deleted = int(await conn.fetchval("retention/soft_bounces", before, batch))
+        went = int(await conn.fetchval(statement, before, batch))
         pruned.batches += 1
-        pruned.soft_bounces += deleted
-        if deleted < batch:
-            return
-        await _paused(pause)
-
-
-async def _keys(conn: db.Connection, expired: datetime, batch: int, pause: float, pruned: Pruned) -> None:
-    while True:
-        deleted = int(await conn.fetchval("retention/keys", expired, batch))
-        pruned.batches += 1
-        pruned.keys += deleted
-        if deleted < batch:
-            return
+        deleted += went
+        if went < batch:
+            return deleted
         await _paused(pause)
 
 
