@@ -6,6 +6,7 @@ module catches a foreign exception.
 
     MtadError
      +-- ConfigError               bad configuration; carries every problem found
+     +-- UsageError                a command given what it cannot use (exit 2)
      +-- SpoolError
      |    +-- DatabaseUnavailable  PostgreSQL cannot be reached or dropped the
      |    |                        connection; the operation may be retried
@@ -59,6 +60,11 @@ class ConfigError(MtadError):
     def __init__(self, problems: Sequence[str]) -> None:
         self.problems = tuple(problems)
         super().__init__("\n".join(self.problems))
+
+
+class UsageError(MtadError):
+    """A command was given what it cannot use: an option missing or at odds with
+    another, input it cannot read. The command line says it and exits 2."""
 
 
 class SpoolError(MtadError):

@@ -20,7 +20,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from mtad import __version__
 from mtad.base import errors
@@ -42,9 +41,6 @@ from mtad.cli import (
     webhooks,
 )
 
-if TYPE_CHECKING:
-    from mtad import config
-
 # The command groups, in the order `mtad --help` lists their commands.
 GROUPS = (node, sink, suspensions, tenants, tls, reputation, queue, suppress, webhooks, events, bounces, dkim, buckets,
           accounts)  # fmt: skip
@@ -64,13 +60,29 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the arguments, load what the command needs and run it; its exit status."""
+    """Parse the arguments, load what the command needs and run it; its exit status.
+    What a command raises is said here, once: `mtad: ...` on stderr, exit 2 for a
+    UsageError, 1 for any other mtad error."""
     top = parser()
     args = top.parse_args(argv)
     command: common.Command | None = getattr(args, "command", None)
     if command is None:
         top.print_help()
         return common.EXIT_USAGE
+    try:
+        return _call(command, args)
+    except errors.UsageError as exc:
+        print(f"mtad: {exc}", file=sys.stderr)
+        return common.EXIT_USAGE
+    except errors.MtadError as exc:
+        print(f"mtad: {exc}", file=sys.stderr)
+        return common.EXIT_FAILED
+    except KeyboardInterrupt:
+        return common.EXIT_FAILED
+
+
+def _call(command: common.Command, args: argparse.Namespace) -> int:
+    """The command called with what it is given: async ones in their own loop."""
     if command.config is common.Config.NONE:  # needs no configuration, nor a database
         return int(command.run(args))
     if command.config is common.Config.OPTIONAL and args.config is None:
@@ -84,23 +96,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return common.EXIT_USAGE
     if command.sync:
         return int(command.run(args, settings))
-    return _run(command, args, settings)
-
-
-def _run(command: common.Command, args: argparse.Namespace, settings: config.Settings | config.Basics) -> int:
-    """An async command in its own loop; an mtad error said on stderr (exit 1)."""
     import asyncio
 
     from mtad.base import log
 
     log.configure("console", "warning", stream=sys.stderr)
-    try:
-        return int(asyncio.run(command.run(args, settings)))
-    except errors.MtadError as exc:
-        print(f"mtad: {exc}", file=sys.stderr)
-        return common.EXIT_FAILED
-    except KeyboardInterrupt:
-        return common.EXIT_FAILED
+    return int(asyncio.run(command.run(args, settings)))
 
 
 def entry_point() -> None:

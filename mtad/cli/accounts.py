@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
 
+from mtad.base import errors
 from mtad.cli import common
 
 if TYPE_CHECKING:
@@ -120,30 +121,25 @@ async def add(args: argparse.Namespace, settings: config.Settings) -> int:
 
     secret = sys.stdin.readline().rstrip("\r\n")
     if not secret:
-        print("mtad: give the account's password or token on standard input (one line)", file=sys.stderr)
-        return common.EXIT_USAGE
+        raise errors.UsageError("give the account's password or token on standard input (one line)")
     sealer = common.sealer(settings)
     pools = settings.delivery.relay.pools
     pool = pools.get(args.pool)
     if pool is None:
         known = ", ".join(sorted(pools)) or "none"
-        print(f"mtad: --pool: no account pool named {args.pool!r} (configured: {known})"
-              f"{_did_you_mean(args.pool, pools)}; add an [account_pools.{args.pool}] table to the configuration",
-              file=sys.stderr)  # fmt: skip
-        return common.EXIT_USAGE
+        raise errors.UsageError(f"--pool: no account pool named {args.pool!r} (configured: {known})"
+                                f"{_did_you_mean(args.pool, pools)}; add an [account_pools.{args.pool}] table "
+                                "to the configuration")  # fmt: skip
     jitter = pool.defaults.jitter
     if args.jitter:
         low, _, high = args.jitter.partition(":")
         try:
             jitter = (float(low), float(high or low))
         except ValueError:
-            print(f"mtad: --jitter: expected LOW:HIGH seconds, got {args.jitter!r}", file=sys.stderr)
-            return common.EXIT_USAGE
+            raise errors.UsageError(f"--jitter: expected LOW:HIGH seconds, got {args.jitter!r}") from None
     oauth_client = None
     if args.mechanism == accounts.Mechanism.XOAUTH2.value:
         oauth_client = _oauth_client(args, sealer)
-        if oauth_client is None:
-            return common.EXIT_USAGE
     given = pool.defaults
     account = accounts.Account(
         name=args.name, address=args.address, pool=args.pool, host=args.host, port=args.port, login=args.login,
@@ -170,17 +166,17 @@ async def add(args: argparse.Namespace, settings: config.Settings) -> int:
     return common.EXIT_OK
 
 
-def _oauth_client(args: argparse.Namespace, sealer: vault.Vault) -> tuple[str, str, bytes | None, str | None] | None:
+def _oauth_client(args: argparse.Namespace, sealer: vault.Vault) -> tuple[str, str, bytes | None, str | None]:
     """An xoauth2 account's token URL, client id, sealed client secret (the second line of
-    standard input, if any) and scope; None, said on stderr, when --token-url or --client-id
-    is missing."""
+    standard input, if any) and scope; UsageError when --token-url or --client-id is missing."""
     from mtad.base import vault
     from mtad.mailboxes import oauth
 
     if not args.token_url or not args.client_id:
-        print("mtad: --mechanism xoauth2 needs --token-url (google, microsoft or a URL) and --client-id; "
-              "the secret is the refresh token", file=sys.stderr)  # fmt: skip
-        return None
+        raise errors.UsageError(
+            "--mechanism xoauth2 needs --token-url (google, microsoft or a URL) and "
+            "--client-id; the secret is the refresh token"
+        )
     client_secret = sys.stdin.readline().rstrip("\r\n")  # optional: a confidential client's secret
     token_urls = {"google": oauth.GOOGLE, "microsoft": oauth.MICROSOFT}
     return (token_urls.get(args.token_url, args.token_url), args.client_id,

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mtad.base import errors
 from mtad.cli import common
 
 if TYPE_CHECKING:
@@ -49,11 +48,7 @@ def explain(args: argparse.Namespace, settings: config.Settings | None) -> int:
         from mtad.base import log
 
         log.configure("console", "warning", stream=sys.stderr)
-        try:
-            found = asyncio.run(_matches(settings, report, args.to))
-        except errors.MtadError as exc:
-            print(f"mtad: {exc}", file=sys.stderr)
-            return common.EXIT_FAILED
+        found = asyncio.run(_matches(settings, report, args.to))
     shown = explaining.view(report, found)
     print(common.json_line(shown) if args.json else "\n".join(explaining.lines(shown)))
     return common.EXIT_OK

@@ -7,6 +7,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from mtad.base import errors
 from mtad.base.lifecycle import State
 from mtad.cli import common
 
@@ -118,8 +119,7 @@ async def reroute(args: argparse.Namespace, settings: config.Basics) -> int:
 
     now = datetime.now(UTC)
     if not args.back and args.pool is None:
-        print("mtad: give --pool POOL (or --back to end a reroute)", file=sys.stderr)
-        return common.EXIT_USAGE
+        raise errors.UsageError("give --pool POOL (or --back to end a reroute)")
     async with common.spool(settings) as opened:
         if args.back:
             await names.rerouted(opened.database, args.provider, now)
@@ -129,8 +129,7 @@ async def reroute(args: argparse.Namespace, settings: config.Basics) -> int:
         if args.back:
             ended = await suspensions.unroute(opened.database, args.provider)
             if ended is None:
-                print(f"mtad: provider group {args.provider} is not rerouted", file=sys.stderr)
-                return common.EXIT_FAILED
+                raise errors.Conflict(f"provider group {args.provider} is not rerouted")
             acks = await common.held(opened.database, settings)
             print(f"provider group {args.provider} leaves from its own pool again")
             common.told(acks)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mtad.base import errors
 from mtad.cli import common
 
 if TYPE_CHECKING:
@@ -88,8 +89,7 @@ async def rm(args: argparse.Namespace, settings: config.Basics) -> int:
             await names.tenant(opened.database, args.tenant, settings.default_tenant)
         removed = await suppression.remove(opened.database, args.address, args.tenant)
     if not removed:
-        print(f"mtad: {args.address} is not on {_list_name(args.tenant)}", file=sys.stderr)
-        return common.EXIT_FAILED
+        raise errors.NotFound(f"{args.address} is not on {_list_name(args.tenant)}")
     print(f"removed {args.address} from {_list_name(args.tenant)}")
     return common.EXIT_OK
 
@@ -120,8 +120,7 @@ async def import_csv(args: argparse.Namespace, settings: config.Basics) -> int:
 
     source = sys.stdin.buffer if str(args.file) == "-" else args.file
     if source is not sys.stdin.buffer and not args.file.is_file():
-        print(f"mtad: {args.file}: no such file", file=sys.stderr)
-        return common.EXIT_USAGE
+        raise errors.UsageError(f"{args.file}: no such file")
     async with common.spool(settings) as opened:
         added = await suppression.import_csv(opened.database, source, datetime.now(UTC),
                                              default_tenant=settings.default_tenant)  # fmt: skip

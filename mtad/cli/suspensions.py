@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from mtad.base import errors
 from mtad.cli import common
 
 if TYPE_CHECKING:
@@ -71,8 +71,7 @@ async def resume(args: argparse.Namespace, settings: config.Basics) -> int:
         await names.suspended(opened.database, kind, key, datetime.now(UTC))
         released = await control.resume(opened.database, kind, key, datetime.now(UTC))
         if released is None:
-            print(f"mtad: {kind} {key} is not suspended", file=sys.stderr)
-            return common.EXIT_FAILED
+            raise errors.Conflict(f"{kind} {key} is not suspended")
         acks = await common.held(opened.database, settings)
     print(f"resumed {kind} {key}; {released} deliveries due now")
     common.told(acks)

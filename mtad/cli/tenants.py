@@ -69,8 +69,7 @@ async def add(args: argparse.Namespace, settings: config.Basics) -> int:
 
     password = sys.stdin.readline().rstrip("\r\n")
     if not password:
-        print("mtad: give the password on standard input (one line)", file=sys.stderr)
-        return common.EXIT_USAGE
+        raise errors.UsageError("give the password on standard input (one line)")
     probation = settings.tenants.probation_default if args.probation is None else args.probation
     async with common.spool(settings) as opened:
         await tenants.add(opened.database, args.name, password, replace=args.replace)
@@ -137,9 +136,7 @@ async def pause(args: argparse.Namespace, settings: config.Basics) -> int:
         held = await tenants.pause(opened.database, args.name, args.reason, by="operator", now=datetime.now(UTC))
         if held is None:
             why = await tenants.state(opened.database, args.name)
-            print(f"mtad: tenant {args.name} is paused already ({why['paused_by']}: {why['paused_reason']})",
-                  file=sys.stderr)  # fmt: skip
-            return common.EXIT_FAILED
+            raise errors.Conflict(f"tenant {args.name} is paused already ({why['paused_by']}: {why['paused_reason']})")
         acks = await common.held(opened.database, settings)
     print(f"tenant {args.name} paused; {held} deliveries wait")
     common.told(acks)
@@ -154,8 +151,7 @@ async def resume(args: argparse.Namespace, settings: config.Basics) -> int:
         await names.tenant(opened.database, args.name, settings.default_tenant)
         released = await tenants.resume(opened.database, args.name, by="operator", now=datetime.now(UTC))
         if released is None:
-            print(f"mtad: tenant {args.name} is not paused", file=sys.stderr)
-            return common.EXIT_FAILED
+            raise errors.Conflict(f"tenant {args.name} is not paused")
         acks = await common.held(opened.database, settings)
     print(f"tenant {args.name} resumed; {released} deliveries due now")
     common.told(acks)

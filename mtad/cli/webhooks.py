@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING
 
+from mtad.base import errors
 from mtad.cli import common
 
 if TYPE_CHECKING:
@@ -94,8 +94,7 @@ async def rm(args: argparse.Namespace, settings: config.Basics) -> int:
         await names.webhook(opened.database, args.id)
         removed = await webhooks.remove(opened.database, args.id)
     if not removed:
-        print(f"mtad: no webhook endpoint {args.id}", file=sys.stderr)
-        return common.EXIT_FAILED
+        raise errors.NotFound(f"no webhook endpoint {args.id}")
     print(f"removed webhook endpoint {args.id}")
     return common.EXIT_OK
 
@@ -124,8 +123,7 @@ async def test(args: argparse.Namespace, settings: config.Settings) -> int:
         await names.webhook(opened.database, args.id)
         found = [e for e in await webhooks.listing(opened.database) if e.id == args.id]
         if not found:
-            print(f"mtad: no webhook endpoint {args.id}", file=sys.stderr)
-            return common.EXIT_FAILED
+            raise errors.NotFound(f"no webhook endpoint {args.id}")
         sender = webhook_sender.Sender(opened.database, sealer, settings.webhooks, settings.node.id)
         why = await sender.test(found[0])
     if why is not None:
