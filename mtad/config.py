@@ -85,7 +85,10 @@ class AdminSettings:
 
 @dataclass(frozen=True, slots=True)
 class LogSettings:
-    format: str = declared.key(values.choice("json", "console"), "json", "json (one object per line) or console.")
+    format: str = declared.key(
+        values.choice("auto", "json", "console"), "auto",
+        "auto (console on a terminal, else json), json (one object per line) or console.",
+    )  # fmt: skip
     level: str = declared.key(
         values.choice("debug", "info", "warning", "error"), "info", "debug, info, warning or error."
     )

@@ -141,10 +141,13 @@ atexit.register(flush)
 
 
 def configure(format: str = "json", level: str = "info", stream: TextIO | None = None) -> None:
-    """Set up structlog and the standard library's root logger (stdout by default)."""
+    """Set up structlog and the standard library's root logger (stdout by default);
+    format "auto": console lines when the stream is a terminal, JSON lines otherwise."""
     global _out
     flush()
     out = _out = _Coalescing(sys.stdout if stream is None else stream)
+    if format == "auto":
+        format = "console" if out.isatty() else "json"
     numeric = logging.getLevelNamesMapping()[level.upper()]
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,

@@ -32,7 +32,7 @@ def test_the_reference_file_loads_with_its_documented_values() -> None:
     assert settings.spool.commit_window == 0
     assert settings.spool.commit_max_batch_bytes == 1024 * 1024
     assert settings.http.listen == HostPort("127.0.0.1", 9108)
-    assert (settings.log.format, settings.log.level) == ("json", "info")
+    assert (settings.log.format, settings.log.level) == ("auto", "info")
     assert settings.node.id
 
 
@@ -114,7 +114,7 @@ x = 1
         "[submission] trusted_networks: '10.0.0.1/8' is not a network",
         "[submission] require_auth: expected true or false",
         "[submission] idle_timout: unknown key (did you mean 'idle_timeout'?)",
-        "[log] format: expected one of json, console",
+        "[log] format: expected one of auto, json, console",
         "[bogus]: unknown section",
     ]:
         assert expected in problems

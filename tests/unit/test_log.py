@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -114,3 +115,25 @@ async def test_lines_logged_in_one_loop_iteration_reach_the_stream_whole() -> No
     log.flush()
     assert all(len(w) <= log._ATOMIC and w.endswith("\n") for w in stream.writes)
     assert [json.loads(line)["n"] for line in stream.getvalue().splitlines()] == list(range(200))
+
+
+def test_auto_writes_json_lines_to_a_pipe_or_file() -> None:
+    stream = io.StringIO()
+    log.configure("auto", "info", stream=stream)
+    structlog.get_logger().info("ready", smtp=["127.0.0.1:2525"])
+    log.flush()
+    assert json.loads(stream.getvalue())["event"] == "ready"
+
+
+def test_auto_writes_console_lines_to_a_terminal() -> None:
+    main, terminal = os.openpty()
+    with open(terminal, "w", closefd=True) as stream, open(main, "rb", buffering=0, closefd=True) as reading:
+        log.configure("auto", "info", stream=stream)
+        structlog.get_logger().info("ready", smtp=["127.0.0.1:2525"])
+        log.flush()
+        stream.flush()
+        line = reading.read(4096).decode()
+    assert not line.lstrip().startswith("{")
+    assert "ready" in line
+    assert "smtp" in line
+    assert "127.0.0.1:2525" in line
