@@ -65,6 +65,8 @@ test: $(VENV)/.test-installed $(TOOLS)/bin/lint-imports
 	$(call debian,opendkim-testmsg,opendkim-tools)
 	$(call debian,dovecot,dovecot-imapd)
 	$(call debian,promtool,prometheus)
+	$(call debian,php,php-cli)
+	$(call debian,bsd-mailx,bsd-mailx $$(test -e /usr/sbin/sendmail || echo dma))
 	$(BIN)/python -m pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: PYTEST_ARGS chose none of them
 	$(BIN)/python -m pytest $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadfile) -m "not serial" $(PYTEST_ARGS)
 

@@ -98,6 +98,7 @@ class LogSettings:
 SECTIONS: Mapping[str, type[Any]] = {
     "database": db_settings.Database,
     "submission": submission_settings.Submission,
+    "sendmail": submission_settings.Sendmail,
     "spool": spool_settings.Spool,
     "tls": outbound_settings.Tls,
     "http": HttpSettings,
@@ -293,6 +294,39 @@ def load_basics(path: Path | None, environ: Mapping[str, str] | None = None) -> 
         source=path,
         default_tenant=found["submission"]["default_tenant"],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SendmailSettings:
+    """What `mtad sendmail` reads: where it submits, how it logs in, the domain of a
+    sender it makes up (the calling user at [submission] hostname)."""
+
+    submit_to: HostPort
+    login: str | None
+    password: str | None
+    hostname: str
+
+
+def load_sendmail(path: Path | None, environ: Mapping[str, str] | None = None) -> SendmailSettings:
+    """[sendmail] and the [submission] keys it needs, alone (no file: the defaults)."""
+    found, _, _, problems = _read(path, environ, ("sendmail",),
+                                  also=(("submission", "listen"), ("submission", "hostname")))  # fmt: skip
+    own = declared.parsed(SECTIONS["sendmail"], found["sendmail"]) if not problems else None
+    password = None
+    if own is not None and own.login is not None:
+        if own.password_file is None:
+            problems.append("[sendmail] password_file: login is set, and its password is read from this file")
+        else:
+            try:
+                password = own.password_file.read_text().strip("\r\n")
+            except OSError as exc:
+                problems.append(f"[sendmail] password_file: cannot read {own.password_file}: {exc.strerror or exc}")
+    if problems or own is None:
+        raise errors.ConfigError(problems)
+    listen = found["submission"]["listen"][0]
+    wildcard = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # listening everywhere: here on loopback
+    target = own.submit_to or HostPort(wildcard.get(listen.host, listen.host), listen.port)
+    return SendmailSettings(target, own.login, password, found["submission"]["hostname"])
 
 
 def _tenant_limits(table: Any, problems: list[str]) -> TenantLimits:

@@ -33,6 +33,7 @@ from mtad.cli import (
     node,
     queue,
     reputation,
+    sendmail,
     sink,
     suppress,
     suspensions,
@@ -42,8 +43,8 @@ from mtad.cli import (
 )
 
 # The command groups, in the order `mtad --help` lists their commands.
-GROUPS = (node, sink, suspensions, tenants, tls, reputation, queue, suppress, webhooks, events, bounces, dkim, buckets,
-          accounts)  # fmt: skip
+GROUPS = (node, sendmail, sink, suspensions, tenants, tls, reputation, queue, suppress, webhooks, events, bounces,
+          dkim, buckets, accounts)  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:
@@ -63,8 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse the arguments, load what the command needs and run it; its exit status.
     What a command raises is said here, once: `mtad: ...` on stderr, exit 2 for a
     UsageError, 1 for any other mtad error."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    handed = sendmail.arguments(given)
+    if handed is not None:  # sendmail's options, not argparse's
+        return sendmail.handed(handed)
     top = parser()
-    args = top.parse_args(argv)
+    args = top.parse_args(given)
     command: common.Command | None = getattr(args, "command", None)
     if command is None:
         top.print_help()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mtad.base import errors, values
@@ -43,3 +44,14 @@ class Submission:
     shutdown_timeout: float = key(values.duration, "30s", "At SIGTERM, how long sessions in DATA may take.")
     check_recipient_domains: bool = key(values.boolean, True, "Refuse a recipient whose domain takes no mail.")
     processes: int = key(process_count, "auto", "Processes serving the port beside the daemon's own.")
+
+
+@dataclass(frozen=True, slots=True)
+class Sendmail:
+    """How `mtad sendmail` hands a message to this node's submission port."""
+
+    submit_to: HostPort | None = key(
+        values.optional_host_port, "", "Where `mtad sendmail` submits; empty: the first [submission] listen address."
+    )
+    login: str | None = key(values.optional_string, "", "Its AUTH name; empty: no AUTH (a trusted client needs none).")
+    password_file: Path | None = key(values.optional_path, "", "The file holding that login's password.")
