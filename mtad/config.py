@@ -296,37 +296,16 @@ def load_basics(path: Path | None, environ: Mapping[str, str] | None = None) -> 
     )
 
 
-@dataclass(frozen=True, slots=True)
-class SendmailSettings:
-    """What `mtad sendmail` reads: where it submits, how it logs in, the domain of a
-    sender it makes up (the calling user at [submission] hostname)."""
-
-    submit_to: HostPort
-    login: str | None
-    password: str | None
-    hostname: str
-
-
-def load_sendmail(path: Path | None, environ: Mapping[str, str] | None = None) -> SendmailSettings:
-    """[sendmail] and the [submission] keys it needs, alone (no file: the defaults)."""
-    found, _, _, problems = _read(path, environ, ("sendmail",),
-                                  also=(("submission", "listen"), ("submission", "hostname")))  # fmt: skip
-    own = declared.parsed(SECTIONS["sendmail"], found["sendmail"]) if not problems else None
-    password = None
-    if own is not None and own.login is not None:
-        if own.password_file is None:
-            problems.append("[sendmail] password_file: login is set, and its password is read from this file")
-        else:
-            try:
-                password = own.password_file.read_text().strip("\r\n")
-            except OSError as exc:
-                problems.append(f"[sendmail] password_file: cannot read {own.password_file}: {exc.strerror or exc}")
-    if problems or own is None:
+def load_section(
+    path: Path | None, name: str, also: Iterable[tuple[str, str]] = (), environ: Mapping[str, str] | None = None
+) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """One section parsed alone from its declaration, and the (section, key)s of `also`
+    parsed (by section and key); ConfigError lists every problem (the file's unknown
+    sections and keys included)."""
+    found, _, _, problems = _read(path, environ, (name,), also=also)
+    if problems:
         raise errors.ConfigError(problems)
-    listen = found["submission"]["listen"][0]
-    wildcard = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # listening everywhere: here on loopback
-    target = own.submit_to or HostPort(wildcard.get(listen.host, listen.host), listen.port)
-    return SendmailSettings(target, own.login, password, found["submission"]["hostname"])
+    return declared.parsed(SECTIONS[name], found[name]), found
 
 
 def _tenant_limits(table: Any, problems: list[str]) -> TenantLimits:

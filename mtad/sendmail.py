@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from mtad.base.errors import UsageError
 
 if TYPE_CHECKING:
-    from mtad.config import SendmailSettings
+    from mtad.base.endpoints import HostPort
 
 EX_OK, EX_USAGE, EX_DATAERR, EX_NOUSER, EX_SOFTWARE, EX_TEMPFAIL, EX_NOPERM, EX_CONFIG = 0, 64, 65, 67, 70, 75, 77, 78
 TIMEOUT = 60.0  # seconds for the connection and each reply
@@ -45,6 +45,17 @@ _MODES = {"m": None, "s": "-bs (SMTP on standard input): connect to the submissi
           "d": "-bd (a daemon): `mtad run`", "v": "-bv (verify): not supported",
           "t": "-bt (address test): not supported"}  # fmt: skip
 _LINE_END = re.compile(rb"\r?\n")
+USAGE = """usage: mtad-sendmail [-t] [-i] [-f SENDER] [-F NAME] [-C CONFIG] [-v] [--] [RECIPIENT]...
+
+The message on standard input, handed to this node's submission port (docs/sendmail.md).
+  -t          recipients from To, Cc and Bcc too (Bcc is taken out)
+  -i, -oi     a line of one dot does not end the message
+  -f, -r      the envelope sender
+  -F          the full name of the From added to a message without one
+  -C, --config mtad's configuration file
+  -v          the SMTP dialogue on standard error
+Exit status: 0 spooled, 64 usage, 65 message refused, 67 recipient refused,
+75 try again (daemon down, 4xx), 77 AUTH refused, 78 configuration."""
 
 
 @dataclass(slots=True)
@@ -66,6 +77,40 @@ class Outcome:
 
     status: int
     said: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Where it submits, how it logs in, the domain of a sender it makes up."""
+
+    submit_to: HostPort
+    login: str | None
+    password: str | None
+    hostname: str
+
+
+def settings(path: Path | None) -> Settings:
+    """[sendmail] and the [submission] keys it needs (no file: the defaults);
+    ConfigError lists every problem."""
+    from mtad import config
+    from mtad.base import errors
+    from mtad.base.endpoints import HostPort
+
+    own, found = config.load_section(path, "sendmail", also=(("submission", "listen"), ("submission", "hostname")))
+    password = None
+    if own.login is not None:
+        if own.password_file is None:
+            raise errors.ConfigError(["[sendmail] password_file: login is set, and its password is read from it"])
+        try:
+            password = own.password_file.read_text().strip("\r\n")
+        except OSError as exc:
+            raise errors.ConfigError(
+                [f"[sendmail] password_file: cannot read {own.password_file}: {exc.strerror or exc}"]
+            ) from None
+    listen = found["submission"]["listen"][0]
+    wildcard = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # listening everywhere: here on loopback
+    target = own.submit_to or HostPort(wildcard.get(listen.host, listen.host), listen.port)
+    return Settings(target, own.login, password, found["submission"]["hostname"])
 
 
 def parse(argv: Sequence[str]) -> Invocation:
@@ -154,7 +199,7 @@ def prepare(message: bytes, got: Invocation, hostname: str) -> tuple[str, list[s
     return sender, list(unique.values()), b"".join(raw for _, raw in fields) + b"\r\n" + body
 
 
-def submit(settings: SendmailSettings, sender: str, recipients: list[str], message: bytes, *, verbose: bool) -> Outcome:
+def submit(settings: Settings, sender: str, recipients: list[str], message: bytes, *, verbose: bool) -> Outcome:
     """The message handed to the port; what came of it."""
     where = str(settings.submit_to)
     try:
@@ -198,22 +243,25 @@ def main(argv: Sequence[str], stdin: BinaryIO, program: str = "mtad-sendmail") -
     from mtad import config
     from mtad.base.errors import ConfigError
 
+    if "--help" in argv:
+        print(USAGE)
+        return EX_OK
     try:
         got = parse(argv)
     except UsageError as exc:
         print(f"{program}: {exc}", file=sys.stderr)
         return EX_USAGE
     try:
-        settings = config.load_sendmail(got.config or config.default_path())
+        chosen = settings(got.config or config.default_path())
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"{program}: {problem}", file=sys.stderr)
         return EX_CONFIG
-    sender, recipients, message = prepare(read(stdin, dot_ends=got.dot_ends), got, settings.hostname)
+    sender, recipients, message = prepare(read(stdin, dot_ends=got.dot_ends), got, chosen.hostname)
     if not recipients:
         print(f"{program}: no recipients: give them as arguments, or -t to read To, Cc and Bcc", file=sys.stderr)
         return EX_USAGE
-    outcome = submit(settings, sender, recipients, message, verbose=got.verbose)
+    outcome = submit(chosen, sender, recipients, message, verbose=got.verbose)
     if outcome.said is not None:
         print(f"{program}: {outcome.said}", file=sys.stderr)
     return outcome.status

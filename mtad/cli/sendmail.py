@@ -15,13 +15,15 @@ ABOUT = ("Hand a message on standard input to this node's submission port, as se
 
 def register(commands: common.Commands) -> None:
     sending = commands.add("sendmail", common.Command(run, common.Config.NONE), config=False, help=ABOUT,
-                           description=ABOUT, add_help=False)  # fmt: skip
+                           description=ABOUT)  # fmt: skip
     sending.add_argument("arguments", nargs=argparse.REMAINDER, help="sendmail's options and the recipients")
 
 
 def arguments(argv: list[str]) -> list[str] | None:
     """sendmail's arguments when the command line is `mtad [--config PATH] sendmail ...`
-    (the --config handed on), else None."""
+    (the --config handed on), else None (--help included: argparse's)."""
+    if "--help" in argv or "-h" in argv[:2]:
+        return None
     if argv[:1] == ["sendmail"]:
         return argv[1:]
     if len(argv) >= 3 and argv[0] == "--config" and argv[2] == "sendmail":
