@@ -278,6 +278,11 @@ class SinkProcess:
         self._reader.join(10)
         return code
 
+    def summary(self) -> dict[str, str]:
+        """The key=value pairs of the summary the sink printed when it stopped."""
+        line = self.wait_for(lambda line: line.startswith("mtad sink: summary: "))
+        return dict(pair.split("=", 1) for pair in line.removeprefix("mtad sink: summary: ").split())
+
     def __enter__(self) -> SinkProcess:
         return self
 
@@ -293,3 +298,12 @@ class SinkProcess:
 # The mtad command as an operator types it: the installed entry point, else the module.
 ENTRY_POINT = Path(sys.executable).with_name("mtad")  # .venv/bin/mtad beside .venv/bin/python
 MTAD = [str(ENTRY_POINT)] if ENTRY_POINT.exists() else [sys.executable, "-m", "mtad"]
+
+
+def blast(port: int, *args: str, timeout: float = 300) -> tuple[int, dict[str, Any], str]:
+    """`mtad blast 127.0.0.1:PORT ARGS --json` run to its end: its exit status, its
+    summary and what it said on stderr."""
+    done = subprocess.run([*MTAD, "blast", f"127.0.0.1:{port}", *args, "--json"], capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout), done.stderr

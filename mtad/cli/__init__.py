@@ -1,7 +1,7 @@
 """The command line: `mtad run` and the tools (`mtad --help` lists them).
 
-Every command but `sink`, `accounts key` and `bounces explain` (which reads one
-only when given) takes --config PATH (default:
+Every command but `sink`, `blast`, `accounts key` and `bounces explain` (which
+reads one only when given) takes --config PATH (default:
 conf/mtad.toml when present, else /etc/mtad/mtad.toml) and works while the daemon
 runs, the embedded PostgreSQL included: a command attaches to the daemon's server
 (waiting at most [database] wait while the daemon starts it again), or with no
@@ -25,6 +25,7 @@ from mtad import __version__
 from mtad.base import errors
 from mtad.cli import (
     accounts,
+    blast,
     bounces,
     buckets,
     common,
@@ -43,8 +44,8 @@ from mtad.cli import (
 )
 
 # The command groups, in the order `mtad --help` lists their commands.
-GROUPS = (node, sendmail, sink, suspensions, tenants, tls, reputation, queue, suppress, webhooks, events, bounces,
-          dkim, buckets, accounts)  # fmt: skip
+GROUPS = (node, sendmail, sink, blast, suspensions, tenants, tls, reputation, queue, suppress, webhooks, events,
+          bounces, dkim, buckets, accounts)  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:

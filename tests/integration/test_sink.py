@@ -85,6 +85,8 @@ def test_the_sink_prints_without_storing_and_stops_at_sigint() -> None:
         (["--reply", "bounce*@*=550 4.1.1 x"], "mtad sink: --reply 'bounce*@*=550 4.1.1 x': enhanced code '4.1.1'"),
         (["--reply", "bounce*@*"], "mtad sink: --reply 'bounce*@*': expected PATTERN=REPLY"),
         (["--listen", "127.0.0.1"], 'mtad sink: --listen: expected "host:port"'),
+        (["--defer", "60%", "--bounce", "50%"], "mtad sink: --defer and --bounce: together more than 100%"),
+        (["--delay", "1s-10ms"], "mtad sink: --delay: the range '1s-10ms' ends before it starts"),
     ],
 )
 def test_a_bad_option_is_refused_before_listening(args: list[str], said: str) -> None:

@@ -121,3 +121,70 @@ def test_a_message_is_stored_under_a_name_that_sorts_by_arrival(tmp_path: Path) 
     assert first.name == "20261201T093005.123456Z-000009.eml"
     assert sorted(tmp_path.iterdir()) == [first, second]  # no partial file left behind
     assert first.read_bytes() == b"one\r\n"
+
+
+@pytest.mark.parametrize(("given", "fraction"), [("5%", 0.05), ("0.5%", 0.005), ("100%", 1.0), ("0%", 0.0)])
+def test_a_rate_is_a_percentage(given: str, fraction: float) -> None:
+    assert sink.percent(given) == fraction
+
+
+@pytest.mark.parametrize("given", ["5", "0.05", "101%", "-1%", "five%"])
+def test_a_rate_without_a_percent_sign_or_above_100_is_refused(given: str) -> None:
+    with pytest.raises(ValueError, match="expected a percentage from 0% to 100%"):
+        sink.percent(given)
+
+
+def test_a_delay_is_one_duration_or_a_range() -> None:
+    assert sink.delay_range("200ms") == (0.2, 0.2)
+    assert sink.delay_range("100ms-300ms") == (0.1, 0.3)
+    with pytest.raises(ValueError, match="ends before it starts"):
+        sink.delay_range("1s-10ms")
+
+
+def test_the_new_options_are_parsed_and_each_bad_one_named() -> None:
+    chosen = sink.options("127.0.0.1:0", [], None, defer="5%", bounce="1%", delay="200ms", tls=True,
+                          auth="app:s3:cret", seed=7, quiet=True)  # fmt: skip
+    assert chosen.chances == sink.Chances(0.05, 0.01, (0.2, 0.2))
+    assert (chosen.tls, chosen.login, chosen.seed, chosen.quiet) == (sink.Tls(), sink.Login("app", "s3:cret"), 7, True)
+    assert sink.options("127.0.0.1:0", [], None, auth="").login == sink.Login()  # any login
+    assert sink.options("127.0.0.1:0", [], None, cert=Path("c"), key=Path("k")).tls == sink.Tls(Path("c"), Path("k"))
+    with pytest.raises(errors.ConfigError) as refused:
+        sink.options("127.0.0.1:0", [], None, defer="60%", bounce="50%", delay="soon", cert=Path("c"), auth="app")
+    assert refused.value.problems == (
+        '--delay: expected a duration such as "250ms", "30s", "5m", "2h" or "7d", got \'soon\'',
+        "--defer and --bounce: together more than 100%",
+        "--cert and --key: give both, or neither for a self-signed certificate",
+        "--auth: expected USER:PASSWORD, or nothing to take any login",
+    )
+
+
+def test_the_draws_defer_and_bounce_the_shares_given_the_same_for_a_seed() -> None:
+    import random
+
+    chances = sink.Chances(defer=0.05, bounce=0.01)
+    draw = random.Random(33)
+    replies = [chances.reply(draw) for _ in range(10_000)]
+    # 500 and 100 expected; 4 standard deviations are 87 and 40.
+    assert 413 <= replies.count(sink.DEFERRED) <= 587
+    assert 60 <= replies.count(sink.BOUNCED) <= 140
+    assert replies.count(sink.ACCEPTED) == 10_000 - replies.count(sink.DEFERRED) - replies.count(sink.BOUNCED)
+    again = random.Random(33)
+    assert [chances.reply(again) for _ in range(10_000)] == replies
+    assert sink.Chances().reply(draw) == sink.ACCEPTED
+
+
+def test_a_login_is_any_or_the_one_given() -> None:
+    from aiosmtpd.smtp import LoginPassword
+
+    assert sink.Login().allows(LoginPassword(b"anyone", b"anything"))
+    assert sink.Login("app", "pw").allows(LoginPassword(b"app", b"pw"))
+    assert not sink.Login("app", "pw").allows(LoginPassword(b"app", b"PW"))
+
+
+def test_the_summary_counts_recipients_by_the_class_of_their_reply() -> None:
+    tally = sink.Tally(messages=2, octets=2048, first=10.0, last=12.0)
+    for reply in (sink.ACCEPTED, sink.ACCEPTED, sink.DEFERRED, sink.BOUNCED, Reply(452, "4.2.2", "Full")):
+        tally.recipient(reply)
+    assert tally.summary() == ("mtad sink: summary: messages=2 recipients=5 accepted=2 deferred=2 bounced=1 "
+                               "bytes=2048 seconds=2.000 rate=1.0/s")  # fmt: skip
+    assert sink.Tally().summary().endswith("seconds=0.000 rate=-")
