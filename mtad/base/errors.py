@@ -38,6 +38,7 @@ module catches a foreign exception.
           |    +-- CertificateInvalid   the server's certificate is not valid for it
           |    +-- http_client.Refused  the host is not an address the request may go to
           +-- fetching.FetchError  an MTA-STS policy that could not be fetched or read
+          +-- blast.SessionLost    a connection of `mtad blast` that cannot go on
           +-- mtasts.PolicyError   an MTA-STS policy file that does not parse
           +-- dane.TlsaError       TLSA rdata that does not parse
           +-- inbox.Refused        an IMAP server answered NO or BAD
