@@ -32,18 +32,17 @@ import structlog
 from aiohttp import web
 
 from mtad import db, submission
-from mtad.admin import control, inject, names, openapi, views
+from mtad.admin import control, filters, inject, names, openapi, queue_api, views
 from mtad.base import errors, metrics, values, vault
 from mtad.base.replies import Reply
 from mtad.deliver import shaping
 from mtad.feedback import reputation, suppression, webhook_outbox, webhooks
 from mtad.mailboxes import accounts, inboxes
-from mtad.spool import leases, queue, quotas, suspensions, tenants
+from mtad.spool import queue, quotas, suspensions, tenants
 
 log = structlog.get_logger("mtad.admin")
 
 MAX_BODY = 64 * 1024 * 1024  # octets of a request: above any message size mtad accepts, base64 included
-MAX_LISTED = 10_000  # deliveries a queue listing returns at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +101,8 @@ def application(services: Services) -> web.Application:
             raise
         except _Bad as exc:
             return _error(exc.status, str(exc))
+        except filters.BadParameter as exc:  # a query's or body's value that is not one
+            return _error(400, str(exc), field=exc.field)
         except inject.Invalid as exc:
             return _error(422, str(exc), **({"field": exc.field} if exc.field is not None else {}))
         except names.Unknown as exc:  # named in the path: 404; in the body: 422 with the field
@@ -127,7 +128,9 @@ def application(services: Services) -> web.Application:
     app.router.add_get("/v1/openapi.json", api.openapi)
     app.router.add_post("/v1/messages", api.inject)
     app.router.add_get("/v1/queue", api.queue_list)
+    app.router.add_get("/v1/queue/summary", api.queue_summary)
     app.router.add_get("/v1/queue/{id}", api.queue_show)
+    app.router.add_post("/v1/queue/{action}", api.queue_act_all)
     app.router.add_post("/v1/queue/{id}/{action}", api.queue_act)
     app.router.add_get("/v1/tenants", api.tenants_list)
     app.router.add_post("/v1/tenants", api.tenant_add)
@@ -191,6 +194,7 @@ class _Api:
         self._s = services
         self._db = services.database
         self._tenants: set[str] = set()  # tenants found to exist (none is ever removed)
+        self._queue = queue_api.Queue(services.database, services.configured, services.default_tenant)
 
     async def _known_tenant(self, name: str, field: str | None = None) -> str:
         """`name`, a tenant's (names.tenant), looked up once."""
@@ -246,26 +250,19 @@ class _Api:
     # --- the queue -----------------------------------------------------------------------
 
     async def queue_list(self, request: web.Request) -> web.Response:
-        limit = _int(request, "limit", 1000, 1, MAX_LISTED)
-        group = request.query.get("provider")
-        if group is not None:
-            await names.group(self._db, group, self._s.configured(), field="provider")
-        found: list[dict[str, Any]] = []
-        async for row in queue.deliveries(self._db, state=request.query.get("state"), group=group):
-            if len(found) == limit:
-                break
-            found.append(views.delivery(row))
-        return _json({"deliveries": found})
+        return _json(await self._queue.listing(request.query))
+
+    async def queue_summary(self, request: web.Request) -> web.Response:
+        return _json(await self._queue.summary(request.query))
 
     async def queue_show(self, request: web.Request) -> web.Response:
         return _json(views.message(await queue.show(self._db, request.match_info["id"])))
 
+    async def queue_act_all(self, request: web.Request) -> web.Response:
+        return _json(await self._queue.act(request.match_info["action"], await _body(request)))
+
     async def queue_act(self, request: web.Request) -> web.Response:
-        action = request.match_info["action"]
-        if action not in leases.ACTIONS:
-            return _error(404, f"no action {action!r} (known: {', '.join(sorted(leases.ACTIONS))})")
-        changed, left = await leases.act(self._db, action, request.match_info["id"], datetime.now(UTC))
-        return _json({"changed": changed, "unchanged": [{"id": d["id"], "state": d["state"]} for d in left]})
+        return _json(await self._queue.act_on(request.match_info["id"], request.match_info["action"]))
 
     # --- tenants -----------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ class Kind(enum.StrEnum):
     CANCELLED = "cancelled"
     REQUEUED = "requeued"  # a lease expired or was released
     UNKNOWN = "unknown"  # a relayed send may have gone out: held, not sent again until known
+    HELD = "held"  # an operator put it on hold (`mtad queue hold`); a release is a requeued event
     ACCOUNT_STATE = "account_state"  # a sending account moved from one state to another
     ACCOUNT_FAILURE = "account_failure"  # a send failed on the account's side (the breaker counts these)
     ACCOUNT_BOUNCE = "account_bounce"  # a send was refused for its recipient or content (its health drops)

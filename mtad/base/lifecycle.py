@@ -24,6 +24,8 @@ class State(enum.StrEnum):
     # Its send through a sending mailbox may have gone out and nobody knows: not sent
     # again until found in the mailbox's Sent folder, its wait ends, or an operator retries.
     UNKNOWN = "unknown"
+    # Kept from every attempt by an operator (`mtad queue hold`) until released (`release`).
+    HELD = "held"
 
 
 class Reason(enum.StrEnum):
@@ -53,15 +55,25 @@ class Reason(enum.StrEnum):
 
 
 TRANSITIONS: Mapping[State, frozenset[State]] = {
-    # A waiting delivery may be cancelled or bounced by an operator (`mtad queue cancel`,
-    # `bounce`: reason admin), or cancelled at accept (suppressed); one in flight may not.
-    State.QUEUED: frozenset({State.LEASED, State.CANCELLED, State.BOUNCED}),
+    # A waiting delivery may be cancelled, bounced or held by an operator (`mtad queue
+    # cancel`, `bounce`, `hold`: reason admin), or cancelled at accept (suppressed); one in flight may not.
+    State.QUEUED: frozenset({State.LEASED, State.CANCELLED, State.BOUNCED, State.HELD}),
     # A leased delivery found suppressed just before its attempt is cancelled, unsent.
     # A relayed send that may have gone out is held unknown, never sent again unseen.
+    # An operator's hold takes one whose attempt has not begun from its node's lease.
     State.LEASED: frozenset(
-        {State.DELIVERED, State.DEFERRED, State.BOUNCED, State.FAILED, State.QUEUED, State.CANCELLED, State.UNKNOWN}
+        {
+            State.DELIVERED,
+            State.DEFERRED,
+            State.BOUNCED,
+            State.FAILED,
+            State.QUEUED,
+            State.CANCELLED,
+            State.UNKNOWN,
+            State.HELD,
+        }
     ),
-    State.DEFERRED: frozenset({State.QUEUED, State.LEASED, State.CANCELLED, State.BOUNCED}),
+    State.DEFERRED: frozenset({State.QUEUED, State.LEASED, State.CANCELLED, State.BOUNCED, State.HELD}),
     # A receiver that said 250 may bounce the message later (a DSN that comes back).
     State.DELIVERED: frozenset({State.BOUNCED}),
     State.BOUNCED: frozenset(),
@@ -70,6 +82,8 @@ TRANSITIONS: Mapping[State, frozenset[State]] = {
     # Found in the mailbox's Sent folder; not found once its wait is over, or retried by
     # an operator (sent again); or cancelled by an operator.
     State.UNKNOWN: frozenset({State.DELIVERED, State.QUEUED, State.CANCELLED}),
+    # Released (queued, due now), or cancelled or bounced by an operator.
+    State.HELD: frozenset({State.QUEUED, State.CANCELLED, State.BOUNCED}),
 }
 
 # No attempt follows: the delivery is done (a delivered one may still be bounced later).
@@ -90,6 +104,11 @@ _NEEDS_REASON = frozenset(
         (State.DELIVERED, State.BOUNCED),
         (State.LEASED, State.UNKNOWN),
         (State.UNKNOWN, State.CANCELLED),
+        (State.QUEUED, State.HELD),
+        (State.DEFERRED, State.HELD),
+        (State.LEASED, State.HELD),
+        (State.HELD, State.CANCELLED),
+        (State.HELD, State.BOUNCED),
     }
 )
 
@@ -101,12 +120,13 @@ def can_move(old: State, new: State) -> bool:
 # Moves made for one reason only: a delivery in hand is cancelled only when found
 # suppressed just before its attempt (never by an operator under the sender), a
 # delivered one bounced only when its bounce comes back, and one held unknown only
-# when its relayed send may have gone out.
+# when its relayed send may have gone out; one in hand is held only by an operator.
 ONLY_FOR: Mapping[tuple[State, State], Reason] = {
     (State.LEASED, State.CANCELLED): Reason.SUPPRESSED,
     (State.DELIVERED, State.BOUNCED): Reason.ASYNC_BOUNCE,
     (State.LEASED, State.UNKNOWN): Reason.MAYBE_SENT,
     (State.UNKNOWN, State.CANCELLED): Reason.ADMIN,
+    (State.LEASED, State.HELD): Reason.ADMIN,
 }
 
 

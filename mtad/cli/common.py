@@ -36,9 +36,9 @@ GROUP_HELP = "a provider group configured (google, relay:HOST:PORT, accounts:POO
 # The parser's choices, spelled here so that parsing imports no domain module
 # (tests/unit/test_cli_imports.py holds them equal to the enum).
 EVENT_KINDS = (
-    "received", "delivered", "deferred", "bounced", "failed", "cancelled", "requeued", "unknown", "account_state",
-    "account_failure", "account_bounce", "account_pool", "dkim_key", "complained", "auth_failure", "unsubscribed",
-    "replied", "auto_replied", "tenant_paused", "tenant_resumed", "tenant_graduated",
+    "received", "delivered", "deferred", "bounced", "failed", "cancelled", "requeued", "unknown", "held",
+    "account_state", "account_failure", "account_bounce", "account_pool", "dkim_key", "complained", "auth_failure",
+    "unsubscribed", "replied", "auto_replied", "tenant_paused", "tenant_resumed", "tenant_graduated",
 )  # events.Kind  # fmt: skip
 
 

@@ -218,31 +218,3 @@ async def message(database: db.Database, message_id: uuid.UUID) -> dict[str, Any
     if not rows:
         raise errors.NotFound(f"message {message_id} is not in the spool")
     return rows[0]
-
-
-ACTIONS = {"retry": State.QUEUED, "cancel": State.CANCELLED, "bounce": State.BOUNCED}
-
-
-async def act(database: db.Database, action: str, ident: str, now: datetime) -> tuple[list[int], list[dict[str, Any]]]:
-    """An operator's retry, cancel or bounce of a delivery (by id) or of every delivery
-    of a message (by queue id). Returns (changed ids, the deliveries left as they were)."""
-    target = ACTIONS[action]
-    message_id: uuid.UUID | None = None
-    delivery_id: int | None = None
-    if ident.isdigit():
-        delivery_id = int(ident)
-    else:
-        try:
-            message_id = uuid.UUID(ident)
-        except ValueError:
-            raise errors.NotFound(f"{ident!r} is neither a queue id (a UUID) nor a delivery id (a number)") from None
-    rows = await database.fetch("leases/ids_of", message_id, delivery_id)
-    if not rows:
-        raise errors.NotFound(f"no delivery or message {ident}")
-    ids = [r["id"] for r in rows]
-    async with database.transaction() as tx:
-        changed = [r["id"] for r in await tx.fetch("leases/act", ids, target.value, now, action)]
-        if target is State.QUEUED and changed:
-            await tx.execute("leases/notify_due")
-    untouched = [dict(r) for r in rows if r["id"] not in changed]
-    return changed, untouched

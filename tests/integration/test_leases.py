@@ -13,7 +13,7 @@ from mtad import db
 from mtad.base import errors
 from mtad.base.lifecycle import Reason, State
 from mtad.base.replies import Reply
-from mtad.spool import commit, leases
+from mtad.spool import actions, commit, leases
 from tests.integration.spooling import Collector, message, outcome, running, spool_messages
 from tests.pg import query
 
@@ -84,7 +84,7 @@ async def test_a_renewal_waits_for_no_row_another_statement_holds(database: db.D
     assert rows[a.id] < later  # renewed at the next turn, unless its statement let it go
 
 
-@pytest.mark.parametrize("statement", ["begin", "record", "renew", "unbegin", "release", "act"])
+@pytest.mark.parametrize("statement", ["begin", "record", "renew", "unbegin", "release"])
 async def test_deliveries_found_by_id_are_found_by_primary_key_alone(database: db.Database, statement: str) -> None:
     """After a drain, statistics say the table is empty: a partial index whose
     predicate matches the statement's state condition (every lease, every due
@@ -182,17 +182,17 @@ async def test_operator_actions(database: db.Database) -> None:
     now = datetime.now(UTC)
     await query(database, "UPDATE deliveries SET state = 'deferred', next_attempt_at = $1", now + timedelta(hours=1))
     ids = sorted(await states(database))
-    changed, untouched = await leases.act(database, "retry", str(ids[0]), now)
+    changed, untouched = await actions.act_on(database, "retry", str(ids[0]), now)
     assert (changed, untouched) == ([ids[0]], [])
     [row] = await query(database, "SELECT state::text, next_attempt_at FROM deliveries WHERE id = $1", ids[0])
     assert (row["state"], row["next_attempt_at"]) == ("queued", now)
     await leases.lease(database, "n1", 1, now, now + timedelta(minutes=5))  # ids[0] is now in flight
-    changed, untouched = await leases.act(database, "cancel", str(queue_id), now)
+    changed, untouched = await actions.act_on(database, "cancel", str(queue_id), now)
     assert changed == ids[1:]
     assert untouched == [{"id": ids[0], "state": "leased"}]
     assert (await states(database))[ids[2]] == "cancelled"
     with pytest.raises(errors.NotFound):
-        await leases.act(database, "bounce", "424242", now)
+        await actions.act_on(database, "bounce", "424242", now)
 
 
 async def test_accepted_deliveries_take_the_fast_path(database: db.Database) -> None:

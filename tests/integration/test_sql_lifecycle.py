@@ -2,10 +2,10 @@
 event kinds of events.Kind: one source of truth for both.
 
 The moves and kinds are watched, not read from the text: a delivery's new state and
-an event's kind are often parameters ($2 of leases/act, the states of
+an event's kind are often parameters ($11 of queue/act, the states of
 leases/record), so only running the statements says what they do. Triggers record
 every row each statement writes to deliveries and events, while the code that calls
-it runs with every value it can pass (leases.ACTIONS, leases.OUTCOMES). The text is
+it runs with every value it can pass (actions.ACTIONS, leases.OUTCOMES). The text is
 read only to find which statements must have run: every file under mtad/sql/ that
 sets deliveries.state, inserts deliveries or events, or calls a function that does.
 """
@@ -28,7 +28,7 @@ from mtad.feedback import signals
 from mtad.mailboxes import accounts, choosing
 from mtad.signing import dkim
 from mtad.signing.dkim import Algorithm, KeyState
-from mtad.spool import commit, leases, suspensions, tenants, unknowns
+from mtad.spool import actions, commit, leases, suspensions, tenants, unknowns
 from tests.integration.mailboxes import make
 from tests.integration.spooling import Collector, message, outcome, running, spool_messages
 from tests.pg import query
@@ -120,8 +120,8 @@ def must_run() -> tuple[set[str], set[str]]:
 
 def test_the_statements_that_must_run_are_found() -> None:
     moving, writing = must_run()
-    assert {"spool/accept", "leases/lease", "leases/record", "leases/reap", "leases/act", "leases/begin"} <= moving
-    assert {"spool/accept", "leases/act", "accounts/reserve", "accounts/choose", "accounts/set_state",
+    assert {"spool/accept", "leases/lease", "leases/record", "leases/reap", "queue/act", "leases/begin"} <= moving
+    assert {"spool/accept", "queue/act", "accounts/reserve", "accounts/choose", "accounts/set_state",
             "accounts/failure", "dkim/revoke"} <= writing  # fmt: skip
 
 
@@ -149,7 +149,7 @@ async def exercise(database: db.Database) -> None:
     # Accept: queued; cancelled for a suppressed recipient; leased on the fast path.
     await query(database, "INSERT INTO suppressions (tenant, address, reason, detail, created_at) VALUES"
                           " ('t1', 'gone@example.com', 'hard_bounce', '550 5.1.1', $1)", now)  # fmt: skip
-    await spool_messages(database, *(f"r{i}@example.com" for i in range(20)), "gone@example.com")
+    await spool_messages(database, *(f"r{i}@example.com" for i in range(30)), "gone@example.com")
     async with running(commit.GroupCommitter(database, now=lambda: now, fast_path=Collector())) as committer:
         await committer.commit(message("fast@example.com"))
 
@@ -194,13 +194,20 @@ async def exercise(database: db.Database) -> None:
     await tenants.set_probation(database, "t1", True, now)
     assert await database.fetchval("reputation/graduate", "t1", now, 1) == "t1"
 
-    # An operator's every action, on a queued delivery and on a deferred one.
-    for action in leases.ACTIONS:
+    # An operator's every action, on a queued delivery and on a deferred one (held
+    # first, for a release); a hold of a leased one not begun; a held one cancelled, bounced.
+    for action in actions.ACTIONS:
         [deferred] = await lease(1)
         await defer(deferred, until)
         for delivery in (await queued(), deferred):
-            changed, _ = await leases.act(database, action, str(delivery), now)
+            if action == "release":
+                await actions.act_on(database, "hold", str(delivery), now)
+            changed, _ = await actions.act_on(database, action, str(delivery), now)
             assert changed == [delivery], action
+    for action in ("cancel", "bounce"):
+        [leased] = await lease(1)
+        assert (await actions.act_on(database, "hold", str(leased), now))[0] == [leased]
+        assert (await actions.act_on(database, action, str(leased), now))[0] == [leased], action
 
     # Relayed sends that may have gone out, held unknown: one found in its Sent folder,
     # one not (sent again), one retried and one cancelled by an operator.
@@ -210,7 +217,7 @@ async def exercise(database: db.Database) -> None:
     assert await unknowns.found(database, unknown[:1], {"how": "sent_folder"}, now) == {unknown[0]}
     assert await unknowns.again(database, unknown[1:2], {"reason": "not_in_sent_folder"}, now) == {unknown[1]}
     for action, delivery in (("retry", unknown[2]), ("cancel", unknown[3])):
-        assert (await leases.act(database, action, str(delivery), now))[0] == [delivery], action
+        assert (await actions.act_on(database, action, str(delivery), now))[0] == [delivery], action
 
     # A deferred delivery that is due again is leased with the queued ones.
     [deferred] = await lease(1)

@@ -20,7 +20,7 @@ from typing import Any
 from mtad import db
 from mtad.feedback import inbox
 from mtad.mailboxes import accounts, choosing, inboxes, relay
-from mtad.spool import leases, queue
+from mtad.spool import actions, leases, queue
 from tests import imap
 from tests.integration.delivering import accept, deliveries, engine, new_message
 from tests.integration.mailboxes import SEALER, add, frozen, relayed, relaying, reservations
@@ -87,7 +87,9 @@ async def test_a_send_lost_after_the_data_is_held_unknown_and_never_sent_again(
     later = datetime.now(UTC) + timedelta(days=2)
     await relaying(database, tls_files, now=lambda: later).run_until_idle()
     assert len(smarthost.transactions) == 1
-    listed = [r async for r in queue.deliveries(database, state="unknown")]  # what `mtad queue ls` reads
+    listed = [
+        r async for r in queue.deliveries(database, queue.Filters(states=("unknown",)))
+    ]  # what `mtad queue ls` reads
     assert [(r["recipient"], r["reason"]) for r in listed] == [("lost-once-1@example.net", "maybe_sent")]
 
 
@@ -101,9 +103,9 @@ async def test_queue_retry_sends_a_held_send_and_cancel_drops_one(
     first, second = rows["lost-once-1@example.net"]["id"], rows["lost-once-2@example.net"]["id"]
     assert {r["state"] for r in rows.values()} == {"unknown"}
     now = datetime.now(UTC)
-    assert await leases.act(database, "bounce", str(second), now) == ([], [{"id": second, "state": "unknown"}])
-    assert (await leases.act(database, "cancel", str(second), now))[0] == [second]
-    assert (await leases.act(database, "retry", str(first), now))[0] == [first]
+    assert await actions.act_on(database, "bounce", str(second), now) == ([], [{"id": second, "state": "unknown"}])
+    assert (await actions.act_on(database, "cancel", str(second), now))[0] == [second]
+    assert (await actions.act_on(database, "retry", str(first), now))[0] == [first]
     await relaying(database, tls_files).run_until_idle()
     rows = await deliveries(database)
     assert (rows["lost-once-1@example.net"]["state"], rows["lost-once-1@example.net"]["attempts"]) == ("delivered", 2)

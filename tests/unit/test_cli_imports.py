@@ -9,9 +9,11 @@ from mtad.base import events
 from mtad.cli import accounts as accounts_cli
 from mtad.cli import common, suppress
 from mtad.cli import dkim as dkim_cli
+from mtad.cli import queue as queue_cli
 from mtad.feedback import suppression
 from mtad.mailboxes import accounts
 from mtad.signing import dkim
+from mtad.spool import actions, queue
 
 HEAVY = (
     "mtad.deliver",
@@ -63,3 +65,8 @@ def test_the_parsers_choices_are_the_enums() -> None:
     assert tuple(m.value for m in accounts.Mechanism) == accounts_cli.MECHANISMS
     assert tuple(r.value for r in suppression.Reason) == suppress.REASONS
     assert tuple(k.value for k in events.Kind) == common.EVENT_KINDS
+    assert queue.BY == queue_cli.BY_CHOICES
+    assert queue.BUCKETS == queue_cli.BUCKETS
+    assert {name: tuple(actions.sources(name, queue.Filters(states=None))) for name in actions.ACTIONS} == (
+        queue_cli.ACTION_STATES
+    )

@@ -65,3 +65,19 @@ def test_an_operator_may_bounce_or_cancel_a_waiting_delivery_with_a_reason(old: 
         assert lifecycle.transition(old, new, Reason.ADMIN) is new
         with pytest.raises(errors.IllegalTransition, match="needs a reason"):
             lifecycle.transition(old, new)
+
+
+@pytest.mark.parametrize("old", [State.QUEUED, State.DEFERRED, State.LEASED])
+def test_an_operator_holds_a_delivery_not_being_sent_and_releases_it(old: State) -> None:
+    assert lifecycle.transition(old, State.HELD, Reason.ADMIN) is State.HELD
+    with pytest.raises(errors.IllegalTransition, match="needs a reason"):
+        lifecycle.transition(old, State.HELD)
+    assert lifecycle.TRANSITIONS[State.HELD] == {State.QUEUED, State.CANCELLED, State.BOUNCED}
+    assert State.HELD not in lifecycle.FINAL  # it waits for its release, and retention keeps it
+    assert not lifecycle.can_move(State.HELD, State.LEASED)  # never leased while held
+    assert not lifecycle.can_move(State.UNKNOWN, State.HELD)  # its send may have gone out: retry or cancel
+
+
+def test_only_an_operator_takes_a_leased_delivery_into_hold() -> None:
+    with pytest.raises(errors.IllegalTransition, match="only for reason admin"):
+        lifecycle.transition(State.LEASED, State.HELD, Reason.SUPPRESSED)

@@ -1,0 +1,27 @@
+-- The deliveries that match the filters (as in queue/list.sql) counted by key $8
+-- ('provider': the group of the last attempt, 'domain', 'tenant', 'pool': the
+-- message's source pool, 'source': the address its last attempt left from, as its
+-- last event with one says; '-': none) and by age at $9 in qshape's buckets (0: under
+-- 5 minutes ... 9: 1280 minutes and more), with the oldest and the next due of each.
+SELECT CASE $8::text WHEN 'domain' THEN d.domain WHEN 'tenant' THEN m.tenant
+                     WHEN 'pool' THEN coalesce(m.pool, '-') WHEN 'source' THEN coalesce(s.source, '-')
+                     ELSE coalesce(d.route_group, '-') END AS key,
+       width_bucket(extract(epoch FROM $9::timestamptz - d.created_at)::float8,
+                    ARRAY[300, 600, 1200, 2400, 4800, 9600, 19200, 38400, 76800]::float8[]) AS bucket,
+       count(*) AS n, min(d.created_at) AS oldest,
+       min(d.next_attempt_at) FILTER (WHERE d.state::text IN ('queued', 'deferred')) AS next_due
+FROM deliveries d
+JOIN messages m ON m.id = d.message
+LEFT JOIN LATERAL (
+    SELECT e.data ->> 'source' AS source FROM events e
+    WHERE $8::text = 'source' AND e.message = d.message AND e.delivery = d.id AND e.data ? 'source'
+    ORDER BY e.id DESC LIMIT 1
+) s ON true
+WHERE ($1::text[] IS NULL OR d.state::text = ANY($1::text[]))
+  AND ($2::text IS NULL OR m.tenant = $2::text)
+  AND ($3::text IS NULL OR coalesce(d.route_group, '-') = $3::text)
+  AND ($4::text IS NULL OR d.domain = $4::text)
+  AND ($5::timestamptz IS NULL OR d.created_at <= $5::timestamptz)
+  AND ($6::uuid IS NULL OR d.message = $6::uuid)
+  AND ($7::bigint IS NULL OR d.id = $7::bigint)
+GROUP BY 1, 2
