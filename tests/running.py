@@ -195,6 +195,21 @@ def http_get(port: int, path: str) -> tuple[int, str]:
             return error.code, error.read().decode()
 
 
+def admin_call(port: int, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+    """A request to mtad's admin API on 127.0.0.1:port: (status, the JSON answer), errors included."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                     data=json.dumps(body).encode() if body is not None else None)  # fmt: skip
+    request.add_header("Content-Type", "application/json")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as refused:
+        with refused:
+            return refused.code, json.loads(refused.read())
+
+
 def free_port() -> int:
     """A port of 127.0.0.1 free now, for a listener mtad does not report in `ready`."""
     with socket.socket() as s:

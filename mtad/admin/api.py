@@ -4,12 +4,13 @@ JSON in and out, and HTTP injection of mail.
 Every route under /v1 but the OpenAPI document wants `Authorization: Bearer
 <token>` with the token of `[admin] token_file` (compared in constant time).
 Errors are JSON objects `{"error": ...}` with a 4xx or 5xx status: 400 for a body
-that is not JSON, 401 without the token, 404 for what does not exist, 409 for a
-conflict, 422 for a request that cannot be done as asked (with "field" naming
-the field of the body or query at fault, when one is), 503 when PostgreSQL does
-not answer. A name that names nothing (a tenant, pool, provider group, account,
-webhook endpoint, source address: mtad.admin.names) is a 404 in the path and a
-422 in the body or query, with "did_you_mean" the closest known name (or null).
+that is not JSON, or a filter of the queue that is not one (with "field"), 401
+without the token, 404 for what does not exist, 409 for a conflict, 422 for a
+request that cannot be done as asked (with "field" naming the field of the body
+or query at fault, when one is), 503 when PostgreSQL does not answer. A name that
+names nothing (a tenant, pool, provider group, account, webhook endpoint, source
+address: mtad.admin.names) is a 404 in the path and a 422 in the body or query,
+with "did_you_mean" the closest known name (or null).
 A message injected is answered 202 only after its COMMIT; a change of what may be
 sent or submitted (pause, suspend, reroute, an account's state) only once every
 live node holds it, its answer saying which did ("acknowledged").

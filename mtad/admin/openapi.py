@@ -31,6 +31,16 @@ def _query(name: str, about: str) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "description": about, "schema": {"type": "string"}}
 
 
+_FILTERS = [
+    _query("state", "one state: queued, leased, deferred, delivered, bounced, failed, cancelled, unknown, held "
+                    "(default: every state but the final ones)"),
+    _query("tenant", "a tenant"),
+    _query("provider", "the provider group of the last attempt ('-': never attempted)"),
+    _query("domain", "the recipient domain"),
+    _query("older_than", 'accepted at least this long ago ("30m", "2h", "3d")'),
+]  # fmt: skip
+_STRING = {"type": "string"}
+
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {"title": "mtad admin API", "version": "1",
@@ -49,14 +59,26 @@ DOCUMENT: dict[str, Any] = {
                             "description": "a resubmission with the same key gets the first one's queue id",
                             "schema": {"type": "string"}}],
         }},
-        "/v1/queue": {"get": _op("Deliveries, oldest first", params=[
-            _query("state", "queued, leased, deferred, delivered, bounced, failed, cancelled, unknown"),
-            _query("provider", "a provider group"), _query("limit", "at most this many (1-10000, default 1000)")])},
+        "/v1/queue": {"get": _op("Deliveries still to be done (or in every state, or in one), oldest first, a page "
+                                 "at a time: {deliveries, next_cursor (null: the last page), totals (first page "
+                                 "only: total and by state)}", params=[
+            *_FILTERS, _query("all", "true: every state, final ones too"),
+            _query("limit", "at most this many (1-1000, default 100)"),
+            _query("cursor", "next_cursor of the page before")])},
+        "/v1/queue/summary": {"get": _op("qshape: the deliveries still to be done counted by key and by age since "
+                                         "accepted (buckets: 5m is under 5 minutes, 10m 5 to 10, ... 1280m+), "
+                                         "with the oldest and the next due; the total first", params=[
+            _query("by", "provider (default), domain, tenant, source or pool"), *_FILTERS])},
+        "/v1/queue/{action}": {"post": _op("Retry, cancel, bounce, hold or release every delivery the body's "
+                                           "filters match (or \"all\": true), in batches; {count, was: by state}, "
+                                           "or with \"dry_run\": true {count, would, left, sending}",
+                                           body="#/components/schemas/QueueAction",
+                                           params=[_path("action", "retry, cancel, bounce, hold or release")])},
         "/v1/queue/{id}": {"get": _op("A message (queue id, or a delivery id) with its deliveries and events",
                                       params=[_path("id", "queue id or delivery id")])},
-        "/v1/queue/{id}/{action}": {"post": _op("Retry, cancel or bounce a delivery, or every delivery of a message",
-                                                params=[_path("id", "queue id or delivery id"),
-                                                        _path("action", "retry, cancel or bounce")])},
+        "/v1/queue/{id}/{action}": {"post": _op("Retry, cancel, bounce, hold or release a delivery, or every "
+                                                "delivery of a message", params=[
+            _path("id", "queue id or delivery id"), _path("action", "retry, cancel, bounce, hold or release")])},
         "/v1/tenants": {"get": _op("The tenants"),
                         "post": _op("Add a tenant that authenticates with its password",
                                     body="#/components/schemas/Tenant", ok="201")},
@@ -107,9 +129,14 @@ DOCUMENT: dict[str, Any] = {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
                                        "description": "the token in [admin] token_file"}},
         "schemas": {
+            "QueueAction": {"type": "object", "additionalProperties": False, "properties": {
+                "state": _STRING, "tenant": _STRING, "provider": _STRING, "domain": _STRING, "older_than": _STRING,
+                "all": {"type": "boolean", "description": "every delivery the action takes, no filter"},
+                "dry_run": {"type": "boolean", "description": "only count what it would do"}}},
             "Error": {"type": "object", "required": ["error"], "properties": {
                 "error": {"type": "string"}, "smtp": {"type": "string", "description": "the SMTP reply it would be"},
-                "field": {"type": "string", "description": 'the field of the body at fault (a 422): "to[1]"'},
+                "field": {"type": "string",
+                          "description": 'the field of the body or query at fault (a 400 or 422): "to[1]"'},
                 "did_you_mean": {"type": ["string", "null"],
                                  "description": "a name that names nothing: the closest known name"},
             }},

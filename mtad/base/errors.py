@@ -7,6 +7,7 @@ module catches a foreign exception.
     MtadError
      +-- ConfigError               bad configuration; carries every problem found
      +-- UsageError                a command given what it cannot use (exit 2)
+     |    +-- filters.BadParameter a filter of the queue that is not one (the API's 400)
      +-- SpoolError
      |    +-- DatabaseUnavailable  PostgreSQL cannot be reached or dropped the
      |    |                        connection; the operation may be retried

@@ -4,9 +4,6 @@ will not do is refused naming the key."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +11,7 @@ import pytest
 
 from tests import waiting
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
-from tests.running import Mtad, delivering, free_port
+from tests.running import Mtad, admin_call, delivering, free_port
 from tests.sink import ThreadedSink
 
 pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
@@ -22,17 +19,7 @@ TOKEN = "an-admin-token-of-the-acceptance-test"
 
 
 def call(port: int, method: str, path: str, body: Any = None, token: str | None = TOKEN) -> tuple[int, Any]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
-                                     data=json.dumps(body).encode() if body is not None else None)  # fmt: skip
-    request.add_header("Content-Type", "application/json")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as refused:
-        with refused:
-            return refused.code, json.loads(refused.read())
+    return admin_call(port, method, path, body, token)
 
 
 def test_a_message_injected_over_http_is_delivered(

@@ -67,7 +67,7 @@ def test_deliver_defer_then_deliver_bounce_and_expire(
     [first] = logged(daemon, "delivered", "ok@sink.test")
     assert (first["mx"], first["group"]) == ("mx1.sink.test", "mx:mx1.sink.test,mx2.sink.test")
 
-    listing = daemon.cli("queue", "ls", "--json")
+    listing = daemon.cli("queue", "ls", "--json", "--all")
     assert listing.returncode == 0, listing.stderr
     rows = {d["recipient"]: d for d in map(json.loads, listing.stdout.splitlines())}
     assert (rows["ok@sink.test"]["state"], rows["ok@sink.test"]["attempts"]) == ("delivered", 1)
@@ -79,7 +79,7 @@ def test_deliver_defer_then_deliver_bounce_and_expire(
     assert rows["reject-1@sink.test"]["last_reply"]["code"] == 550
     assert (rows["tempfail-1@sink.test"]["state"], rows["tempfail-1@sink.test"]["reason"]) == ("bounced", "expired")
     assert rows["ok@sink.test"]["provider"] == "mx:mx1.sink.test,mx2.sink.test"
-    by_group = daemon.cli("queue", "ls", "--json", "--provider", "mx:mx1.sink.test,mx2.sink.test")
+    by_group = daemon.cli("queue", "ls", "--json", "--all", "--provider", "mx:mx1.sink.test,mx2.sink.test")
     assert len(by_group.stdout.splitlines()) == 4
 
     status, metrics = http_get(daemon.http_port, "/metrics")

@@ -77,7 +77,7 @@ def test_the_quick_start_delivers_to_the_sink_offline(daemon: Mtad, sink: SinkPr
     assert line.endswith(" dkim=none")
 
     delivered(daemon, 1)
-    listed = daemon.cli("queue", "ls")
+    listed = daemon.cli("queue", "ls", "--all")
     assert listed.returncode == 0, listed.stderr
     [row] = [r for r in listed.stdout.splitlines() if QUICK in r]
     assert row.split()[2] == "delivered"

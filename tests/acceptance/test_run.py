@@ -183,5 +183,6 @@ def test_a_null_sender_is_accepted_and_listed_as_such(mtad_factory: Any, dsn: st
     [listed] = [json.loads(line) for line in daemon.cli("queue", "ls", "--json").stdout.splitlines()]
     assert listed["sender"] == ""
     table = daemon.cli("queue", "ls").stdout.splitlines()
-    assert "<>" in table[-1]
+    assert "<>" in table[-2]
+    assert table[-1] == "TOTAL 1 delivery: 1 queued"
     assert daemon.stop() == 0

@@ -174,7 +174,7 @@ async def test_the_operations_of_the_command_line(database: db.Database) -> None
         status, listed = await client.call("GET", "/v1/queue?state=queued&limit=1")
         assert status == 200
         assert [d["recipient"] for d in listed["deliveries"]] == ["a@example.com"]
-        assert (await client.call("GET", "/v1/queue?limit=0"))[0] == 422
+        assert (await client.call("GET", "/v1/queue?limit=0"))[0] == 400
         status, acted = await client.call("POST", f"/v1/queue/{injected['queue_id']}/cancel")
         assert status == 200
         assert len(acted["changed"]) == 2
