@@ -5,8 +5,10 @@ imports aiosmtplib.
 `Pool.deliver()` sends one transaction (a message to some recipients at one
 domain) through the first mail exchanger that takes a connection, in the order
 given, and returns a `Result`: a reply per recipient, or a local failure, with
-where it went and over which TLS version. aiosmtplib's exceptions are
-translated here, once, into `Reply` values and `outcomes.Failure`.
+where it went, over which TLS version and cipher, and where the time went
+(opening sessions, STARTTLS, the transaction: time.monotonic(), read only at
+those points). aiosmtplib's exceptions are translated here, once, into `Reply`
+values and `outcomes.Failure`.
 
 A session carries up to `max_messages` transactions, is closed after
 `idle_timeout` unused, and at most `max_per_host` are open to one address.
@@ -94,10 +96,17 @@ class Result:
     address: str = ""  # the address connected to
     source: str | None = None
     tls: str | None = None  # "TLSv1.3", or None in clear
+    cipher: str | None = None  # "TLS_AES_256_GCM_SHA384", or None in clear
     tls_policy: Kind | None = None  # the policy the session was held to
     tls_error: Failed | None = None  # why it failed that policy (refused, or noted under MTA-STS testing)
     data_sent: bool = False  # the message went out: an unknown outcome may be a delivery
     reused: bool = False  # over a session opened for an earlier transaction
+    # Seconds spent opening sessions (TCP, greeting, EHLO, AUTH; every host tried), in
+    # STARTTLS (the command and its handshake), and in the transaction (MAIL to the
+    # reply to the end of DATA). Over a reused session the first two are 0.
+    connect_time: float = 0.0
+    tls_time: float = 0.0
+    transfer_time: float = 0.0
 
     @property
     def maybe_sent(self) -> bool:
@@ -130,14 +139,28 @@ class Target:
     verify: Verify | None = None  # the domain's TLS policy for this host; None: opportunistic
 
 
+@dataclass(slots=True)
+class _Spent:
+    """Seconds one transaction spent opening sessions, and of those in STARTTLS."""
+
+    opening: float = 0.0
+    tls: float = 0.0
+
+
 class _Session:
     def __init__(
-        self, client: aiosmtplib.SMTP, target: Target, tls: str | None, now: float, label: str, noted: Failed | None
+        self,
+        client: aiosmtplib.SMTP,
+        target: Target,
+        tls: tuple[str | None, str | None],
+        now: float,
+        label: str,
+        noted: Failed | None,
     ) -> None:
         self.client = client
         self.label = label  # the provider group it was opened for (for metrics)
         self.target = target
-        self.tls = tls
+        self.tls, self.cipher = tls  # version and cipher, None in clear
         self.noted = noted  # a policy failure let through (MTA-STS testing)
         self.messages = 0
         self.last_used = now
@@ -233,9 +256,10 @@ class Pool:
         this opens in the metrics. With `login`, the targets are the account's smarthost."""
         source = source if source is not None else self.settings.source_address
         last = Result(failure=Failure.CONNECT_FAILED, source=source)
+        spent = _Spent()
         for target in targets:
             try:
-                session, reused = await self._acquire(target, source, label, ehlo, login)
+                session, reused = await self._acquire(target, source, label, ehlo, login, spent)
             except _Refused as refused:
                 last = Result(
                     replies=dict.fromkeys(tx.recipients, refused.reply) if refused.reply else {},
@@ -245,10 +269,15 @@ class Pool:
                     source=source,
                     tls_policy=target.verify.kind if target.verify is not None else None,
                     tls_error=refused.why,
+                    connect_time=spent.opening - spent.tls,
+                    tls_time=spent.tls,
                 )
                 continue  # RFC 5321 5.1: try the next mail exchanger
+            began = time.monotonic()
             result = await self._transact(session, tx)
+            result.transfer_time = time.monotonic() - began
             result.host, result.address, result.source, result.reused = target.host, target.address, source, reused
+            result.connect_time, result.tls_time = spent.opening - spent.tls, spent.tls
             if target.verify is not None:
                 result.tls_policy, result.tls_error = target.verify.kind, session.noted
             await self._release(session, keep=result.failure is None)
@@ -257,7 +286,7 @@ class Pool:
 
     async def _transact(self, session: _Session, tx: Transaction) -> Result:
         client, timeout = session.client, self.settings.command_timeout
-        result = Result(tls=session.tls)
+        result = Result(tls=session.tls, cipher=session.cipher)
         options = b" SMTPUTF8" if tx.smtputf8 and session.smtputf8 else b""
         commands = [b"MAIL FROM:<" + smtp_wire.address(tx.sender) + b">" + options]
         commands += [b"RCPT TO:<" + smtp_wire.address(rcpt) + b">" for rcpt in tx.recipients]
@@ -307,7 +336,7 @@ class Pool:
         return result
 
     async def _acquire(
-        self, target: Target, source: str | None, label: str, ehlo: str | None, login: Login | None
+        self, target: Target, source: str | None, label: str, ehlo: str | None, login: Login | None, spent: _Spent
     ) -> tuple[_Session, bool]:
         key = (target.address, target.port, source, login.account if login else None)
         policy = target.verify.proves if target.verify is not None else None
@@ -328,13 +357,16 @@ class Pool:
                     await self._drop(pool, pool.idle.pop(0))
                     continue
                 await pool.freed.wait()
+        began = time.monotonic()
         try:
-            session = await self._open(target, source, label, ehlo, login)
+            session = await self._open(target, source, label, ehlo, login, spent)
         except BaseException:
             async with pool.freed:
                 pool.open -= 1
                 pool.freed.notify()
             raise
+        finally:
+            spent.opening += time.monotonic() - began
         self._stats.opened += 1
         metrics.OUTBOUND_SESSIONS.labels(group=label).inc()
         session.key, session.policy = key, policy
@@ -363,8 +395,10 @@ class Pool:
             pool.freed.notify()
 
     async def _open(
-        self, target: Target, source: str | None, label: str, ehlo: str | None, login: Login | None
+        self, target: Target, source: str | None, label: str, ehlo: str | None, login: Login | None, spent: _Spent
     ) -> _Session:
+        """A new session, secured and logged in; the time of its STARTTLS added to `spent`
+        (implicit TLS's handshake is part of its connect)."""
         settings = self.settings
         implicit = login is not None and login.implicit_tls
         context = (login.tls or self._relay_tls) if login is not None else self._tls
@@ -389,14 +423,19 @@ class Pool:
             except ssl.SSLError as exc:
                 raise _Refused(None, Failure.TLS_FAILED) from exc
             await client.ehlo()
-            tls, verify, noted = None, target.verify, None
+            tls: tuple[str | None, str | None] = (None, None)
+            verify, noted = target.verify, None
             if implicit:
-                tls = _tls_version(client)
+                tls = _tls_of(client)
             elif client.supports_extension("starttls"):
                 if verify is not None and verify.kind is Kind.MTA_STS:
                     context = self._verified
                 try:
-                    await client.starttls(tls_context=context, server_hostname=target.host)
+                    handshake = time.monotonic()
+                    try:
+                        await client.starttls(tls_context=context, server_hostname=target.host)
+                    finally:
+                        spent.tls += time.monotonic() - handshake
                 except ssl.SSLCertVerificationError as exc:
                     if verify is None:  # a smarthost's (a login's context verifies too)
                         raise _Refused(None, Failure.TLS_FAILED) from exc
@@ -406,14 +445,14 @@ class Pool:
                     )
                     if verify.enforce:
                         raise _Refused(None, Failure.TLS_POLICY, why) from exc
-                    return await self._unverified(target, source, label, ehlo, why)
+                    return await self._unverified(target, source, label, ehlo, why, spent)
                 except (ssl.SSLError, aiosmtplib.SMTPException, OSError) as exc:
                     failed = None
                     if verify is not None:
                         failed = Failed("validation-failure", f"{_NAMES[verify.kind]}: STARTTLS with {target.host} "
                                                               f"failed: {exc}")  # fmt: skip
                     raise _Refused(None, Failure.TLS_FAILED, failed) from exc
-                tls = _tls_version(client)
+                tls = _tls_of(client)
                 if verify is not None and verify.kind is Kind.DANE and verify.tlsa:
                     mismatch = dane.check(verify.tlsa, _chain(client), verify.names)
                     if mismatch is not None:
@@ -445,11 +484,11 @@ class Pool:
         return _Session(client, target, tls, self._now(), label, noted)
 
     async def _unverified(
-        self, target: Target, source: str | None, label: str, ehlo: str | None, why: Failed
+        self, target: Target, source: str | None, label: str, ehlo: str | None, why: Failed, spent: _Spent
     ) -> _Session:
         """A session as if the host had no policy, noting why the policy failed (MTA-STS
         testing: the handshake that failed verification cannot go on)."""
-        session = await self._open(replace(target, verify=None), source, label, ehlo, None)
+        session = await self._open(replace(target, verify=None), source, label, ehlo, None, spent)
         session.noted = why
         return session
 
@@ -458,7 +497,7 @@ class Pool:
         quit (`mtad accounts test`): the TLS version, or the refusal (its reply under
         the key "", or a failure)."""
         try:
-            session = await self._open(target, None, "-", None, login)
+            session = await self._open(target, None, "-", None, login, _Spent())
         except _Refused as refused:
             return Result(
                 replies={"": refused.reply} if refused.reply else {},
@@ -467,7 +506,7 @@ class Pool:
                 address=target.address,
             )
         await session.close()
-        return Result(host=target.host, address=target.address, tls=session.tls)
+        return Result(host=target.host, address=target.address, tls=session.tls, cipher=session.cipher)
 
     async def close_idle(self) -> int:
         """Close sessions idle longer than idle_timeout; returns how many."""
@@ -522,9 +561,13 @@ def _chain(client: aiosmtplib.SMTP) -> list[bytes]:
     return [certificate.public_bytes(_DER) for certificate in chain]
 
 
-def _tls_version(client: aiosmtplib.SMTP) -> str | None:
+def _tls_of(client: aiosmtplib.SMTP) -> tuple[str | None, str | None]:
+    """The session's TLS version and cipher; (None, None) in clear."""
     ssl_object = client.get_transport_info("ssl_object")
-    return ssl_object.version() if ssl_object is not None else None
+    if ssl_object is None:
+        return None, None
+    cipher = ssl_object.cipher()
+    return ssl_object.version(), cipher[0] if cipher is not None else None
 
 
 async def _authenticate(client: aiosmtplib.SMTP, login: Login) -> None:

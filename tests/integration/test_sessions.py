@@ -76,6 +76,30 @@ async def test_starttls_when_offered_and_required_tls(tls_files: tuple[Path, Pat
         await clear.stop()
 
 
+async def test_each_result_says_where_its_time_went(tls_files: tuple[Path, Path]) -> None:
+    from mtad.submission import tls_context
+
+    secure = await Sink(("127.0.0.4",), tls=tls_context(*tls_files), data_delay=0.05).start()
+    try:
+        p = pool(secure)
+        first = await p.deliver([target(secure, "127.0.0.4")], tx())
+        assert first.tls in ("TLSv1.2", "TLSv1.3")
+        assert first.cipher
+        assert first.connect_time > 0
+        assert first.tls_time > 0
+        assert first.transfer_time >= 0.05  # the sink's wait before its reply to the data
+        again = await p.deliver([target(secure, "127.0.0.4")], tx())
+        assert (again.reused, again.connect_time, again.tls_time, again.cipher) == (True, 0.0, 0.0, first.cipher)
+        assert again.transfer_time >= 0.05
+        dead = sessions.Target("mx0.test", "127.0.0.9", secure.port)  # nothing listens there
+        refused = await p.deliver([dead], tx())
+        assert (refused.failure, refused.tls_time, refused.transfer_time) == (Failure.CONNECT_FAILED, 0.0, 0.0)
+        assert refused.connect_time > 0  # the refused connection's time counts too
+        await p.close()
+    finally:
+        await secure.stop()
+
+
 async def test_a_disconnect_after_the_data_may_have_delivered(sink: Sink) -> None:
     result = await pool(sink).deliver([target(sink)], tx("disconnect-in-data@example.com"))
     assert result.failure is Failure.DISCONNECTED_IN_DATA
