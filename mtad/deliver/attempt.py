@@ -87,17 +87,18 @@ class Attempts:
         """One job's attempt along `way` (None: it expired in its queue, and only its
         bounce is recorded). Returns the job of the deliveries to queue again in
         `group`, sent no attempt (a mailbox refused them), if any."""
-        started = time.perf_counter()
+        started = time.monotonic()
         rerouted: list[Job] = []
         try:
-            if way is None or job.expired(self._now(), self.settings.max_age):
+            now = self._now()
+            if way is None or job.expired(now, self.settings.max_age):
                 if way is not None:
                     await way.abandon()
                 verdict = outcomes.EXPIRED
                 await self._recorder.finish(job, group.name, {d.id: (verdict, None) for d in job.deliveries},
                                             {"expired": True})  # fmt: skip
             else:
-                await self._send(job, group, way, rerouted)
+                await self._send(job, group, way, rerouted, jobs.Timing(now, started))
         except errors.SpoolError as exc:
             log.warning("attempt_not_recorded", message=str(job.message), error=str(exc))
             self._recorder.forget(job)  # the leases expire and the reaper requeues them; a reservation stays counted
@@ -106,10 +107,12 @@ class Attempts:
                 way.answered(None)  # when the attempt ended before the receiver answered
             group.freed.set()
             self._holdings.waiting(job.deliveries)
-            metrics.ATTEMPT_LATENCY.labels(group=group.name).observe(time.perf_counter() - started)
+            metrics.ATTEMPT_LATENCY.labels(group=group.name).observe(time.monotonic() - started)
         return rerouted[0] if rerouted else None
 
-    async def _send(self, job: Job, group: Group, way: strategies.Strategy, rerouted: list[Job]) -> None:
+    async def _send(
+        self, job: Job, group: Group, way: strategies.Strategy, rerouted: list[Job], timing: jobs.Timing
+    ) -> None:
         """Read, write the attempt id, plan, sign, send, classify, settle, record; a
         reroute is put in `rerouted` as soon as it is known."""
         try:
@@ -132,7 +135,6 @@ class Attempts:
         if not job.deliveries:
             await way.abandon()
             return
-        started_at = self._now()
         data: dict[str, Any] = {"attempt": str(attempt), **way.describe()}
         plan = await way.plan(message, data)
         result = None
@@ -148,6 +150,7 @@ class Attempts:
             result = await self._pool.deliver(
                 plan.targets, tx, plan.source.address or None, label=group.name, ehlo=ehlo, login=plan.login
             )
+            timing = timing.sent(result)
             verdicts = self._classify(job, result)
             if signed.made is not None and any(v.state is State.DEFERRED for v, _ in verdicts.values()):
                 self._spawn(self._signatures.keep(message, signed.made))  # for the retry
@@ -167,14 +170,15 @@ class Attempts:
                 self._holdings.job_done(job.message)
                 return
         if result is not None and result.maybe_sent and isinstance(way, strategies.ThroughMailbox):
-            kept = await self._hold_unanswered(job, group, way, verdicts, data, started_at)
+            kept = await self._hold_unanswered(job, group, way, verdicts, data, timing)
             if kept is None:
                 return
-        await self._recorder.finish(job, group.name, verdicts, data, started_at=started_at)
+        await self._recorder.finish(job, group.name, verdicts, data, timing=timing)
 
     def _described(self, job: Job, result: sessions.Result, data: dict[str, Any]) -> None:
         """What the event says of the session; its TLS counted and kept for reporting."""
-        data.update(address=result.address, source=result.source, tls=result.tls, reused=result.reused)
+        data.update(address=result.address, source=result.source, tls=result.tls, cipher=result.cipher,
+                    reused=result.reused)  # fmt: skip
         if result.failure is not None:
             data["failure"] = result.failure.value
         if result.tls_policy is not None:
@@ -258,7 +262,7 @@ class Attempts:
 
     async def _hold_unanswered(
         self, job: Job, group: Group, way: strategies.ThroughMailbox, verdicts: strategies.Verdicts,
-        data: dict[str, Any], started_at: datetime,
+        data: dict[str, Any], timing: jobs.Timing,
     ) -> Job | None:  # fmt: skip
         """After a relayed send whose connection was lost after the data, the deliveries
         the receiver did not answer may have gone out: each is held unknown rather than
@@ -272,7 +276,7 @@ class Attempts:
             return job
         job.deliveries = [d for d in job.deliveries if d not in unanswered]
         await self._recorder.hold(jobs.split(job, unanswered, self._holdings), group.name, unknown,
-                                  "lost_after_data", data, started_at)  # fmt: skip
+                                  "lost_after_data", data, timing)  # fmt: skip
         if not job.deliveries:
             self._holdings.job_done(job.message)
             return None

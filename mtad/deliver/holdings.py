@@ -26,6 +26,8 @@ class Message:
     id: uuid.UUID
     tenant: str
     sender: str
+    message_id: str  # its Message-ID field, for the records
+    size: int  # octets as spooled, for the records
     smtputf8: bool
     pool: str | None  # chosen at submission (X-Mtad-Pool, the tenant's), None: not chosen
     account_pool: str | None  # chosen at submission (X-Mtad-Account-Pool, the tenant's): relayed

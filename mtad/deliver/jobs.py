@@ -15,7 +15,7 @@ from typing import Any
 from mtad.deliver.holdings import Holdings
 from mtad.deliver.ready import ReadyQueue
 from mtad.deliver.strategies import Verdicts
-from mtad.outbound import outcomes, routing
+from mtad.outbound import outcomes, routing, sessions
 from mtad.outbound.outcomes import Failure
 from mtad.spool.leases import Leased
 
@@ -51,6 +51,21 @@ class Group:
     dispatching: bool = False
     unsigned: collections.deque[Job] = field(default_factory=collections.deque)  # MX jobs to sign ahead, in order
     signed_ahead: int = 0  # jobs signed ahead and not yet started
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """When an attempt began and where its time went on the wire, for its records."""
+
+    began: datetime  # the engine's clock: each delivery's queue wait ends here
+    clock: float  # time.monotonic() then: the attempt's duration ends at its outcome
+    connect: float = 0.0  # seconds opening sessions, STARTTLS apart (0 over a reused one)
+    tls: float = 0.0  # in STARTTLS
+    transfer: float = 0.0  # MAIL to the reply to the end of DATA
+
+    def sent(self, result: sessions.Result) -> Timing:
+        """With where the send's time went."""
+        return Timing(self.began, self.clock, result.connect_time, result.tls_time, result.transfer_time)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import random
+import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -25,8 +26,8 @@ from mtad.base.batching import Batcher
 from mtad.base.lifecycle import Reason, State
 from mtad.base.replies import Reply
 from mtad.deliver import strategies
-from mtad.deliver.holdings import Holdings
-from mtad.deliver.jobs import DeliveryStats, Job
+from mtad.deliver.holdings import Holdings, Message
+from mtad.deliver.jobs import DeliveryStats, Job, Timing
 from mtad.deliver.settings import Settings
 from mtad.mailboxes import relay
 from mtad.outbound.outcomes import Verdict
@@ -121,11 +122,12 @@ class Recorder:
         verdicts: strategies.Verdicts,
         data: dict[str, Any],
         *,
-        started_at: datetime | None = None,
+        timing: Timing | None = None,
     ) -> None:
         """Decide each delivery's next state, record it with its event, let go of it.
-        `started_at`: when the attempt began, if one was made."""
+        `timing`: when the attempt began and where its time went, if one was made."""
         self._holdings.working(job.deliveries)  # being recorded: kept if its lease is lost
+        took = _took(timing)
         now = self._now()
         tenant = job.tenant  # travels with the job: no second read of the message
         recorded: list[Outcome] = []
@@ -155,9 +157,8 @@ class Recorder:
             await self._record.submit(recorded)
         finally:
             self._holdings.waiting(job.deliveries)
-        self._count(job, group, recorded, data.get("source"), now, started_at)
-        for outcome in recorded:
-            self._log(outcome, job)
+        self._count(job, group, recorded, data.get("source"), now, timing)
+        self._log(job, recorded, timing, took)
         self.forget(job)
 
     async def finish_or_forget(self, job: Job, verdicts: strategies.Verdicts, data: dict[str, Any]) -> None:
@@ -171,12 +172,14 @@ class Recorder:
 
     async def hold(
         self, job: Job, group: str, unknown: relay.Unknown, why: str, data: dict[str, Any],
-        started_at: datetime | None = None,
+        timing: Timing | None = None,
     ) -> None:  # fmt: skip
         """Hold every delivery of the job unknown, each with its event (`why`: how it may
         have gone out), and let go of them."""
         self._holdings.working(job.deliveries)  # being recorded: kept if its lease is lost
+        took = _took(timing)
         now = self._now()
+        message = self._holdings.message(job.message)  # for the log: gone with the job's last
         said = {**data, "group": group, "why": why, "looked_for": unknown.looked_for,
                 "resend_at": unknown.until.isoformat() if unknown.looked_for else None}  # fmt: skip
         recorded = [
@@ -189,9 +192,8 @@ class Recorder:
         finally:
             self._holdings.waiting(job.deliveries)
             self.forget(job)
-        self._count(job, group, recorded, data.get("source"), now, started_at)
-        for outcome in recorded:
-            self._log(outcome, job)
+        self._count(job, group, recorded, data.get("source"), now, timing)
+        self._log(job, recorded, timing, took, message)
 
     def forget(self, job: Job) -> None:
         """Let go of the job's deliveries: written, or left for their leases to run out."""
@@ -283,7 +285,7 @@ class Recorder:
         recorded: list[Outcome],
         source: str | None,
         now: datetime,
-        started_at: datetime | None,
+        timing: Timing | None,
     ) -> None:
         """The outcomes in the statistics and the metrics; the queue wait of the first
         attempts, the latency of the final outcomes, the reasons of the others."""
@@ -295,10 +297,10 @@ class Recorder:
             metrics.DELIVERIES_BY_TENANT.labels(outcome=name, tenant=job.tenant or "-").inc(count)
         provider = _provider(group)
         accepted_at = {d.id: d.created_at for d in job.deliveries}
-        if started_at is not None:
+        if timing is not None:
             for d in job.deliveries:
                 if d.attempts == 0 and not d.maybe_sent:  # its first attempt
-                    wait = (started_at - d.created_at).total_seconds()
+                    wait = (timing.began - d.created_at).total_seconds()
                     metrics.QUEUE_WAIT.labels(group=provider).observe(max(0.0, wait))
         for outcome in recorded:
             if outcome.state in _FINAL:
@@ -308,30 +310,55 @@ class Recorder:
                 why = outcome.data.get("reason") or "undefined"
                 metrics.BOUNCE_REASONS.labels(reason=why, group=provider, kind=outcome.state.value).inc()
 
-    def _log(self, outcome: Outcome, job: Job) -> None:
+    def _log(
+        self, job: Job, recorded: list[Outcome], timing: Timing | None, took: float | None,
+        message: Message | None = None,
+    ) -> None:  # fmt: skip
         """One log line per delivery and outcome, with every field of docs/logging.md
-        (null where it does not apply)."""
-        data = outcome.data
-        log.info(
-            outcome.state.value,
-            delivery=outcome.delivery,
-            queue_id=str(job.message),
-            tenant=job.tenant,
-            recipient=data.get("recipient"),
-            group=outcome.route_group or "-",
-            reason=outcome.reason.value if outcome.reason else None,
-            bounce_reason=data.get("reason"),
-            status=data.get("status"),
-            reply=data.get("reply"),
-            attempt=data.get("attempt"),
-            mx=data.get("mx") or None,
-            address=data.get("address") or None,
-            source=data.get("source") or None,
-            tls=data.get("tls"),
-            pool=data.get("pool"),
-            account=data.get("account"),
-            next_attempt=outcome.next_attempt_at.isoformat() if outcome.next_attempt_at else None,
-        )
+        (null where it does not apply); `message` defaults to the one held."""
+        message = message or self._holdings.message(job.message)  # None: it could not be read
+        wire = (timing.connect, timing.tls, timing.transfer) if timing is not None else (0.0, 0.0, 0.0)
+        connect, tls, transfer = (round(part, 6) for part in wire)
+        for d, outcome in zip(job.deliveries, recorded, strict=True):
+            data, reply = outcome.data, outcome.reply
+            delays = None
+            if timing is not None:
+                queue = round(max(0.0, (timing.began - d.due_at).total_seconds()), 6)
+                delays = {"queue": queue, "connect": connect, "tls": tls, "transfer": transfer}
+            log.info(
+                outcome.state.value,
+                delivery=outcome.delivery,
+                queue_id=str(job.message),
+                message_id=message.message_id if message else None,
+                tenant=job.tenant,
+                sender=message.sender if message else None,
+                size=message.size if message else None,
+                recipient=d.recipient,
+                domain=d.domain,
+                group=outcome.route_group or "-",
+                reason=outcome.reason.value if outcome.reason else None,
+                bounce_reason=data.get("reason"),
+                code=reply.code if reply is not None else None,
+                status=data.get("status"),
+                reply=data.get("reply"),
+                attempt=data.get("attempt"),
+                attempt_number=d.attempts + 1,
+                mx=data.get("mx") or None,
+                address=data.get("address") or None,
+                source=data.get("source") or None,
+                tls=data.get("tls"),
+                cipher=data.get("cipher"),
+                pool=data.get("pool"),
+                account=data.get("account"),
+                duration=took,
+                delays=delays,
+                next_attempt=outcome.next_attempt_at.isoformat() if outcome.next_attempt_at else None,
+            )
+
+
+def _took(timing: Timing | None) -> float | None:
+    """Seconds from the attempt's start to now, its outcome (None: no attempt)."""
+    return round(time.monotonic() - timing.clock, 6) if timing is not None else None
 
 
 def _provider(group: str | None) -> str:

@@ -36,6 +36,7 @@ class Leased:
     failures: int
     created_at: datetime
     maybe_sent: bool  # an earlier attempt wrote its attempt id and never recorded an outcome
+    due_at: datetime  # when it became due: accepted, or its next attempt's time
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,7 @@ async def lease(database: db.Database, node: str, limit: int, now: datetime, unt
             failures=r["failures"],
             created_at=r["created_at"],
             maybe_sent=r["attempt_id"] is not None,
+            due_at=r["next_attempt_at"],
         )
         for r in rows
     ]

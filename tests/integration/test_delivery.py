@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import structlog
 from prometheus_client import REGISTRY
 
 from mtad import db
@@ -74,6 +75,37 @@ async def test_a_deferral_then_a_delivery(database: db.Database, sink: Sink) -> 
     assert (row["state"], row["attempts"]) == ("delivered", 2)
     kinds = [r["kind"] for r in await query(database, "SELECT kind FROM events WHERE delivery IS NOT NULL ORDER BY id")]
     assert kinds == ["deferred", "delivered"]
+
+
+async def test_the_records_say_where_each_attempts_time_went(database: db.Database, sink: Sink) -> None:
+    message = new_message("flaky-1@sink.test", "nobody@nullmx.test")
+    await accept(database, message)
+    clock = [message.received_at + timedelta(seconds=100)]  # the first attempt starts 100 s after accept
+    mtad = engine(database, sink, now=lambda: clock[0])
+    with structlog.testing.capture_logs() as logs:
+        await mtad.run_until_idle()
+        clock[0] += timedelta(seconds=61)  # the retry was due 60 s after the first attempt: 1 s ago
+        await mtad.run_until_idle()
+    records = [r for r in logs if r["event"] in ("delivered", "deferred", "bounced")]
+    first, retry = (r for r in records if r["recipient"] == "flaky-1@sink.test")
+    [routeless] = (r for r in records if r["recipient"] == "nobody@nullmx.test")
+    for record in records:
+        assert (record["message_id"], record["sender"]) == (message.message_id, message.sender)
+        assert record["size"] == len(message.body)
+    assert (first["event"], first["code"], first["status"], first["attempt_number"]) == ("deferred", 451, "4.3.0", 1)
+    assert (first["domain"], first["cipher"]) == ("sink.test", None)  # the sink offers no STARTTLS
+    assert (first["delays"]["queue"], first["delays"]["tls"]) == (100.0, 0.0)
+    assert first["delays"]["connect"] > 0
+    assert first["delays"]["transfer"] > 0
+    assert first["duration"] >= first["delays"]["connect"] + first["delays"]["transfer"]
+    assert (retry["event"], retry["code"], retry["attempt_number"]) == ("delivered", 250, 2)
+    assert retry["delays"]["queue"] == 1.0  # from when it was due, not from accept
+    assert (retry["delays"]["connect"], retry["delays"]["tls"]) == (0.0, 0.0)  # over the first attempt's session
+    assert retry["duration"] >= retry["delays"]["transfer"] > 0
+    # Routing failed: no attempt, nothing measured.
+    assert (routeless["event"], routeless["reason"], routeless["domain"]) == ("bounced", "no_route", "nullmx.test")
+    assert routeless["attempt_number"] == 1
+    assert [routeless[f] for f in ("attempt", "code", "duration", "delays", "tls", "cipher")] == [None] * 6
 
 
 async def test_outcomes_are_counted_by_source_and_tenant_and_timed(database: db.Database, sink: Sink) -> None:

@@ -93,7 +93,7 @@ def route(lim: limits.Limits = LIMITS, group: str = "google") -> routing.Route:
 
 def job(priority: int = 0, tenant: str = "t1", age: float = 0.0, domain: str = "example.com") -> Job:
     created = START - timedelta(seconds=age)
-    delivery = Leased(next(_ids), uuid.uuid4(), f"r@{domain}", domain, priority, 0, 0, created, False)
+    delivery = Leased(next(_ids), uuid.uuid4(), f"r@{domain}", domain, priority, 0, 0, created, False, created)
     return Job(delivery.message, tenant, domain, [delivery], priority, created)
 
 

@@ -10,11 +10,12 @@ M1, M2 = uuid.uuid4(), uuid.uuid4()
 
 
 def leased(delivery: int, message: uuid.UUID = M1) -> Leased:
-    return Leased(delivery, message, f"r{delivery}@example.com", "example.com", 0, 0, 0, datetime.now(UTC), False)
+    now = datetime.now(UTC)
+    return Leased(delivery, message, f"r{delivery}@example.com", "example.com", 0, 0, 0, now, False, now)
 
 
 def message(message_id: uuid.UUID, body: bytes | None) -> Message:
-    return Message(message_id, "t1", "app@example.org", False, None, None, body)
+    return Message(message_id, "t1", "app@example.org", "<m@example.org>", len(body or b""), False, None, None, body)
 
 
 def test_held_worked_on_and_let_go() -> None:

@@ -13,4 +13,4 @@ SET state = 'leased', lease_owner = $1, lease_expires_at = $3, updated_at = $4
 FROM due
 WHERE d.id = due.id
 RETURNING d.id, d.message, d.recipient, d.domain, d.priority, d.attempts, d.failures,
-          d.attempt_id, d.created_at
+          d.attempt_id, d.created_at, d.next_attempt_at
