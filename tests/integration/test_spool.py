@@ -123,7 +123,7 @@ async def test_queue_queries(database: db.Database) -> None:
         await committer.commit(message("c@example.com"))
     everything = [d async for d in queue.deliveries(database)]
     assert [d["recipient"] for d in everything] == ["a@example.com", "b@example.com", "c@example.com"]
-    assert [d async for d in queue.deliveries(database, state="delivered")] == []
+    assert [d async for d in queue.deliveries(database, queue.Filters(states=("delivered",)))] == []
     assert await commit.depth(database) == {"queued": 3}
 
     view = await queue.show(database, str(msg.id))
