@@ -27,10 +27,16 @@ T = TypeVar("T")
 CONNECT_TIMEOUT = 5.0
 
 
+_INCLUDE = re.compile(r"^\\include (\S+)\n", re.MULTILINE)
+
+
 @functools.cache
 def sql(name: str) -> str:
-    """The text of mtad/sql/<name>.sql, read once."""
-    return (resources.files("mtad") / "sql" / f"{name}.sql").read_text()
+    """The text of mtad/sql/<name>.sql, read once; a line `\\include OTHER` stands for
+    the text of mtad/sql/OTHER.sql, so that a clause several statements share is
+    written once."""
+    text = (resources.files("mtad") / "sql" / f"{name}.sql").read_text()
+    return _INCLUDE.sub(lambda m: sql(m[1]), text)
 
 
 def translate(exc: BaseException) -> errors.MtadError | None:

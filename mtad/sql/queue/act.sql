@@ -1,5 +1,5 @@
 -- An operator's action $12 on one batch: of the deliveries after id $8 that match
--- the filters (as in queue/list.sql) and are in one of the states $10, the first $9
+-- the filters (queue/match.sql) and are in one of the states $10, the first $9
 -- by id move to state $11 (reason admin; due at $13 when queued again), each with
 -- its event. A leased one is taken only while its attempt has not begun (no attempt
 -- id): its node's begin then finds it no longer leased and never sends it. Locks
@@ -9,13 +9,8 @@ WITH batch AS (
     SELECT d.id FROM deliveries d
     JOIN messages m ON m.id = d.message
     WHERE d.id > $8 AND d.state::text = ANY($10::text[])
-      AND ($1::text[] IS NULL OR d.state::text = ANY($1::text[]))
-      AND ($2::text IS NULL OR m.tenant = $2::text)
-      AND ($3::text IS NULL OR coalesce(d.route_group, '-') = $3::text)
-      AND ($4::text IS NULL OR d.domain = $4::text)
-      AND ($5::timestamptz IS NULL OR d.created_at <= $5::timestamptz)
-      AND ($6::uuid IS NULL OR d.message = $6::uuid)
-      AND ($7::bigint IS NULL OR d.id = $7::bigint)
+      AND
+\include queue/match
     ORDER BY d.id
     LIMIT $9
 ),

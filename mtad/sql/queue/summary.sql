@@ -1,4 +1,4 @@
--- The deliveries that match the filters (as in queue/list.sql) counted by key $8
+-- The deliveries that match the filters (queue/match.sql) counted by key $8
 -- ('provider': the group of the last attempt, 'domain', 'tenant', 'pool': the
 -- message's source pool, 'source': the address its last attempt left from, as its
 -- last event with one says; '-': none) and by age at $9 in qshape's buckets (0: under
@@ -17,11 +17,6 @@ LEFT JOIN LATERAL (
     WHERE $8::text = 'source' AND e.message = d.message AND e.delivery = d.id AND e.data ? 'source'
     ORDER BY e.id DESC LIMIT 1
 ) s ON true
-WHERE ($1::text[] IS NULL OR d.state::text = ANY($1::text[]))
-  AND ($2::text IS NULL OR m.tenant = $2::text)
-  AND ($3::text IS NULL OR coalesce(d.route_group, '-') = $3::text)
-  AND ($4::text IS NULL OR d.domain = $4::text)
-  AND ($5::timestamptz IS NULL OR d.created_at <= $5::timestamptz)
-  AND ($6::uuid IS NULL OR d.message = $6::uuid)
-  AND ($7::bigint IS NULL OR d.id = $7::bigint)
+WHERE
+\include queue/match
 GROUP BY 1, 2
