@@ -64,6 +64,7 @@ DnsSettings = outbound_settings.Dns
 AccountsSettings = mailboxes_settings.Accounts
 BouncesSettings = feedback_settings.Bounces
 UnsubscribeSettings = feedback_settings.Unsubscribe
+TrackingSettings = feedback_settings.Tracking
 shipped_table = deliver_settings.shipped_table
 
 
@@ -118,6 +119,7 @@ SECTIONS: Mapping[str, type[Any]] = {
     "inbox": feedback_settings.Inbox,
     "webhooks": feedback_settings.Webhooks,
     "unsubscribe": feedback_settings.Unsubscribe,
+    "tracking": feedback_settings.Tracking,
 }
 SCHEMA: Mapping[str, Mapping[str, declared.Key]] = {name: declared.keys(cls) for name, cls in SECTIONS.items()}
 
@@ -168,6 +170,7 @@ class Settings:
     suppression: suppression.Settings
     bounces: BouncesSettings
     unsubscribe: UnsubscribeSettings
+    tracking: TrackingSettings
     inbound: inbound.Settings
     inbox: inbox.Settings
     webhooks: webhook_sender.Settings
@@ -323,12 +326,14 @@ def _tenant_limits(table: Any, problems: list[str]) -> TenantLimits:
 def _own_keys(sections: dict[str, Any]) -> None:
     """[accounts], [bounces] and [unsubscribe] with their keys, in place: the key named,
     else on the embedded database mtad's own, in its state directory (the data
-    directory's parent), made when missing; with a DSN and none named, none."""
+    directory's parent), made when missing; with a DSN and none named, none. The
+    unsubscribe key signs [tracking]'s tokens too."""
     base = sections["database"]
+    tracked = getattr(sections.get("tracking"), "url", None) is not None
     wants: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "accounts": (OWN_KEY, lambda s: not s.key_env),
         "bounces": (OWN_BOUNCE_KEY, lambda s: s.domain is not None),
-        "unsubscribe": (OWN_UNSUBSCRIBE_KEY, lambda s: s.url is not None or bool(s.listen)),
+        "unsubscribe": (OWN_UNSUBSCRIBE_KEY, lambda s: s.url is not None or bool(s.listen) or tracked),
     }
     for name, (own, wanted) in wants.items():
         section = sections.get(name)
@@ -451,6 +456,7 @@ def _build(sections: dict[str, Any], extras: dict[str, Any], path: Path | None) 
     sub, tls, dkim = sections["submission"], sections["tls"], sections["dkim"]
     hostname = sub.hostname
     tenant_defaults = extras["tenant_defaults"]
+    tracked = {t: (d.track_opens, d.track_clicks) for t, d in tenant_defaults.items() if d.track_opens | d.track_clicks}
     return Settings(
         database=sections["database"],
         submission=build(
@@ -471,12 +477,16 @@ def _build(sections: dict[str, Any], extras: dict[str, Any], path: Path | None) 
         dkim=build(rotation.Settings, dkim),
         node=sections["node"],
         delivery=configured.build(
-            sections, extras, list_unsubscribe=frozenset(t for t, d in tenant_defaults.items() if d.list_unsubscribe)
+            sections,
+            extras,
+            list_unsubscribe=frozenset(t for t, d in tenant_defaults.items() if d.list_unsubscribe),
+            tracked=tracked,
         ),
         retention=sections["retention"],
         suppression=sections["suppression"],
         bounces=sections["bounces"],
         unsubscribe=sections["unsubscribe"],
+        tracking=sections["tracking"],
         inbound=build(
             inbound.Settings, sections["inbound"], bounce_domain=sections["bounces"].domain, hostname=hostname
         ),
@@ -508,18 +518,10 @@ def _check(settings: Settings, origin: dict[tuple[str, str], str], problems: lis
     """Checks that span keys or touch the file system."""
     from mtad import submission
 
-    leaving = settings.unsubscribe
-    if (leaving.url is not None or leaving.listen) and leaving.key_file is None:
-        problems.append(
-            "[unsubscribe] key_file: with a DSN, name the key of the unsubscribe links' tokens "
-            "(make one: mtad accounts key > FILE)"
-        )
-    wanted = sorted(t for t, d in settings.submission.tenant_defaults.items() if d.list_unsubscribe)
-    if wanted and leaving.url is None:
-        problems.append(
-            f"[unsubscribe] url: tenants {', '.join(wanted)} ask for list_unsubscribe; give the "
-            "public https URL of the one-click endpoint"
-        )
+    tenants = settings.submission.tenant_defaults.items()
+    problems += feedback_settings.problems(
+        settings.unsubscribe, settings.tracking, listing=sorted(t for t, d in tenants if d.list_unsubscribe),
+        tracked=sorted(t for t, d in tenants if d.track_opens or d.track_clicks))  # fmt: skip
     bounces = settings.bounces
     if bounces.domain is not None and bounces.key_file is None:
         problems.append(
@@ -583,6 +585,7 @@ _RESTART_ONLY: tuple[tuple[str, Callable[[Settings], Any]], ...] = (
     ("[suppression]", lambda s: s.suppression),
     ("[bounces]", lambda s: s.bounces),
     ("[unsubscribe]", lambda s: s.unsubscribe),
+    ("[tracking]", lambda s: s.tracking),
     ("[inbound]", lambda s: s.inbound),
     ("[inbox]", lambda s: s.inbox),
     ("[webhooks]", lambda s: s.webhooks),

@@ -53,7 +53,7 @@ from mtad.base.tasks import Loop
 from mtad.db import embedded, opening, owner
 from mtad.deliver import delivery
 from mtad.deliver import on_node as deliver_node
-from mtad.feedback import inbound, on_node, suppression, unsubscribe, verp
+from mtad.feedback import inbound, on_node, suppression, tracking_http, unsubscribe, verp
 from mtad.signing import on_node as signing_node
 from mtad.spool import commit, leases, nodes, quotas, retention, suspensions, tenants
 from mtad.spool import controls as node_controls
@@ -151,6 +151,7 @@ class Daemon:
         signing = await signing_node.on_node(database, roads.resolver, sealer, settings.dkim,
                                              processes=out.dkim_processes, delivers=out.enabled)  # fmt: skip
         tokens = unsubscribe.tokens(settings.unsubscribe)
+        tracking = tracking_http.configured(settings.tracking, settings.unsubscribe)
         states = tenants.States(database)  # paused, on probation: read again by the gate's task
         controls = suspensions.Controls(database)  # the operator's suspensions and reroutes
         await controls.load(_now())
@@ -165,7 +166,7 @@ class Daemon:
             delivering = await deliver_node.on_node(
                 database, out, roads, signing.signer, pool_size=settings.database.pool_size,
                 hostname=settings.submission.hostname, sealer=sealer, verp=verp.configured(settings.bounces),
-                unsubscribing=links, on_probation=states.on_probation, controls=controls,
+                unsubscribing=links, on_probation=states.on_probation, controls=controls, tracking=tracking,
             )  # fmt: skip
             self._closing.append(delivering.pool)
             reloads.append(lambda new: delivering.reconfigure(new.delivery))
@@ -205,7 +206,11 @@ class Daemon:
             )))  # fmt: skip
             listeners.append(_Listening("admin", "[admin] listen", [settings.admin.listen], admin))
         if tokens is not None and settings.unsubscribe.listen:  # the one-click unsubscribe endpoint
-            leaving = http.Listener(unsubscribe.app(tokens, functools.partial(unsubscribe.record, database)))
+            answering = unsubscribe.app(tokens, functools.partial(unsubscribe.record, database))
+            if tracking is not None:  # and the tracking links: /o/ and /c/
+                tracking_http.add_routes(answering, tracking.tokens, functools.partial(
+                    tracking_http.record, database, settings.tracking), settings.tracking.proxies)  # fmt: skip
+            leaving = http.Listener(answering)
             listeners.append(_Listening("unsubscribe", "[unsubscribe] listen", settings.unsubscribe.listen, leaving))
         if settings.inbound.listen:  # bounces and complaints
             reading = inbound.Inbound(settings.inbound, database, verp.configured(settings.bounces), rules=out.rules)

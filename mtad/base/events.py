@@ -38,6 +38,8 @@ class Kind(enum.StrEnum):
     UNSUBSCRIBED = "unsubscribed"  # the recipient asked for no more (one-click, or mailto)
     REPLIED = "replied"  # a person answered
     AUTO_REPLIED = "auto_replied"  # an automatic answer (out of office, RFC 3834)
+    OPENED = "opened"  # a tracked message's image was fetched ("machine": true when not by a person)
+    CLICKED = "clicked"  # a tracked link was followed ("url"; "machine" as opened)
     # A tenant's state (mtad.spool.tenants); no message.
     TENANT_PAUSED = "tenant_paused"  # by an operator, or by its complaint or bounce rate ("by": "auto")
     TENANT_RESUMED = "tenant_resumed"

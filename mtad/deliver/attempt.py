@@ -31,6 +31,8 @@ from mtad.deliver.jobs import DeliveryStats, Group, Job
 from mtad.deliver.record import Recorder
 from mtad.deliver.settings import Settings
 from mtad.deliver.signatures import Signatures, Signed
+from mtad.feedback import html_parts
+from mtad.feedback.tracking import Tracking
 from mtad.feedback.unsubscribe import Unsubscribing
 from mtad.feedback.verp import Verp
 from mtad.mailboxes import relay
@@ -60,6 +62,7 @@ class Attempts:
         mailboxes: relay.Mailboxes | None,
         verp: Verp | None,
         unsubscribing: Unsubscribing | None,
+        tracking: Tracking | None,
         read: Callable[[uuid.UUID], Awaitable[Message]],
         controls_stale: Callable[[], Coroutine[Any, Any, None]],
         spawn: jobs.Spawn,
@@ -77,6 +80,7 @@ class Attempts:
         self._mailboxes = mailboxes
         self._verp = verp
         self._unsubscribing = unsubscribing  # links for the tenants of settings.list_unsubscribe
+        self._tracking = tracking  # links and pixels for the tenants of settings.tracked
         self._read = read  # the message with its body (Intake.message)
         self._controls_stale = controls_stale  # begin.sql found this node's view of the controls behind
         self._spawn = spawn
@@ -141,7 +145,8 @@ class Attempts:
         if isinstance(plan, Verdict):  # no way out now (a mailbox's login was refused)
             verdicts: strategies.Verdicts = {d.id: (plan, None) for d in job.deliveries}
         else:
-            signed = await self._sign(message, self._with_unsubscribe(job, message, plan.body))  # after the last change
+            body = self._with_unsubscribe(job, message, self._tracked(job, plan.body, data))
+            signed = await self._sign(message, body, job.tenant in self.settings.tracked)  # after the last change
             data["dkim"] = signed.says
             recipients = tuple(d.recipient for d in job.deliveries)
             tx = sessions.Transaction(plan.sender, recipients, signed.body, message.smtputf8)
@@ -226,13 +231,28 @@ class Attempts:
     async def sign_early(self, job: Job, message: Message, body: bytes) -> None:
         """Sign a job ahead of its turn (Dispatcher); only a cache for its attempt."""
         with contextlib.suppress(Exception):  # its attempt signs again, and says what failed
-            await self._sign(message, self._with_unsubscribe(job, message, body))
+            body = self._with_unsubscribe(job, message, self._tracked(job, body, {}))
+            await self._sign(message, body, job.tenant in self.settings.tracked)
 
-    async def _sign(self, message: Message, body: bytes) -> Signed:
+    async def _sign(self, message: Message, body: bytes, whole: bool = False) -> Signed:
         """The body with its DKIM signatures, with the keys active now: the tenant's
-        signing domain, else the From field's."""
+        signing domain, else the From field's. `whole`: the body differs by recipient."""
         domain = self.settings.tenant_dkim_domains.get(message.tenant)
-        return await self._signatures.sign(message, body, domain, self.settings.dkim_canonicalization)
+        return await self._signatures.sign(message, body, domain, self.settings.dkim_canonicalization, whole=whole)
+
+    def _tracked(self, job: Job, body: bytes, data: dict[str, Any]) -> bytes:
+        """The body with the recipient's tracking links and pixel when its tenant tracks
+        opens or clicks; as it came when its HTML cannot be rewritten safely (`data`
+        says why, for the attempt's event). No parse for another tenant."""
+        wanted = self.settings.tracked.get(job.tenant)
+        if self._tracking is None or wanted is None or len(job.deliveries) != 1:
+            return body
+        try:
+            return self._tracking.rewrite(body, job.deliveries[0].id, job.tenant, opens=wanted[0], clicks=wanted[1])
+        except html_parts.Untouched as exc:
+            data["tracking"] = f"untouched: {exc}"
+            log.info("tracking_untouched", queue_id=str(job.message), why=str(exc))
+            return body
 
     def _with_unsubscribe(self, job: Job, message: Message, body: bytes) -> bytes:
         """The body with the recipient's List-Unsubscribe fields (one-click, RFC 8058) when

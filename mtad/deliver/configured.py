@@ -91,7 +91,11 @@ def tables(
 
 
 def build(
-    sections: Mapping[str, Any], extras: Mapping[str, Any], *, list_unsubscribe: frozenset[str]
+    sections: Mapping[str, Any],
+    extras: Mapping[str, Any],
+    *,
+    list_unsubscribe: frozenset[str],
+    tracked: Mapping[str, tuple[bool, bool]] | None = None,
 ) -> DeliverySettings:
     """Each part's settings from the parsed sections (by name) and the tables."""
     build = declared.build
@@ -111,6 +115,7 @@ def build(
             tenant_weights=extras["tenant_weights"],
             bounce_suppression=sections["suppression"].bounce_expiry,
             list_unsubscribe=list_unsubscribe,
+            tracked=tracked or {},
         ),
         sessions=build(
             sessions.Settings,

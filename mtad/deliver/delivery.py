@@ -31,6 +31,7 @@ from mtad.deliver.holdings import Holdings
 from mtad.deliver.jobs import DeliveryStats, Group, Job
 from mtad.deliver.settings import Settings
 from mtad.deliver.signatures import Signatures
+from mtad.feedback.tracking import Tracking
 from mtad.feedback.unsubscribe import Unsubscribing
 from mtad.feedback.verp import Verp
 from mtad.mailboxes import relay
@@ -61,6 +62,7 @@ class Delivery:
         signer: dkim.Signer | None = None,
         verp: Verp | None = None,
         unsubscribing: Unsubscribing | None = None,
+        tracking: Tracking | None = None,
         on_probation: Callable[[str], bool] = lambda tenant: False,
         controls: suspensions.Controls | None = None,
         tls: policies.Policies | None = None,
@@ -93,12 +95,13 @@ class Delivery:
                                            now=now)  # fmt: skip
         self._intake = intake.Intake(
             settings, database, self._holdings, self._stats, self._record, router=router, shaper=self._shaper,
-            pools=self._egress, mailboxes=mailboxes, verp=verp, unsubscribing=unsubscribing, queue=self._queue,
+            pools=self._egress, mailboxes=mailboxes, verp=verp, unsubscribing=unsubscribing, tracking=tracking,
+            queue=self._queue,
             spawn=self._spawn, limits_changed=self._dispatch.free, stopped=self._stop, now=now,
         )  # fmt: skip
         self._attempts = attempt.Attempts(
             settings, database, pool, rules, self._holdings, self._stats, self._record, signatures,
-            mailboxes=mailboxes, verp=verp, unsubscribing=unsubscribing, read=self._intake.message,
+            mailboxes=mailboxes, verp=verp, unsubscribing=unsubscribing, tracking=tracking, read=self._intake.message,
             controls_stale=self._controls_again, spawn=self._spawn, stopped=self._stop, now=now,
         )  # fmt: skip
         self._dispatcher = dispatch.Dispatcher(

@@ -27,6 +27,7 @@ from mtad.deliver.holdings import Holdings, Message
 from mtad.deliver.jobs import DeliveryStats, Job
 from mtad.deliver.record import Recorder
 from mtad.deliver.settings import Settings
+from mtad.feedback.tracking import Tracking
 from mtad.feedback.unsubscribe import Unsubscribing
 from mtad.feedback.verp import Verp
 from mtad.mailboxes import relay
@@ -61,6 +62,7 @@ class Intake:
         mailboxes: relay.Mailboxes | None,
         verp: Verp | None,
         unsubscribing: Unsubscribing | None,
+        tracking: Tracking | None,
         queue: Queue,
         spawn: jobs.Spawn,
         limits_changed: Callable[[], None],
@@ -78,6 +80,7 @@ class Intake:
         self._mailboxes = mailboxes
         self._verp = verp  # MX mail's envelope sender names its delivery: one recipient per transaction
         self._unsubscribing = unsubscribing  # links for the tenants of settings.list_unsubscribe
+        self._tracking = tracking  # links and pixels for the tenants of settings.tracked
         self._queue = queue
         self._spawn = spawn
         self._limits_changed = limits_changed  # a checkpoint may have grown a cap
@@ -288,12 +291,14 @@ class Intake:
 
     def _alone(self, message: Message | None, domain: str) -> str | None:
         """Why a delivery is sent in a transaction of its own (None: it need not be): its
-        envelope sender (VERP) or its List-Unsubscribe link names it."""
+        envelope sender (VERP), its List-Unsubscribe link or its tracking links name it."""
         if self._verp is not None and self._relayed_through(message, domain) is None:
             return "verp"
         tenant = message.tenant if message is not None else ""
         if self._unsubscribing is not None and tenant in self.settings.list_unsubscribe:
             return "list_unsubscribe"
+        if self._tracking is not None and tenant in self.settings.tracked:
+            return "tracking"
         return None
 
     def _relayed_through(self, message: Message | None, domain: str) -> str | None:

@@ -14,6 +14,7 @@ from mtad.base import vault
 from mtad.base.tasks import Loop
 from mtad.deliver import delivery, egress
 from mtad.deliver.configured import DeliverySettings
+from mtad.feedback.tracking import Tracking
 from mtad.feedback.unsubscribe import Unsubscribing
 from mtad.feedback.verp import Verp
 from mtad.mailboxes import relay
@@ -55,7 +56,7 @@ class Delivering:
 async def on_node(
     database: db.Database, out: DeliverySettings, routes: Routes, signer: dkim.Signer, *, pool_size: int,
     hostname: str, sealer: vault.Vault | None, verp: Verp | None, unsubscribing: Unsubscribing | None,
-    on_probation: Callable[[str], bool], controls: suspensions.Controls,
+    on_probation: Callable[[str], bool], controls: suspensions.Controls, tracking: Tracking | None = None,
 ) -> Delivering:  # fmt: skip
     """The engine of a node that delivers; `hostname`: the TLS reports' submitter."""
     queue = await db.Database.connect(database.dsn, max_size=pool_size, replan=True, name="delivery")
@@ -63,6 +64,7 @@ async def on_node(
     engine = delivery.Delivery(
         out.engine, queue, routes.router, sessions.Pool(out.sessions, verified_tls=verified), out.rules,
         pools=egress.Egress(out.pools), tls=routes.policies, signer=signer, verp=verp, unsubscribing=unsubscribing,
+        tracking=tracking,
         mailboxes=relay.Mailboxes(queue, out.relay, sealer),  # PostgreSQL's clock
         on_probation=on_probation, controls=controls,
     )  # fmt: skip

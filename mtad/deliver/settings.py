@@ -82,3 +82,4 @@ class Settings:
     dkim_canonicalization: str = signing_settings.Dkim().canonicalization  # c= of the signatures (header/body)
     bounce_suppression: float | None = None  # seconds a recipient bounced as unknown stays suppressed (None: ever)
     list_unsubscribe: frozenset[str] = frozenset()  # tenants whose mail gets List-Unsubscribe fields
+    tracked: Mapping[str, tuple[bool, bool]] = field(default_factory=dict)  # tenant -> (opens, clicks) tracked

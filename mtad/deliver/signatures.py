@@ -46,16 +46,18 @@ class Signatures:
         self._db = database
         self._kept: Batcher[tuple[uuid.UUID, bytes, tuple[int, ...], bytes], None] = Batcher(self._keep_batch)
 
-    async def sign(self, message: Message, body: bytes, domain: str | None, c: str) -> Signed:
+    async def sign(self, message: Message, body: bytes, domain: str | None, c: str, *, whole: bool = False) -> Signed:
         """`body` with the signatures of the keys active now for `domain` (None: the
-        From field's), canonicalised as `c`."""
+        From field's), canonicalised as `c`. `whole`: the message's body differs by
+        transaction (tracking), so the cache is keyed by all of it, not its header."""
         if not self.signer.keys:
             return Signed(body, "unsigned: no active DKIM key")
         domain = domain or dkim.from_domain(body)
         keys = self.signer.for_domain(domain) if domain else []
         if not keys:
             return Signed(body, f"unsigned: no active key for {domain}" if domain else "unsigned: no From domain")
-        made = (hashlib.blake2b(body[: body.find(b"\r\n\r\n")], digest_size=16).digest(), tuple(k.id for k in keys))
+        signed_over = body if whole else body[: body.find(b"\r\n\r\n")]
+        made = (hashlib.blake2b(signed_over, digest_size=16).digest(), tuple(k.id for k in keys))
         known = message.signatures.get(made)
         if isinstance(known, asyncio.Future):  # another transaction of the message is signing it
             fields = await asyncio.shield(known)

@@ -87,3 +87,44 @@ class Unsubscribe:
     url: str | None = key(values.https_url, "", "Its public base URL, https; empty: no List-Unsubscribe.")
     key_file: Path | None = key(values.optional_path, "", "The HMAC key of the links' tokens.")
     make: bool = False  # key_file is mtad's own (embedded database, no key named): made when missing
+
+
+# Apple's own network (AS714, 17.0.0.0/8), where Mail Privacy Protection's proxies fetch from.
+APPLE_NETWORKS = ["17.0.0.0/8"]
+
+
+@dataclass(frozen=True, slots=True)
+class Tracking:
+    """Opens and clicks of the tenants that turn them on ([tenants."NAME"] track_opens,
+    track_clicks), answered by the [unsubscribe] listener, tokens under its key."""
+
+    url: str | None = key(values.https_url, "", "The public https base of /o/ and /c/; empty: no tracking.")
+    scanner_window: float = key(values.duration, "30s", "A click this soon after delivery is a machine's.")
+    burst_window: float = key(values.duration, "2s", "A click this soon after another of the delivery's: a machine's.")
+    prefetch_window: float = key(values.duration, "10s", "An open this soon after delivery is a machine's.")
+    machine_networks: tuple[values.Network, ...] = key(values.list_of(values.network, allow_empty=True),
+                                                       APPLE_NETWORKS, "Fetches from these are machines'.")  # fmt: skip
+    proxies: tuple[values.Network, ...] = key(values.list_of(values.network, allow_empty=True), [],
+                                              "Proxies whose X-Forwarded-For is believed.")  # fmt: skip
+
+
+def problems(leaving: Unsubscribe, tracking: Tracking, *, listing: list[str], tracked: list[str]) -> list[str]:
+    """What is missing for the tenants that want List-Unsubscribe (`listing`) or
+    tracking (`tracked`): the URLs, and the key that signs both kinds of token."""
+    found = []
+    if (leaving.url is not None or leaving.listen or tracking.url is not None) and leaving.key_file is None:
+        found.append(
+            "[unsubscribe] key_file: with a DSN, name the key of the unsubscribe links' and tracking "
+            "links' tokens (make one: mtad accounts key > FILE)"
+        )
+    if listing and leaving.url is None:
+        found.append(
+            f"[unsubscribe] url: tenants {', '.join(listing)} ask for list_unsubscribe; give the "
+            "public https URL of the one-click endpoint"
+        )
+    if tracked and tracking.url is None:
+        found.append(
+            f"[tracking] url: tenants {', '.join(tracked)} ask for track_opens or track_clicks; give the "
+            "public https URL of the tracking host (served by the [unsubscribe] listener)"
+        )
+    return found

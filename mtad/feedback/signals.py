@@ -33,6 +33,8 @@ class Kind(enum.StrEnum):
     UNSUBSCRIBED = events.Kind.UNSUBSCRIBED.value
     REPLIED = events.Kind.REPLIED.value
     AUTO_REPLIED = events.Kind.AUTO_REPLIED.value
+    OPENED = events.Kind.OPENED.value
+    CLICKED = events.Kind.CLICKED.value
 
 
 DELAYED = "delayed"  # a bounce's action when it is a delay notice: the message is still being retried

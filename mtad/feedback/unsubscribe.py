@@ -343,9 +343,15 @@ def _error(status: int, why: str, extra: dict[str, str] | None = None) -> web.Re
 def tokens(unsubscribing: settings.Unsubscribe) -> Tokens | None:
     """The tokens of the unsubscribe links that [unsubscribe] names a key for (None:
     neither links nor the endpoint)."""
+    found = key(unsubscribing)
+    return Tokens(found) if found is not None else None
+
+
+def key(unsubscribing: settings.Unsubscribe) -> bytes | None:
+    """The key [unsubscribe] names (None: none), which signs the tracking tokens too."""
     if unsubscribing.key_file is None:
         return None
     try:
-        return Tokens(vault.hmac_key("unsubscribe", unsubscribing.key_file, unsubscribing.make))
+        return vault.hmac_key("unsubscribe", unsubscribing.key_file, unsubscribing.make)
     except ValueError as exc:
         raise errors.ConfigError([f"[unsubscribe] key_file: {exc}"]) from None

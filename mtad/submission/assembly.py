@@ -59,6 +59,8 @@ class TenantDefaults:
     list_unsubscribe: bool = False  # its mail gets List-Unsubscribe (one-click) fields, one recipient per transaction
     dsn: bool = True  # its senders get a non-delivery report for mail that bounced or failed
     quota: quotas.Quota = quotas.NONE  # what it may submit (mtad.spool.quotas)
+    track_opens: bool = False  # its HTML mail gets a pixel per recipient ([tracking]), one recipient per transaction
+    track_clicks: bool = False  # its HTML mail's links go through /c/ per recipient, one recipient per transaction
 
 
 NO_DEFAULTS = TenantDefaults()

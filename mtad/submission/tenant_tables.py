@@ -25,6 +25,8 @@ _TENANT_KEYS = {
     "weight": "a whole number",
     "suppressed": '"cancel" or "refuse"',
     "list_unsubscribe": "true or false",
+    "track_opens": "true or false",
+    "track_clicks": "true or false",
     "dsn": "true or false",
     "max_per_hour": "a whole number of messages",
     "max_per_day": "a whole number of messages",
@@ -132,6 +134,10 @@ def defaults(
         leaving = keys.get("list_unsubscribe", False)
         if not isinstance(leaving, bool):
             problems.append(f"{where} list_unsubscribe: expected true or false, got {leaving!r}")
+        tracking = {name: keys.get(name, False) for name in ("track_opens", "track_clicks")}
+        for name, on in tracking.items():
+            if not isinstance(on, bool):
+                problems.append(f"{where} {name}: expected true or false, got {on!r}")
         reporting = keys.get("dsn", True)
         if not isinstance(reporting, bool):
             problems.append(f"{where} dsn: expected true or false, got {reporting!r}")
@@ -140,8 +146,9 @@ def defaults(
             guards[name] = guard
         if len(problems) == found:
             defaults[name] = assembly.TenantDefaults(
-                chosen, pool, account_pool, refusing == "refuse", leaving is True, reporting is not False, quota
-            )
+                chosen, pool, account_pool, refusing == "refuse", leaving is True, reporting is not False, quota,
+                track_opens=tracking["track_opens"] is True, track_clicks=tracking["track_clicks"] is True,
+            )  # fmt: skip
     return defaults
 
 
