@@ -38,7 +38,8 @@ GROUP_HELP = "a provider group configured (google, relay:HOST:PORT, accounts:POO
 EVENT_KINDS = (
     "received", "delivered", "deferred", "bounced", "failed", "cancelled", "requeued", "unknown", "held",
     "account_state", "account_failure", "account_bounce", "account_pool", "dkim_key", "complained", "auth_failure",
-    "unsubscribed", "replied", "auto_replied", "tenant_paused", "tenant_resumed", "tenant_graduated",
+    "unsubscribed", "replied", "auto_replied", "opened", "clicked", "tenant_paused", "tenant_resumed",
+    "tenant_graduated",
 )  # events.Kind  # fmt: skip
 
 

@@ -7,7 +7,8 @@ message share them, and one being made is awaited rather than made twice. They
 are stored on the message (migration 0008) only when a retry may need them, that
 is when an attempt leaves a recipient deferred: most mail is delivered at the
 first attempt, and an UPDATE of its message row would cost more than signing
-again. A retry signed with other keys, or after a header change, signs anew.
+again. A retry signed with other keys, or after a header change, signs anew. A
+tracked tenant's body differs by recipient: its cache is keyed by the whole message.
 """
 
 from __future__ import annotations
