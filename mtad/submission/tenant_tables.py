@@ -134,10 +134,10 @@ def defaults(
         leaving = keys.get("list_unsubscribe", False)
         if not isinstance(leaving, bool):
             problems.append(f"{where} list_unsubscribe: expected true or false, got {leaving!r}")
-        tracking = {name: keys.get(name, False) for name in ("track_opens", "track_clicks")}
-        for name, on in tracking.items():
+        tracking = {k: keys.get(k, False) for k in ("track_opens", "track_clicks")}
+        for k, on in tracking.items():
             if not isinstance(on, bool):
-                problems.append(f"{where} {name}: expected true or false, got {on!r}")
+                problems.append(f"{where} {k}: expected true or false, got {on!r}")
         reporting = keys.get("dsn", True)
         if not isinstance(reporting, bool):
             problems.append(f"{where} dsn: expected true or false, got {reporting!r}")

@@ -99,7 +99,7 @@ def test_a_tracked_message_is_rewritten_before_signing_and_its_fetches_become_ev
         html = parsed.get_body(("html",))
         assert text is not None
         assert html is not None
-        assert text.get_content() == TEXT.replace("\r\n", "\n")
+        assert f"--b\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n{TEXT}--b\r\n".encode() in received.data
         page = html.get_content()
         clicks = re.findall(r'href="https://t\.example\.org(/c/[A-Za-z0-9_-]+)"', page)
         [opened] = re.findall(r'<img src="https://t\.example\.org(/o/[A-Za-z0-9_-]+)"', page)
