@@ -10,10 +10,13 @@ import email
 import re
 from datetime import UTC, datetime, timedelta
 from email import policy
+from pathlib import Path
 
 import dkim as dkimpy
 import pytest
 
+from mtad import config
+from mtad.base import errors
 from mtad.feedback import html_links, html_parts, machines, settings
 from mtad.feedback.tracking import Kind, Tokens, Tracked, Tracking
 from mtad.signing import dkim
@@ -236,3 +239,31 @@ RULES = settings.Tracking()
 )  # fmt: skip
 def test_machines_are_told_from_people(fetch: machines.Fetch, why: str | None) -> None:
     assert machines.machine(fetch, RULES) == why
+
+
+def load(tmp_path: Path, text: str) -> config.Settings:
+    path = tmp_path / "mtad.toml"
+    path.write_text(text)
+    return config.load(path, environ={})
+
+
+def test_tracking_is_off_unless_a_tenant_turns_it_on_and_needs_a_url(tmp_path: Path) -> None:
+    assert load(tmp_path, "").delivery.engine.tracked == {}
+    with pytest.raises(errors.ConfigError) as refused:
+        load(tmp_path, '[tenants."shop"]\ntrack_opens = true\ntrack_clicks = "yes"\n')
+    problems = "\n".join(refused.value.problems)
+    assert '[tenants."shop"] track_clicks: expected true or false' in problems
+    with pytest.raises(errors.ConfigError) as refused:
+        load(tmp_path, '[tenants."shop"]\ntrack_opens = true\n')
+    assert any(p.startswith("[tracking] url: tenants shop ask for track_opens") for p in refused.value.problems)
+    with pytest.raises(errors.ConfigError) as refused:
+        load(tmp_path, '[database]\ndsn = "postgresql:///x"\n[tracking]\nurl = "https://t.example.org"\n')
+    assert any(p.startswith("[unsubscribe] key_file: with a DSN") for p in refused.value.problems)
+
+
+def test_a_tracked_tenant_reaches_delivery_and_the_embedded_default_makes_the_key(tmp_path: Path) -> None:
+    found = load(tmp_path, '[tracking]\nurl = "https://t.example.org/"\n[tenants."shop"]\ntrack_clicks = true\n')
+    assert found.delivery.engine.tracked == {"shop": (False, True)}
+    assert found.tracking.url == "https://t.example.org"
+    assert found.unsubscribe.key_file is not None
+    assert found.unsubscribe.make
