@@ -14,6 +14,7 @@ rewritten at all. Sync, no I/O.
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from dataclasses import dataclass
@@ -22,7 +23,9 @@ from typing import Any
 
 LINK_TAGS = frozenset({"a", "area"})
 MAX_URL = 2000  # characters of a link rewritten at most: a longer one is left as it is
+CACHED = 16  # texts whose links are kept, for the next recipients of the same message
 _LINK_OPENINGS = re.compile(r"<(?:a|area)[\s/>]", re.IGNORECASE)
+_NEWLINE = re.compile("\n")
 # html.parser's own patterns, so that a tag's attributes are split here as the parser split them.
 _TAG_NAME: re.Pattern[str] = getattr(parser, "tagfind_tolerant")  # noqa: B009
 _ATTRIBUTE: re.Pattern[str] = getattr(parser, "attrfind_tolerant")  # noqa: B009
@@ -47,16 +50,26 @@ class Found:
 
 def find(text: str) -> Found:
     """The links of `text` and where its pixel goes; Unsafe when they cannot be told
-    for sure."""
+    for sure. The recipients of a message share its HTML: the last texts' are kept."""
+    found = _find(text)
+    if isinstance(found, str):
+        raise Unsafe(found)
+    return found
+
+
+@functools.lru_cache(maxsize=CACHED)
+def _find(text: str) -> Found | str:
     scan = _Scan(text)
     try:
         scan.feed(text)
         scan.close()
+    except Unsafe as exc:
+        return str(exc)
     except (AssertionError, ValueError, IndexError) as exc:  # what html.parser raises on what it cannot read
-        raise Unsafe(f"the HTML tokenizer failed: {exc}") from None
+        return f"the HTML tokenizer failed: {exc}"
     openings = len(_LINK_OPENINGS.findall(text))
     if openings != scan.tags:
-        raise Unsafe(f"{openings} link tags in the text, {scan.tags} read as tags (comments, scripts)")
+        return f"{openings} link tags in the text, {scan.tags} read as tags (comments, scripts)"
     pixel = scan.body_end if scan.body_end is not None else scan.html_end
     return Found(tuple(scan.links), len(text) if pixel is None else pixel)
 
@@ -75,7 +88,7 @@ class _Scan(parser.HTMLParser):
     def __init__(self, text: str) -> None:
         super().__init__(convert_charrefs=True)
         self._text = text
-        self._lines = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"] if "\n" in text else [0]
+        self._lines = [0, *(m.end() for m in _NEWLINE.finditer(text))]
         self.links: list[Link] = []
         self.tags = 0
         self.body_end: int | None = None
