@@ -231,7 +231,7 @@ class Attempts:
     async def sign_early(self, job: Job, message: Message, body: bytes) -> None:
         """Sign a job ahead of its turn (Dispatcher); only a cache for its attempt."""
         with contextlib.suppress(Exception):  # its attempt signs again, and says what failed
-            body = self._with_unsubscribe(job, message, self._tracked(job, body, {}))
+            body = self._with_unsubscribe(job, message, self._tracked(job, body, None))
             await self._sign(message, body, job.tenant in self.settings.tracked)
 
     async def _sign(self, message: Message, body: bytes, whole: bool = False) -> Signed:
@@ -240,18 +240,20 @@ class Attempts:
         domain = self.settings.tenant_dkim_domains.get(message.tenant)
         return await self._signatures.sign(message, body, domain, self.settings.dkim_canonicalization, whole=whole)
 
-    def _tracked(self, job: Job, body: bytes, data: dict[str, Any]) -> bytes:
+    def _tracked(self, job: Job, body: bytes, data: dict[str, Any] | None) -> bytes:
         """The body with the recipient's tracking links and pixel when its tenant tracks
-        opens or clicks; as it came when its HTML cannot be rewritten safely (`data`
-        says why, for the attempt's event). No parse for another tenant."""
+        opens or clicks; as it came when its HTML cannot be rewritten safely (then the
+        attempt's event `data` says why; None: signing ahead, say nothing). No parse
+        for another tenant."""
         wanted = self.settings.tracked.get(job.tenant)
         if self._tracking is None or wanted is None or len(job.deliveries) != 1:
             return body
         try:
             return self._tracking.rewrite(body, job.deliveries[0].id, job.tenant, opens=wanted[0], clicks=wanted[1])
         except html_parts.Untouched as exc:
-            data["tracking"] = f"untouched: {exc}"
-            log.info("tracking_untouched", queue_id=str(job.message), why=str(exc))
+            if data is not None:
+                data["tracking"] = f"untouched: {exc}"
+                log.info("tracking_untouched", queue_id=str(job.message), why=str(exc))
             return body
 
     def _with_unsubscribe(self, job: Job, message: Message, body: bytes) -> bytes:
