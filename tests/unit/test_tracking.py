@@ -13,7 +13,9 @@ from email import policy
 from pathlib import Path
 
 import dkim as dkimpy
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from mtad import config
 from mtad.base import errors
@@ -267,3 +269,56 @@ def test_a_tracked_tenant_reaches_delivery_and_the_embedded_default_makes_the_ke
     assert found.tracking.url == "https://t.example.org"
     assert found.unsubscribe.key_file is not None
     assert found.unsubscribe.make
+
+
+PIECES = [
+    "<p>", "</p>", "text ", " \t", "&amp;", "\u00e9", "\r\n", ".", "=", "=3D", "<", ">", '"', "'", "<br/>",
+    "<img src=x>", '<a href="https://x.example/a?b=1&amp;c=2">', "</a>", "<a href='http://y.example/'>",
+    "<a href=https://z.example/ >",
+    '<a name="n">', '<a href="mailto:a@example.org">', '<area href="https://w.example/">', '<A HREF="https://u.example/">',
+    '<a href="https://v.example/" href="https://dup.example/">', "<!-- c -->", "<!-- <a href='https://h.example/'> -->",
+    "<script>if (a<b) x()</script>", "<style>a{}</style>", "<body>", "</body>", "</html>", "x" * 80,
+]  # fmt: skip
+CLICKS = re.compile(r'"https://t\.example\.org/c/[A-Za-z0-9_-]+"')
+
+
+def decoded(message: bytes) -> str:
+    """A single-part message's body, its transfer encoding undone, one character an octet."""
+    head, body = message.split(b"\r\n\r\n", 1)
+    encoding = re.search(rb"Content-Transfer-Encoding: (\S+)", head)
+    name = encoding.group(1).lower() if encoding else b"7bit"
+    raw = (
+        binascii.a2b_qp(body) if name == b"quoted-printable" else base64.b64decode(body) if name == b"base64" else body
+    )
+    return raw.decode("latin-1")
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(
+    st.lists(st.sampled_from(PIECES), max_size=40),
+    st.sampled_from(["7bit", "8bit", "quoted-printable", "base64"]),
+    st.sampled_from(["utf-8", "iso-8859-1"]),
+)
+def test_only_the_links_and_the_pixel_change_whatever_the_html_and_its_encoding(
+    pieces: list[str], encoding: str, charset: str
+) -> None:
+    text = "".join(pieces)
+    raw = text.encode("ascii", "replace") if encoding == "7bit" else text.encode(charset)
+    body = {
+        "quoted-printable": lambda: binascii.b2a_qp(raw, istext=True),
+        "base64": lambda: base64.encodebytes(raw).replace(b"\n", b"\r\n"),
+    }.get(encoding, lambda: raw)()
+    message = (
+        HEAD + f"Content-Type: text/html; charset={charset}\r\nContent-Transfer-Encoding: {encoding}\r\n\r\n".encode()
+    )
+    original = raw.decode("latin-1")
+    try:
+        rewritten = rewrite(message + body)
+    except html_parts.Untouched:
+        with pytest.raises(html_links.Unsafe):
+            html_links.find(original)
+        return
+    found = html_links.find(original)
+    expected = html_links.replace(original, [(k.start, k.end, "@@") for k in found.links if k.url.startswith("http")])
+    assert CLICKS.sub("@@", re.sub(PIXEL.pattern.decode(), "", decoded(rewritten))) == expected
+    assert all(len(line) <= 998 for line in rewritten.split(b"\r\n"))
