@@ -2,7 +2,8 @@
 multiparts, their transfer encoding (7bit, 8bit, quoted-printable, base64) undone,
 their text read as Latin-1 when their charset keeps ASCII where ASCII is (so that a
 character is an octet), changed by a callback, and encoded back as they were. A
-text part, an attachment and a forwarded message (message/rfc822) are left alone;
+text part, an attachment and a forwarded message (message/rfc822) are left alone,
+and a signed or encrypted multipart leaves the whole message as it came;
 every octet outside the HTML parts stays as it was. Sync, no I/O.
 """
 
@@ -23,6 +24,7 @@ MAX_LINE = 998  # octets of a line in 7bit or 8bit at most (RFC 5322); longer: q
 _PROBE = b'<a href="x" =/>'  # what an HTML text must read as ASCII reads it
 _STATEFUL = ("utf_16", "utf_32", "utf_7", "iso2022", "hz")  # charsets whose octets shift meaning
 _HEADERS = parser.BytesHeaderParser(policy=policy.compat32)
+_SEALED = frozenset({"multipart/signed", "multipart/encrypted"})  # S/MIME, PGP/MIME (RFC 1847)
 
 
 class Untouched(Exception):
@@ -59,6 +61,8 @@ def _entity(data: bytes, start: int, end: int, edit: Change, edits: list[tuple[i
     fields = _HEADERS.parsebytes(block)
     body_start = min(head_end + 2, end)
     kind = fields.get_content_type()
+    if kind in _SEALED:
+        raise Untouched(f"a {kind} part: changing it would break its signature")
     if kind.startswith("multipart/"):
         if depth >= MAX_DEPTH:
             raise Untouched(f"multiparts nested deeper than {MAX_DEPTH}")

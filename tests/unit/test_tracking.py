@@ -183,6 +183,11 @@ def test_a_long_line_in_7bit_becomes_quoted_printable() -> None:
         ("text/html", b"<script>document.write('<a href=\"https://x.example/\">')</script>", "link tags"),
         ("text/html; charset=utf-16", "<a href='https://x.example/'>x</a>".encode("utf-16"), "utf-16"),
         (
+            'multipart/signed; protocol="application/pkcs7-signature"; boundary="s"',
+            b"--s\r\nContent-Type: text/html\r\n\r\n<a href='https://x/'>x</a>\r\n--s--\r\n",
+            "signature",
+        ),
+        (
             'multipart/alternative; boundary="b"',
             b"--b\r\nContent-Type: text/html\r\n\r\n<a href='https://x/'>",
             "closing",
