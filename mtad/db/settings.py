@@ -8,6 +8,8 @@ from pathlib import Path
 from mtad.base import values
 from mtad.base.settings import key
 
+CONNECT_TIMEOUT = 5.0  # seconds to connect to PostgreSQL, or to take a pooled connection
+
 
 @dataclass(frozen=True, slots=True)
 class Database:
