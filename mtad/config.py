@@ -39,14 +39,12 @@ from mtad.submission import settings as submission_settings
 from mtad.submission import tenant_tables
 
 if TYPE_CHECKING:  # imported where they are used: `mtad queue ls` needs none of them
-    from mtad import submission
     from mtad.admin import names as admin_names
     from mtad.deliver import configured
-    from mtad.feedback import inbound, inbox, reputation, suppression, webhook_sender
-    from mtad.signing import rotation
-    from mtad.spool import quotas, retention
+    from mtad.feedback import inbox, suppression
+    from mtad.spool import retention
 
-    Limits = tuple[quotas.Quota, reputation.Guard]  # a tenant's quotas and reputation limits
+Limits = tuple[spool_settings.Quota, feedback_settings.Guard]  # a tenant's quotas and reputation limits
 
 DEFAULT_PATHS = (Path("conf/mtad.toml"), Path("/etc/mtad/mtad.toml"))
 # A held delivery's lease is renewed every third of it, on the wire too, so it covers an
@@ -141,13 +139,13 @@ class Basics:
 class TenantLimits:
     """What [tenants] says of the tenants' quotas and reputation limits."""
 
-    quota: quotas.Quota  # of a tenant without its own table
-    guard: reputation.Guard
+    quota: spool_settings.Quota  # of a tenant without its own table
+    guard: feedback_settings.Guard
     probation_default: bool  # `mtad tenants add` puts a new tenant on probation
-    own_quotas: dict[str, quotas.Quota]  # by tenant
-    own_guards: dict[str, reputation.Guard]
+    own_quotas: dict[str, spool_settings.Quota]  # by tenant
+    own_guards: dict[str, feedback_settings.Guard]
 
-    def of(self, tenant: str) -> tuple[quotas.Quota, reputation.Guard]:
+    def of(self, tenant: str) -> Limits:
         return self.own_quotas.get(tenant, self.quota), self.own_guards.get(tenant, self.guard)
 
 
@@ -157,7 +155,7 @@ BASIC_SECTIONS = ("database", "node", "accounts", "dns")
 @dataclass(frozen=True, slots=True)
 class Settings:
     database: DatabaseSettings
-    submission: submission.Settings
+    submission: submission_settings.Settings
     spool: SpoolSettings
     http: HttpSettings
     admin: AdminSettings
@@ -165,16 +163,16 @@ class Settings:
     node: NodeSettings
     delivery: configured.DeliverySettings
     accounts: AccountsSettings
-    dkim: rotation.Settings
+    dkim: signing_settings.Rotation
     retention: retention.Settings
     suppression: suppression.Settings
     bounces: BouncesSettings
     unsubscribe: UnsubscribeSettings
     tracking: TrackingSettings
-    inbound: inbound.Settings
+    inbound: feedback_settings.InboundPort
     inbox: inbox.Settings
-    webhooks: webhook_sender.Settings
-    reputation: reputation.Settings
+    webhooks: feedback_settings.WebhookSending
+    reputation: feedback_settings.Guarding
     delayed_after: float | None  # [reports]: a notice of mail still retried this long after it came
     source: Path | None
 
@@ -447,10 +445,7 @@ def _env_value(text: str) -> Any:
 def _build(sections: dict[str, Any], extras: dict[str, Any], path: Path | None) -> Settings:
     """The settings of each component: a field named as a key of its section takes the
     key's value (mtad.base.settings.build); what differs, or spans sections, is given."""
-    from mtad import submission
     from mtad.deliver import configured
-    from mtad.feedback import inbound, reputation, webhook_sender
-    from mtad.signing import rotation
 
     build = declared.build
     sub, tls, dkim = sections["submission"], sections["tls"], sections["dkim"]
@@ -460,7 +455,7 @@ def _build(sections: dict[str, Any], extras: dict[str, Any], path: Path | None) 
     return Settings(
         database=sections["database"],
         submission=build(
-            submission.Settings,
+            submission_settings.Settings,
             sub,
             tls_cert=tls.cert,
             tls_key=tls.key,
@@ -474,7 +469,7 @@ def _build(sections: dict[str, Any], extras: dict[str, Any], path: Path | None) 
         admin=_admin(sections["admin"]),
         log=sections["log"],
         accounts=sections["accounts"],
-        dkim=build(rotation.Settings, dkim),
+        dkim=build(signing_settings.Rotation, dkim),
         node=sections["node"],
         delivery=configured.build(
             sections,
@@ -488,12 +483,15 @@ def _build(sections: dict[str, Any], extras: dict[str, Any], path: Path | None) 
         unsubscribe=sections["unsubscribe"],
         tracking=sections["tracking"],
         inbound=build(
-            inbound.Settings, sections["inbound"], bounce_domain=sections["bounces"].domain, hostname=hostname
+            feedback_settings.InboundPort,
+            sections["inbound"],
+            bounce_domain=sections["bounces"].domain,
+            hostname=hostname,
         ),
         inbox=sections["inbox"],
-        webhooks=build(webhook_sender.Settings, sections["webhooks"]),
+        webhooks=build(feedback_settings.WebhookSending, sections["webhooks"]),
         reputation=build(
-            reputation.Settings,
+            feedback_settings.Guarding,
             sections["reputation"],
             default=extras["tenants_shared"]["guard"],
             tenants=extras["tenant_guards"],

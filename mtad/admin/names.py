@@ -22,7 +22,8 @@ from datetime import datetime
 
 from mtad import db
 from mtad.base import errors, values
-from mtad.spool import suspensions, tenants
+from mtad.spool import settings as spool_settings
+from mtad.spool import suspensions
 
 SHOWN = 10  # the known names an error lists when none is close to the one given
 
@@ -60,7 +61,7 @@ class Unknown(errors.NotFound):
 
 async def tenant(database: db.Database, name: str, default_tenant: str, *, field: str | None = None) -> str:
     """`name`, a tenant's: a row, or the default tenant."""
-    tenants.check_name(name)
+    spool_settings.check_tenant_name(name)
     if name == default_tenant:
         return name
     known = [row["name"] for row in await database.fetch("names/tenants")]

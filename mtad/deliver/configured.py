@@ -15,25 +15,26 @@ from mtad.base.endpoints import HostPort
 from mtad.deliver import egress
 from mtad.deliver import pools as source_pools
 from mtad.deliver import settings as deliver_settings
-from mtad.mailboxes import accounts, relay
+from mtad.mailboxes import accounts
 from mtad.mailboxes import pools as mailbox_pools
-from mtad.outbound import outcomes, policies, routing, sessions, tlsrpt
+from mtad.outbound import outcomes, providers
+from mtad.outbound import settings as outbound_settings
 
 
 @dataclass(frozen=True, slots=True)
 class DeliverySettings:
     enabled: bool
     engine: deliver_settings.Settings
-    sessions: sessions.Settings
+    sessions: outbound_settings.SessionSettings
     nameservers: tuple[HostPort, ...]  # empty: the system's resolvers
     dns_timeout: float
-    providers: routing.Providers
+    providers: providers.Providers
     rules: outcomes.Rules
     routes: Mapping[str, HostPort]  # domain -> relay
     pools: Mapping[str, egress.PoolSettings]  # [pools.NAME]
-    relay: relay.Settings  # [account_pools.NAME] and the [accounts] responses
-    tls: policies.Settings  # the recipient domains' TLS policies: MTA-STS, DANE
-    tls_reports: tlsrpt.Settings  # TLS reporting (RFC 8460) to those domains
+    relay: mailbox_pools.Settings  # [account_pools.NAME] and the [accounts] responses
+    tls: outbound_settings.PolicySettings  # the recipient domains' TLS policies: MTA-STS, DANE
+    tls_reports: outbound_settings.ReportSettings  # TLS reporting (RFC 8460) to those domains
     dkim_processes: int  # RSA signatures made off the event loop, in this many processes (0: on it)
 
 
@@ -53,7 +54,7 @@ def tables(
         named = found["delivery"].get(key)
         if named and named not in extras["pools"]:
             problems.append(f"[delivery] {key}: no pool named {named!r}{declared.pools_known(extras['pools'])}")
-    for key, load_file in (("providers", routing.load_providers), ("replies", outcomes.load_rules)):
+    for key, load_file in (("providers", providers.load_providers), ("replies", outcomes.load_rules)):
         if key not in found["delivery"]:
             continue  # a bad value, already reported
         path = found["delivery"][key] or deliver_settings.shipped_table(key)
@@ -118,7 +119,7 @@ def build(
             tracked=tracked or {},
         ),
         sessions=build(
-            sessions.Settings,
+            outbound_settings.SessionSettings,
             out,
             ehlo_hostname=out.ehlo_hostname or hostname,
             tls_required=tls.outbound == "required",
@@ -132,7 +133,7 @@ def build(
         routes=extras["routes"],
         pools=extras["pools"],
         relay=build(
-            relay.Settings,
+            mailbox_pools.Settings,
             keys,
             pools=extras["account_pools"],
             poll=out.poll_interval,
@@ -146,13 +147,13 @@ def build(
             ),
         ),
         tls=build(
-            policies.Settings,
+            outbound_settings.PolicySettings,
             tls,
             dane=tls.outbound == "dane",
             https_port=tls.mta_sts_port,
             fetch_timeout=tls.mta_sts_timeout,
         ),
-        tls_reports=tlsrpt.Settings(
+        tls_reports=outbound_settings.ReportSettings(
             enabled=tls.reports,
             organization=tls.report_organization or hostname,
             contact=tls.report_contact,

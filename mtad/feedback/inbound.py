@@ -53,17 +53,8 @@ def relaying_denied(address: str) -> Reply:
     return Reply(550, "5.7.1", f"<{address}>: relaying denied")
 
 
-_DECLARED = settings.Inbound()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
-    listen: tuple[HostPort, ...]
-    bounce_domain: str | None  # None: no bounce address is taken (but the VERP domain's, when VERP is on)
-    complaints: str | None  # the address feedback loops send their reports to (None: none)
-    max_message_size: int = _DECLARED.max_message_size
-    max_per_minute: int = _DECLARED.max_per_minute  # messages a client IP address may start in any minute
-    hostname: str
+# Declared in settings.py: the configuration builds it without loading this module.
+Settings = settings.InboundPort
 
 
 class Outcome(enum.StrEnum):

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,28 +51,9 @@ _KINDS = {
 _LATER = frozenset({"bounced", "complained", "unsubscribed"})  # may come after the delivery: where did it leave from?
 
 
-@dataclass(frozen=True, slots=True)
-class Guard:
-    """A tenant's limits ([tenants] and [tenants."NAME"])."""
-
-    max_complaint_rate: float = 0.003  # the bulk-sender threshold Gmail and Yahoo publish
-    max_bounce_rate: float = 0.05
-    min_volume: int = 1000  # deliveries in a window before its rates count
-    graduate_after: int = 1000  # deliveries on probation before it ends
-
-
-_DECLARED = settings.Reputation()
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    enabled: bool = _DECLARED.enabled  # false: nothing is counted, no tenant is paused or graduates by itself
-    default: Guard = Guard()
-    tenants: Mapping[str, Guard] = field(default_factory=dict)
-    publish: float = _DECLARED.publish  # seconds between updates of the windows' metrics
-
-    def guard(self, tenant: str) -> Guard:
-        return self.tenants.get(tenant, self.default)
+# Declared in settings.py: the configuration builds them without loading this module.
+Guard = settings.Guard
+Settings = settings.Guarding
 
 
 def hard(data: Mapping[str, Any]) -> bool:

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtad.base import values
@@ -128,3 +129,61 @@ def problems(leaving: Unsubscribe, tracking: Tracking, *, listing: list[str], tr
             "public https URL of the tracking host (served by the [unsubscribe] listener)"
         )
     return found
+
+
+_INBOUND = Inbound()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InboundPort:
+    listen: tuple[HostPort, ...]
+    bounce_domain: str | None  # None: no bounce address is taken (but the VERP domain's, when VERP is on)
+    complaints: str | None  # the address feedback loops send their reports to (None: none)
+    max_message_size: int = _INBOUND.max_message_size
+    max_per_minute: int = _INBOUND.max_per_minute  # messages a client IP address may start in any minute
+    hostname: str
+
+
+_WEBHOOKS = Webhooks()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebhookSending:
+    """[webhooks]: how the requests are sent (the keys' defaults are the declared ones)."""
+
+    enabled: bool = _WEBHOOKS.enabled  # this node sends webhook requests
+    timeout: float = _WEBHOOKS.timeout  # seconds for one request, answer included
+    max_response: int = _WEBHOOKS.max_response  # octets of an answer read
+    retry_base: float = _WEBHOOKS.retry_base  # seconds before the first retry; doubling
+    retry_max: float = _WEBHOOKS.retry_max  # seconds between retries at most
+    max_age: float = _WEBHOOKS.max_age  # seconds after the event a failing request is given up (dead)
+    per_endpoint: int = _WEBHOOKS.per_endpoint  # requests in flight to one endpoint at most
+    in_flight: int = _WEBHOOKS.in_flight  # requests in flight from this node at most
+    poll: float = _WEBHOOKS.poll  # seconds between looks for due requests
+    lease: float = 60.0  # seconds a node holds a request it sends
+    allow_networks: tuple[values.Network, ...] = _WEBHOOKS.allow_networks  # inside addresses an endpoint may have
+    first_wait: float = _WEBHOOKS.first_wait  # seconds the consumer waits for first attempts; 0: all written
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A tenant's limits ([tenants] and [tenants."NAME"])."""
+
+    max_complaint_rate: float = 0.003  # the bulk-sender threshold Gmail and Yahoo publish
+    max_bounce_rate: float = 0.05
+    min_volume: int = 1000  # deliveries in a window before its rates count
+    graduate_after: int = 1000  # deliveries on probation before it ends
+
+
+_REPUTATION = Reputation()
+
+
+@dataclass(frozen=True, slots=True)
+class Guarding:
+    enabled: bool = _REPUTATION.enabled  # false: nothing is counted, no tenant is paused or graduates by itself
+    default: Guard = Guard()
+    tenants: Mapping[str, Guard] = field(default_factory=dict)
+    publish: float = _REPUTATION.publish  # seconds between updates of the windows' metrics
+
+    def guard(self, tenant: str) -> Guard:
+        return self.tenants.get(tenant, self.default)

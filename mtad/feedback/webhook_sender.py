@@ -52,25 +52,8 @@ SLOW_FOR = 60.0  # seconds an endpoint that kept a first attempt past first_wait
 REFUSED = "not an address a webhook may go to (see [webhooks] allow_networks)"
 
 
-_DECLARED = settings.Webhooks()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
-    """[webhooks]: how the requests are sent (the keys' defaults are the declared ones)."""
-
-    enabled: bool = _DECLARED.enabled  # this node sends webhook requests
-    timeout: float = _DECLARED.timeout  # seconds for one request, answer included
-    max_response: int = _DECLARED.max_response  # octets of an answer read
-    retry_base: float = _DECLARED.retry_base  # seconds before the first retry; doubling
-    retry_max: float = _DECLARED.retry_max  # seconds between retries at most
-    max_age: float = _DECLARED.max_age  # seconds after the event a failing request is given up (dead)
-    per_endpoint: int = _DECLARED.per_endpoint  # requests in flight to one endpoint at most
-    in_flight: int = _DECLARED.in_flight  # requests in flight from this node at most
-    poll: float = _DECLARED.poll  # seconds between looks for due requests
-    lease: float = 60.0  # seconds a node holds a request it sends
-    allow_networks: tuple[Network, ...] = _DECLARED.allow_networks  # inside addresses an endpoint may have
-    first_wait: float = _DECLARED.first_wait  # seconds the consumer waits for first attempts; 0: all written
+# Declared in settings.py: the configuration builds it without loading this module.
+Settings = settings.WebhookSending
 
 
 @dataclass(slots=True)

@@ -44,7 +44,7 @@ import random
 import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -54,7 +54,7 @@ from mtad import db
 from mtad.base import errors, metrics, reasons, vault
 from mtad.base.batching import Batcher
 from mtad.base.lifecycle import Reason
-from mtad.mailboxes import accounts, choosing, inboxes, oauth, settings
+from mtad.mailboxes import accounts, choosing, inboxes, oauth, pools
 from mtad.mailboxes.accounts import Account, State
 from mtad.outbound import sessions
 from mtad.outbound.outcomes import Class, Verdict
@@ -64,52 +64,13 @@ log = structlog.get_logger("mtad.relay")
 GMAIL_HOSTS = (".gmail.com", ".google.com", ".googlemail.com")
 LOGIN_TTL = 600.0  # seconds a login's opened secret is kept before it is read again
 CONTENDED_RETRIES = 3  # choices in a row when other callers hold the accounts tried
-# An account whose health (0-100) is below this rests: its bounces and complaints
-# outweigh its sends (health 50 is as many of them as sends, plus one).
-HEALTH_FLOOR = 50
-# Seconds a send whose outcome is unknown is looked for in its account's Sent folder
-# before it is sent again: Gmail and Microsoft 365 file a message sent over SMTP
-# there within seconds of their 250 (Microsoft's, under load, a minute or two), so
-# one not there after ten minutes was most likely never accepted.
-SENT_CHECK_AFTER = 600.0
-ON_UNKNOWN = ("hold", "resend")  # what becomes of a send whose outcome is unknown when no inbox is read
+HEALTH_FLOOR, SENT_CHECK_AFTER, ON_UNKNOWN = pools.HEALTH_FLOOR, pools.SENT_CHECK_AFTER, pools.ON_UNKNOWN
 FOREVER = datetime.max.replace(tzinfo=UTC)  # PostgreSQL's 'infinity'
 
 
-@dataclass(frozen=True, slots=True)
-class PoolSettings:
-    """[account_pools.NAME]: how mail relayed through the pool is sent."""
-
-    rewrite_from: bool = False  # From and the envelope sender become the account's address
-    # What `mtad accounts add` gives an account of the pool that it is not told.
-    defaults: accounts.Limits = field(default_factory=accounts.Limits)
-    time_zone: str = "UTC"
-    ca_file: Path | None = None  # only its CAs are trusted for the smarthosts and token endpoints
-    health_floor: int = HEALTH_FLOOR  # an account whose health (0-100) is below it rests; 0: never
-    # A send that may have gone out: looked for in the account's Sent folder this long
-    # (when its inbox is read); else held until an operator retries it ("hold") or
-    # sent again at once ("resend", duplicates accepted).
-    sent_check_after: float = SENT_CHECK_AFTER
-    on_unknown: str = "hold"
-
-
-_DECLARED = settings.Accounts()
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    pools: Mapping[str, PoolSettings] = field(default_factory=dict)
-    cooldown: float = _DECLARED.cooldown  # a throttled account rests this long
-    gmail_cooldown: float = _DECLARED.gmail_cooldown  # ... and this long when Gmail throttled it
-    breaker: accounts.Breaker = field(default_factory=accounts.Breaker)
-    poll: float = 5.0  # the longest a paused pool waits before it looks again (an operator may act)
-    hand_back_after: float = _DECLARED.hand_back_after  # mail that would wait longer goes back to the spool
-    ca_file: Path | None = None  # [tls] ca_file: for a pool that names none (None: the system's trust store)
-
-    def ca_file_of(self, pool: str) -> Path | None:
-        """The CA file the pool's smarthosts are verified against (None: the system's store)."""
-        settings = self.pools.get(pool)
-        return settings.ca_file if settings is not None and settings.ca_file is not None else self.ca_file
+# Declared in mailboxes.pools: the configuration builds them without loading this module.
+PoolSettings = pools.PoolSettings
+Settings = pools.Settings
 
 
 class Slot(enum.Enum):

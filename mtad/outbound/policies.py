@@ -34,7 +34,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from mtad import db
@@ -60,18 +59,8 @@ class Failed:
     text: str
 
 
-_DECLARED = settings.Tls()
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """[tls]'s policy keys (their defaults are the declared ones)."""
-
-    mta_sts: bool = _DECLARED.mta_sts  # honour the MTA-STS policies of recipient domains
-    dane: bool = False  # verify against TLSA records in DNSSEC-validated answers ([tls] outbound = "dane")
-    https_port: int = _DECLARED.mta_sts_port  # where policies are fetched (a test serves them elsewhere)
-    fetch_timeout: float = _DECLARED.mta_sts_timeout
-    ca_file: Path | None = None  # only its CAs are trusted ([tls] ca_file); None: the system's
+# Declared in settings.py: the configuration builds it without loading this module.
+Settings = settings.PolicySettings
 
 
 @dataclass(frozen=True, slots=True)

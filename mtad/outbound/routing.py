@@ -24,8 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import dns.asyncresolver
 import dns.exception
@@ -34,9 +33,10 @@ import dns.nameserver
 import dns.rdatatype
 import dns.resolver
 
-from mtad.base import datafiles, errors
+from mtad.base import errors
 from mtad.base.endpoints import HostPort
 from mtad.outbound import limits
+from mtad.outbound import providers as provider_table
 
 # How long to remember an answer that came with no usable TTL, and the bounds on any.
 DEFAULT_NEGATIVE_TTL = 300.0
@@ -127,66 +127,11 @@ def _negative_ttl(exc: dns.resolver.NXDOMAIN) -> float:
 # --- providers ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Provider:
-    """A receiving provider, recognised by the suffixes of its MX host names."""
-
-    name: str
-    mx_suffixes: tuple[str, ...]
-    limits: limits.Limits
-
-
-@dataclass(frozen=True, slots=True)
-class Providers:
-    known: tuple[Provider, ...]
-    default: limits.Limits = limits.DEFAULT
-
-    def group_of(self, mx_hosts: Iterable[str]) -> tuple[str, limits.Limits]:
-        """(group name, shaping limits) for a set of MX hosts: a known provider when every
-        host matches one of its suffixes, else a group of these hosts alone."""
-        hosts = sorted({h.lower().rstrip(".") for h in mx_hosts})
-        for provider in self.known:
-            if hosts and all(_under(h, provider.mx_suffixes) for h in hosts):
-                return provider.name, provider.limits
-        return "mx:" + ",".join(hosts), self.default
-
-
-def _under(host: str, suffixes: tuple[str, ...]) -> bool:
-    return any(host == s or host.endswith("." + s) for s in suffixes)
-
-
-def load_providers(path: Path) -> Providers:
-    """Read mtad/tables/providers.toml; ConfigError lists every problem."""
-    document = datafiles.read_toml(path)
-    return parse_providers(document, str(path))
-
-
-def parse_providers(document: Mapping[str, Any], where: str = "providers") -> Providers:
-    problems: list[str] = []
-    default_table = document.get("default", {})
-    default = limits.parse(default_table, limits.DEFAULT, f"{where}: [default]", problems)
-    _unknown_keys(default_table, set(limits.KEYS), f"{where}: [default]", problems)
-    known = []
-    for name, table in document.get("providers", {}).items():
-        suffixes = table.get("mx_suffixes")
-        if not isinstance(suffixes, list) or not suffixes or not all(isinstance(s, str) and s for s in suffixes):
-            problems.append(f"{where}: [providers.{name}] mx_suffixes: expected a non-empty list of domain names")
-            suffixes = []
-        provider_limits = limits.parse(table, default, f"{where}: [providers.{name}]", problems)
-        _unknown_keys(table, {"mx_suffixes", *limits.KEYS}, f"{where}: [providers.{name}]", problems)
-        known.append(Provider(name, tuple(s.lower().rstrip(".") for s in suffixes), provider_limits))
-    unknown_sections = set(document) - {"default", "providers"}
-    if unknown_sections:
-        problems.append(f"{where}: unknown sections {', '.join(sorted(unknown_sections))}")
-    if problems:
-        raise errors.ConfigError(problems)
-    return Providers(tuple(known), default)
-
-
-def _unknown_keys(table: Mapping[str, Any], allowed: set[str], where: str, problems: list[str]) -> None:
-    unknown = set(table) - allowed
-    if unknown:
-        problems.append(f"{where}: unknown keys {', '.join(sorted(unknown))} (known: {', '.join(sorted(allowed))})")
+# Kept in outbound.providers: the configuration reads the table without loading dnspython.
+Provider = provider_table.Provider
+Providers = provider_table.Providers
+load_providers = provider_table.load_providers
+parse_providers = provider_table.parse_providers
 
 
 # --- routes --------------------------------------------------------------------------

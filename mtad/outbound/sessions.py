@@ -59,22 +59,8 @@ _NAMES = {Kind.DANE: "DANE", Kind.MTA_STS: "MTA-STS"}
 _CERTIFICATE_RESULTS = {62: "certificate-host-mismatch", 10: "certificate-expired"}
 
 
-_DECLARED = settings.Sessions()
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """[delivery]'s session keys (their defaults are the declared ones), and [tls] outbound."""
-
-    port: int = _DECLARED.port
-    ehlo_hostname: str = "localhost"  # config gives [delivery] ehlo_hostname, else [submission] hostname
-    source_address: str | None = _DECLARED.source_address
-    tls_required: bool = False
-    connect_timeout: float = _DECLARED.connect_timeout
-    command_timeout: float = _DECLARED.command_timeout
-    max_messages: int = _DECLARED.max_messages_per_session  # per session
-    max_per_host: int = _DECLARED.max_sessions_per_host  # open sessions to one address
-    idle_timeout: float = _DECLARED.idle_timeout
+# Declared in settings.py: the configuration builds it without loading this module.
+Settings = settings.SessionSettings
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,3 +51,47 @@ class Sessions:
     idle_timeout: float = declared.key(values.positive_duration, "30s", "An unused session closes after this long.")
     connect_timeout: float = declared.key(values.positive_duration, "30s", "To connect and receive the greeting.")
     command_timeout: float = declared.key(values.positive_duration, "5m", "To wait for any reply.")
+
+
+_SESSIONS = Sessions()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """[delivery]'s session keys (their defaults are the declared ones), and [tls] outbound."""
+
+    port: int = _SESSIONS.port
+    ehlo_hostname: str = "localhost"  # config gives [delivery] ehlo_hostname, else [submission] hostname
+    source_address: str | None = _SESSIONS.source_address
+    tls_required: bool = False
+    connect_timeout: float = _SESSIONS.connect_timeout
+    command_timeout: float = _SESSIONS.command_timeout
+    max_messages: int = _SESSIONS.max_messages_per_session  # per session
+    max_per_host: int = _SESSIONS.max_sessions_per_host  # open sessions to one address
+    idle_timeout: float = _SESSIONS.idle_timeout
+
+
+_TLS = Tls()
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySettings:
+    """[tls]'s policy keys (their defaults are the declared ones)."""
+
+    mta_sts: bool = _TLS.mta_sts  # honour the MTA-STS policies of recipient domains
+    dane: bool = False  # verify against TLSA records in DNSSEC-validated answers ([tls] outbound = "dane")
+    https_port: int = _TLS.mta_sts_port  # where policies are fetched (a test serves them elsewhere)
+    fetch_timeout: float = _TLS.mta_sts_timeout
+    ca_file: Path | None = None  # only its CAs are trusted ([tls] ca_file); None: the system's
+
+
+@dataclass(frozen=True, slots=True)
+class ReportSettings:
+    enabled: bool = _TLS.reports  # false: sessions are still counted (metrics too), no report is sent
+    organization: str = "mtad"  # organization-name of the reports
+    contact: str = ""  # contact-info (an address); "": postmaster@ the sender's domain
+    sender: str = "postmaster@localhost"  # From of the reports sent by mail
+    tenant: str = "default"  # the tenant whose mail the reports are
+    every: float = 3600.0  # seconds between looks for the reports due
+    keep_days: int = 30  # days of counts and reports kept
+    post_timeout: float = 30.0

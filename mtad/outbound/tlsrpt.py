@@ -21,7 +21,6 @@ import re
 import ssl
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
@@ -41,19 +40,8 @@ _POLICY_TYPES = {policies.Kind.MTA_STS: "sts", policies.Kind.DANE: "tlsa"}
 _VERSION = re.compile(r"^v=TLSRPTv1[ \t]*;")
 
 
-_DECLARED = settings.Tls()
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    enabled: bool = _DECLARED.reports  # false: sessions are still counted (metrics too), no report is sent
-    organization: str = "mtad"  # organization-name of the reports
-    contact: str = ""  # contact-info (an address); "": postmaster@ the sender's domain
-    sender: str = "postmaster@localhost"  # From of the reports sent by mail
-    tenant: str = "default"  # the tenant whose mail the reports are
-    every: float = 3600.0  # seconds between looks for the reports due
-    keep_days: int = 30  # days of counts and reports kept
-    post_timeout: float = 30.0
+# Declared in settings.py: the configuration builds it without loading this module.
+Settings = settings.ReportSettings
 
 
 def rua(values: Sequence[str]) -> list[str]:

@@ -40,16 +40,8 @@ from mtad.signing.dkim import KeyState
 log = structlog.get_logger("mtad.rotation")
 
 
-_DECLARED = settings.Dkim(processes=0)
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """[dkim]'s rotation keys (their defaults are the declared ones)."""
-
-    overlap: float = _DECLARED.overlap  # seconds a retiring key's record stays published
-    rotate_every: float | None = _DECLARED.rotate_every  # seconds an active key signs before a successor is made
-    check_interval: float = _DECLARED.check_interval
+# Declared in settings.py: the configuration builds it without loading this module.
+Settings = settings.Rotation
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,3 +20,15 @@ class Dkim:
     check_interval: float = key(values.positive_duration, "1m", "Between looks at DNS for keys to move on.")
     canonicalization: str = key(values.choice(*CANONICALIZATIONS), "relaxed/relaxed", "c= of the signatures.")
     processes: int = key(process_count, "auto", "Processes making RSA signatures (0: on the event loop).")
+
+
+_DKIM = Dkim(processes=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    """[dkim]'s rotation keys (their defaults are the declared ones)."""
+
+    overlap: float = _DKIM.overlap  # seconds a retiring key's record stays published
+    rotate_every: float | None = _DKIM.rotate_every  # seconds an active key signs before a successor is made
+    check_interval: float = _DKIM.check_interval

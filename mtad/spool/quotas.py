@@ -30,27 +30,16 @@ import structlog
 from mtad import db
 from mtad.base import errors, metrics
 from mtad.base.replies import Reply
-from mtad.spool import tenants
+from mtad.spool import settings, tenants
 
 log = structlog.get_logger("mtad.quotas")
 
 SETTLE_WITHIN = 1.5  # seconds an operator's pause waits for the messages checked before it
 
 
-@dataclass(frozen=True, slots=True)
-class Quota:
-    """A tenant's quotas; None: no limit."""
-
-    max_per_hour: int | None = None  # messages accepted in a clock hour
-    max_per_day: int | None = None  # messages accepted in a UTC day
-    max_queued_bytes: int | None = None  # octets of its messages the spool holds, not final yet
-
-    @property
-    def counts_messages(self) -> bool:
-        return self.max_per_hour is not None or self.max_per_day is not None
-
-
-NONE = Quota()
+# Declared in settings.py: the configuration builds it without loading this module.
+Quota = settings.Quota
+NONE = settings.NO_QUOTA
 
 
 @dataclass(frozen=True, slots=True)

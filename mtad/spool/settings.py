@@ -6,7 +6,7 @@ import re
 import socket
 from dataclasses import dataclass
 
-from mtad.base import values
+from mtad.base import errors, values
 from mtad.base.settings import key
 
 
@@ -46,3 +46,29 @@ class Retention:
     batch: int = key(values.integer(10, 100_000), 500, "Rows per statement.")
     pause: float = key(values.duration, "0s", "Between two batches.")
     reindex: bool = key(values.boolean, True, "Rebuild the indexes that deleting left mostly empty.")
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A tenant's quotas; None: no limit."""
+
+    max_per_hour: int | None = None  # messages accepted in a clock hour
+    max_per_day: int | None = None  # messages accepted in a UTC day
+    max_queued_bytes: int | None = None  # octets of its messages the spool holds, not final yet
+
+    @property
+    def counts_messages(self) -> bool:
+        return self.max_per_hour is not None or self.max_per_day is not None
+
+
+NO_QUOTA = Quota()
+TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def check_tenant_name(name: str) -> str:
+    if not TENANT_NAME.match(name):
+        raise errors.MtadError(
+            f"invalid tenant name {name!r}: 1-64 characters of letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit"
+        )
+    return name

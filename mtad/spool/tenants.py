@@ -15,7 +15,6 @@ import base64
 import hashlib
 import hmac
 import os
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -27,20 +26,15 @@ import structlog
 
 from mtad import db
 from mtad.base import errors, events, metrics
+from mtad.spool import settings
 
 log = structlog.get_logger("mtad.tenants")
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME = settings.TENANT_NAME
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
 
 
-def check_name(name: str) -> str:
-    if not NAME.match(name):
-        raise errors.MtadError(
-            f"invalid tenant name {name!r}: 1-64 characters of letters, digits, '.', '_' and '-', "
-            "starting with a letter or digit"
-        )
-    return name
+check_name = settings.check_tenant_name
 
 
 def hash_password(password: str) -> str:

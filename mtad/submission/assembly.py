@@ -33,10 +33,10 @@ from datetime import UTC, datetime
 from mtad.base import headers, replies
 from mtad.base.envelope import Address
 from mtad.base.replies import Reply
-from mtad.spool import commit, quotas
+from mtad.spool import commit
+from mtad.submission import settings
 
-MIN_PRIORITY = -100
-MAX_PRIORITY = 100
+MIN_PRIORITY, MAX_PRIORITY = settings.MIN_PRIORITY, settings.MAX_PRIORITY
 # RFC 2156 section 5.3.6 Priority values, as MUAs write them; any other is ignored.
 STANDARD_PRIORITIES = {b"urgent": 50, b"normal": 0, b"non-urgent": -50}
 
@@ -48,19 +48,7 @@ _WHOLE_NUMBER = re.compile(rb"[+-]?[0-9]{1,9}")  # ASCII digits only; the range 
 _SHOWN = 64  # characters of a refused value quoted back in the reply
 
 
-@dataclass(frozen=True, slots=True)
-class TenantDefaults:
-    """What a tenant's messages get when they say nothing ([tenants."NAME"])."""
-
-    priority: int = 0
-    pool: str | None = None  # a configured pool name; None: the route's or the default
-    account_pool: str | None = None  # a configured account pool; None: the route's, else MX
-    refuse_suppressed: bool = False  # a suppressed recipient is refused at RCPT (else its delivery is cancelled)
-    list_unsubscribe: bool = False  # its mail gets List-Unsubscribe (one-click) fields, one recipient per transaction
-    dsn: bool = True  # its senders get a non-delivery report for mail that bounced or failed
-    quota: quotas.Quota = quotas.NONE  # what it may submit (mtad.spool.quotas)
-    track_opens: bool = False  # its HTML mail gets a pixel per recipient ([tracking]), one recipient per transaction
-    track_clicks: bool = False  # its HTML mail's links go through /c/ per recipient, one recipient per transaction
+TenantDefaults = settings.TenantDefaults
 
 
 NO_DEFAULTS = TenantDefaults()

@@ -9,12 +9,10 @@ import asyncio
 import base64
 import ipaddress
 import re
-import socket
 import ssl
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ import structlog
 from aiosmtpd.smtp import MISSING, SMTP, AuthResult, Envelope, Session
 
 from mtad.base import envelope, errors, headers, metrics, replies
-from mtad.base.endpoints import HostPort
 from mtad.base.envelope import Address
 from mtad.base.replies import Reply
 from mtad.feedback import suppression
@@ -35,37 +32,8 @@ log = structlog.get_logger("mtad.submission")
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-# The declared defaults (hostname and processes aside: read when an instance is made).
-_DECLARED = settings.Submission(hostname="localhost", processes=0)
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """What the port takes: [submission]'s keys (their defaults are the declared ones),
-    and what config gives from [tls] and the tables."""
-
-    listen: tuple[HostPort, ...] = _DECLARED.listen
-    hostname: str = field(default_factory=socket.getfqdn)
-    max_message_size: int = _DECLARED.max_message_size
-    max_recipients: int = _DECLARED.max_recipients
-    trusted_networks: tuple[Network, ...] = _DECLARED.trusted_networks
-    require_auth: bool = _DECLARED.require_auth
-    default_tenant: str = _DECLARED.default_tenant
-    idle_timeout: float = _DECLARED.idle_timeout
-    auth_max_failures: int = _DECLARED.auth_max_failures
-    auth_failure_window: float = _DECLARED.auth_failure_window
-    # Open sessions from one IP address (421 4.7.0 beyond), and in all; both divided among `processes` (Server).
-    max_connections_per_client: int = _DECLARED.max_connections_per_client
-    max_connections: int = _DECLARED.max_connections
-    shutdown_timeout: float = _DECLARED.shutdown_timeout
-    check_recipient_domains: bool = _DECLARED.check_recipient_domains  # 550 5.1.2 for a domain that takes no mail
-    processes: int = 0  # processes serving the port beside the daemon's (0: the daemon's own serves it)
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    pools: frozenset[str] = frozenset()  # the configured source IP pools, for X-Mtad-Pool
-    account_pools: frozenset[str] = frozenset()  # the configured account pools, for X-Mtad-Account-Pool
-    tenant_defaults: Mapping[str, assembly.TenantDefaults] = field(default_factory=dict)  # by tenant
-    default_quota: quotas.Quota = quotas.NONE  # the quotas of a tenant without its own ([tenants])
+# Declared in settings.py: the configuration builds it without loading this module.
+Settings = settings.Settings
 
 
 def tls_context(cert: Path, key: Path) -> ssl.SSLContext:

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mtad.base import errors, values
 from mtad.base.endpoints import HostPort
 from mtad.base.settings import key
-from mtad.spool import tenants
+from mtad.spool import settings as spool_settings
 
 
 def tenant(value: Any) -> str:
     try:
-        return tenants.check_name(values.string(value))
+        return spool_settings.check_tenant_name(values.string(value))
     except errors.MtadError as exc:
         raise ValueError(str(exc)) from None
 
@@ -55,3 +57,54 @@ class Sendmail:
     )
     login: str | None = key(values.optional_string, "", "Its AUTH name; empty: no AUTH (a trusted client needs none).")
     password_file: Path | None = key(values.optional_path, "", "The file holding that login's password.")
+
+
+MIN_PRIORITY = -100
+MAX_PRIORITY = 100
+
+
+@dataclass(frozen=True, slots=True)
+class TenantDefaults:
+    """What a tenant's messages get when they say nothing ([tenants."NAME"])."""
+
+    priority: int = 0
+    pool: str | None = None  # a configured pool name; None: the route's or the default
+    account_pool: str | None = None  # a configured account pool; None: the route's, else MX
+    refuse_suppressed: bool = False  # a suppressed recipient is refused at RCPT (else its delivery is cancelled)
+    list_unsubscribe: bool = False  # its mail gets List-Unsubscribe (one-click) fields, one recipient per transaction
+    dsn: bool = True  # its senders get a non-delivery report for mail that bounced or failed
+    quota: spool_settings.Quota = spool_settings.NO_QUOTA  # what it may submit (mtad.spool.quotas)
+    track_opens: bool = False  # its HTML mail gets a pixel per recipient ([tracking]), one recipient per transaction
+    track_clicks: bool = False  # its HTML mail's links go through /c/ per recipient, one recipient per transaction
+
+
+_SUBMISSION = Submission(hostname="localhost", processes=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What the port takes: [submission]'s keys (their defaults are the declared ones),
+    and what config gives from [tls] and the tables."""
+
+    listen: tuple[HostPort, ...] = _SUBMISSION.listen
+    hostname: str = field(default_factory=socket.getfqdn)
+    max_message_size: int = _SUBMISSION.max_message_size
+    max_recipients: int = _SUBMISSION.max_recipients
+    trusted_networks: tuple[values.Network, ...] = _SUBMISSION.trusted_networks
+    require_auth: bool = _SUBMISSION.require_auth
+    default_tenant: str = _SUBMISSION.default_tenant
+    idle_timeout: float = _SUBMISSION.idle_timeout
+    auth_max_failures: int = _SUBMISSION.auth_max_failures
+    auth_failure_window: float = _SUBMISSION.auth_failure_window
+    # Open sessions from one IP address (421 4.7.0 beyond), and in all; both divided among `processes` (Server).
+    max_connections_per_client: int = _SUBMISSION.max_connections_per_client
+    max_connections: int = _SUBMISSION.max_connections
+    shutdown_timeout: float = _SUBMISSION.shutdown_timeout
+    check_recipient_domains: bool = _SUBMISSION.check_recipient_domains  # 550 5.1.2 for a domain that takes no mail
+    processes: int = 0  # processes serving the port beside the daemon's (0: the daemon's own serves it)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    pools: frozenset[str] = frozenset()  # the configured source IP pools, for X-Mtad-Pool
+    account_pools: frozenset[str] = frozenset()  # the configured account pools, for X-Mtad-Account-Pool
+    tenant_defaults: Mapping[str, TenantDefaults] = field(default_factory=dict)  # by tenant
+    default_quota: spool_settings.Quota = spool_settings.NO_QUOTA  # the quotas of a tenant without its own ([tenants])

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mtad.base import settings as declared
 from mtad.base import values
-from mtad.feedback import reputation
-from mtad.spool import quotas, tenants
-
-if TYPE_CHECKING:
-    from mtad.submission import assembly
+from mtad.feedback import settings as feedback_settings
+from mtad.spool import settings as spool_settings
+from mtad.submission import settings as submission_settings
 
 _TENANT_KEYS = {
     "dkim_domain": "a domain with DKIM keys",
@@ -73,7 +71,7 @@ def common(table: Any, problems: list[str]) -> dict[str, Any]:
         if isinstance(table, dict)
         else {}
     )
-    quota, guard = limits(keys, "[tenants]", quotas.NONE, reputation.Guard(), problems)
+    quota, guard = limits(keys, "[tenants]", spool_settings.NO_QUOTA, feedback_settings.Guard(), problems)
     probation = keys.get("probation_default", False)
     if not isinstance(probation, bool):
         problems.append(f"[tenants] probation_default: expected true or false, got {probation!r}")
@@ -89,22 +87,20 @@ def defaults(
     dkim_domains: dict[str, str] | None = None,
     shared: Mapping[str, Any] | None = None,
     guards: dict[str, Any] | None = None,
-) -> dict[str, assembly.TenantDefaults]:
+) -> dict[str, submission_settings.TenantDefaults]:
     """The [tenants."NAME"] tables: the priority and source IP pool of a tenant's
     messages when they name none (X-Mtad-Priority, Priority, X-Mtad-Pool), and the
     tenant's weight in delivery's ready queues (put in `weights`)."""
-    from mtad.submission import assembly
-
     if not isinstance(table, dict):
         problems.append('[tenants]: expected tables such as [tenants."shop"]')
         return {}
     shared = shared if shared is not None else common(table, problems)
     table = {k: v for k, v in table.items() if not (k in _TENANTS_SHARED and not isinstance(v, dict))}
-    priority = values.integer(assembly.MIN_PRIORITY, assembly.MAX_PRIORITY)
-    defaults: dict[str, assembly.TenantDefaults] = {}
+    priority = values.integer(submission_settings.MIN_PRIORITY, submission_settings.MAX_PRIORITY)
+    defaults: dict[str, submission_settings.TenantDefaults] = {}
     example = 'priority = 10, pool = "bulk"'
     for name, where, keys in declared.named_tables(
-        table, '[tenants."{}"]', tenants.check_name, example, _TENANT_KEYS, problems
+        table, '[tenants."{}"]', spool_settings.check_tenant_name, example, _TENANT_KEYS, problems
     ):
         found = len(problems)
         chosen = 0
@@ -145,7 +141,7 @@ def defaults(
         if guards is not None and any(k in keys for k, (_, part, _) in _LIMITS.items() if part == "guard"):
             guards[name] = guard
         if len(problems) == found:
-            defaults[name] = assembly.TenantDefaults(
+            defaults[name] = submission_settings.TenantDefaults(
                 chosen, pool, account_pool, refusing == "refuse", leaving is True, reporting is not False, quota,
                 track_opens=tracking["track_opens"] is True, track_clicks=tracking["track_clicks"] is True,
             )  # fmt: skip
