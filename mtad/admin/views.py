@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mtad import db
-from mtad.feedback import reputation
-from mtad.mailboxes import accounts, inboxes
-from mtad.spool import queue, quotas, tenants
+
+if TYPE_CHECKING:  # `mtad queue ls --json` needs none of them
+    from mtad.feedback import reputation
+    from mtad.mailboxes import accounts, inboxes
+    from mtad.spool import queue, quotas
 
 
 def delivery(row: dict[str, Any]) -> dict[str, Any]:
@@ -76,6 +78,9 @@ async def tenant(
 ) -> dict[str, Any]:
     """A tenant's state, probation, quotas used, limits and reputation windows (its own,
     and by provider group and source address)."""
+    from mtad.feedback import reputation
+    from mtad.spool import tenants
+
     state = await tenants.state(database, name)
     used = await database.fetchrow("tenants/usage", name, now)
     held = await database.fetch("tenants/queued_bytes", [name])

@@ -68,11 +68,29 @@ def functions() -> list[FunctionFile]:
     return sorted(found, key=lambda f: f.name)
 
 
+async def current(database: db.Database) -> bool:
+    """Whether the schema needs nothing: every migration applied, and the functions as
+    the files made them (one query, no lock; a spool never migrated is not current)."""
+    try:
+        found = await database.fetchrow("migrate/current")
+    except errors.SpoolError:  # no schema_migrations or schema_functions yet
+        return False
+    return (
+        found is not None
+        and found["version"] == len(available())
+        and (found["recorded_files"], found["recorded_installed"]) == (_digest(functions()), found["installed"])
+    )
+
+
+def _digest(files: list[FunctionFile]) -> str:
+    return hashlib.sha256("".join(f"{f.name}\0{f.text}\0" for f in files).encode()).hexdigest()
+
+
 async def _apply_functions(conn: db.Connection) -> None:
     """Run the function files unless the database holds what they made last time: a
     tool's start then costs one query, and a running node's plans are not invalidated."""
     files = functions()
-    digest = hashlib.sha256("".join(f"{f.name}\0{f.text}\0" for f in files).encode()).hexdigest()
+    digest = _digest(files)
     await conn.execute("migrate/create_functions_table")
     now = await conn.fetchrow("migrate/functions_now")
     if now is not None and (now["recorded_files"], now["recorded_installed"]) == (digest, now["installed"]):

@@ -58,7 +58,7 @@ async def open_spool(
 ) -> AsyncIterator[Spool]:
     """Connect to `dsn`, or with none start (or attach to) the embedded server in
     `data_dir`; run `before_migrations(dsn)`; apply pending migrations; yield a pool
-    of `pool_size`.
+    of `pool_size`. A tool's pool looks first: a current schema costs it one query.
 
     lock: the daemon's lock on data_dir (it owns the server: on exit the server is
     stopped, unless it was found running and the daemon failed before it served).
@@ -68,23 +68,27 @@ async def open_spool(
     """
     server: embedded.EmbeddedPostgres | None = None
     served = False
+    admin_dsn: str | None = None  # the embedded server found running: its database made if missing
     if dsn is None:
         server = embedded.EmbeddedPostgres(data_dir)
         if lock is not None:
             admin_dsn = await asyncio.to_thread(server.start)
         else:
             admin_dsn = await _as_guest(server, wait, config, defaults)
-        await db.ensure_database(admin_dsn, embedded.DATABASE)
         dsn = server.dsn(admin_dsn)
+        if lock is not None or server.started_here:
+            await db.ensure_database(admin_dsn, embedded.DATABASE)
+            admin_dsn = None
     database: db.Database | None = None
     try:
         try:
             if before_migrations is not None:
                 await before_migrations(dsn)
-            applied = await migrate.apply(dsn, None if lock is not None else wait)  # a tool waits `wait` at most
-            for migration in applied:
-                logger.info("migrated", version=migration.version, name=migration.name)
-            database = await db.Database.connect(dsn, max_size=pool_size)
+            if lock is None:
+                database = await _as_tool(dsn, pool_size, wait, admin_dsn)
+            else:
+                await _migrated(dsn, None)
+                database = await db.Database.connect(dsn, max_size=pool_size)
         except errors.DatabaseUnavailable as exc:
             if server is not None:
                 raise
@@ -110,6 +114,32 @@ async def open_spool(
         if server is not None and stop:
             await asyncio.to_thread(server.stop, 60.0 if lock is not None else wait)
             logger.info("embedded_postgres_stopped", data_dir=str(server.data_dir))
+
+
+async def _as_tool(dsn: str, pool_size: int, wait: float, admin_dsn: str | None) -> db.Database:
+    """A tool's pool: its first connection asks whether the schema is current (it
+    usually is: the daemon migrated it), and only a spool behind is migrated, waiting
+    `wait` at most for another process's run. With `admin_dsn` (the daemon's embedded
+    server), the database is made first if it is missing."""
+    try:
+        database = await db.Database.connect(dsn, max_size=pool_size)
+    except errors.SpoolError:
+        if admin_dsn is None:
+            raise
+        await db.ensure_database(admin_dsn, embedded.DATABASE)  # a server whose first start was cut short
+        database = await db.Database.connect(dsn, max_size=pool_size)
+    try:
+        if not await migrate.current(database):
+            await _migrated(dsn, wait)
+    except BaseException:
+        await database.close()
+        raise
+    return database
+
+
+async def _migrated(dsn: str, wait: float | None) -> None:
+    for migration in await migrate.apply(dsn, wait):
+        logger.info("migrated", version=migration.version, name=migration.name)
 
 
 async def _as_guest(

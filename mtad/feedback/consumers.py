@@ -23,47 +23,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-import orjson
 import structlog
 
 from mtad import db
 from mtad.base import errors, metrics
+from mtad.feedback import event_log
 
 log = structlog.get_logger("mtad.consumers")
 
-CHANNEL = "mtad_events"
+CHANNEL = event_log.CHANNEL
 MAX_PAUSE = 60.0  # seconds between retries of a failing batch, at most
 
 
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """An event as the log keeps it."""
-
-    id: int
-    xid: int | None  # None: written before consumers existed (never read by one)
-    at: datetime
-    kind: str
-    tenant: str | None
-    message: uuid.UUID | None
-    delivery: int | None
-    raw: str | None = field(default=None, repr=False)  # the data as stored (JSON)
-    _data: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
-
-    @property
-    def data(self) -> dict[str, Any]:
-        """The event's data, decoded when first asked for: most consumers look at the
-        kind and the tenant of most events only."""
-        data = self._data
-        if data is None:
-            data = _decode(self.raw) if self.raw is not None else {}
-            object.__setattr__(self, "_data", data)
-        return data
+# The log's events as read (feedback.event_log: `mtad events tail` reads them without the consumers).
+Stored = event_log.Stored
+stored = event_log.stored
+after = event_log.after
 
 
 class Handler(Protocol):
@@ -295,26 +275,3 @@ class Consumers:
                     lag = max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0
                     metrics.CONSUMER_LAG.labels(consumer=row["name"]).set(lag)
             await asyncio.sleep(self.settings.poll)
-
-
-def after(batch: Sequence[Stored], rows: Sequence[db.Row], size: int) -> tuple[int, int]:
-    """The position after a batch read by consumers/read.sql with LIMIT `size`: its
-    last event's when it was full (more may wait), else the horizon's (all below it
-    was read)."""
-    if len(batch) == size and batch[-1].xid is not None:
-        return batch[-1].xid, batch[-1].id
-    return int(rows[0]["horizon"]), 0
-
-
-def _decode(raw: str) -> dict[str, Any]:
-    """JSON as PostgreSQL gives jsonb: orjson reads it in a quarter of the standard
-    library's time (an integer past 64 bits, which mtad never writes, would come back
-    a float)."""
-    decoded: dict[str, Any] = orjson.loads(raw)
-    return decoded
-
-
-def stored(row: db.Row) -> Stored:
-    """An event as read by consumers/read.sql (or any query with its columns)."""
-    return Stored(row["id"], row["xid"], row["at"], row["kind"], row["tenant"], row["message"], row["delivery"],
-                  row["data"])  # fmt: skip

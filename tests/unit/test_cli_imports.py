@@ -1,5 +1,6 @@
 """The command line imports what a command needs when it runs: `mtad --help` no domain
-module, a tool such as `mtad queue ls` none of the delivery or submission code."""
+module, a tool such as `mtad queue ls` none of the delivery or submission code, and
+the whole configuration (`mtad check-config`) none of the libraries that do I/O."""
 
 import subprocess
 import sys
@@ -56,7 +57,24 @@ def test_a_tools_configuration_imports_no_delivery_code(tmp_path: Path) -> None:
     declarations = {f"{package}.{name}" for package in HEAVY for name in ("settings", "tenant_tables")}
     heavy = {m for m in loaded for h in HEAVY if m == h or m.startswith(h + ".")} - set(HEAVY) - declarations
     assert not heavy
-    assert not loaded & {"aiosmtpd", "aiosmtplib", "rich"}
+    assert not loaded & {"aiosmtpd", "aiosmtplib", "rich", "asyncpg", "prometheus_client"}
+
+
+# The libraries that do I/O (or cost tens of milliseconds to import) that parsing the
+# configuration has no use for.
+IO_LIBRARIES = {"asyncpg", "aiohttp", "aiosmtplib", "aiosmtpd", "dns", "prometheus_client", "cryptography",
+                "structlog", "flufl.bounce", "standardwebhooks", "nacl", "dkim", "rich"}  # fmt: skip
+
+
+def test_the_whole_configuration_imports_no_io_library() -> None:
+    reference = Path(__file__).parents[2] / "conf" / "mtad.toml"
+    loaded = loaded_after(f"from pathlib import Path\nfrom mtad import config\nconfig.load(Path({str(reference)!r}))")
+    assert not loaded & IO_LIBRARIES
+
+
+def test_the_event_log_and_the_queue_listing_load_no_metrics() -> None:
+    loaded = loaded_after("from mtad.feedback import tail\nfrom mtad.admin import filters, views")
+    assert not loaded & {"prometheus_client", "flufl.bounce", "aiohttp"}
 
 
 def test_the_parsers_choices_are_the_enums() -> None:
