@@ -1,7 +1,9 @@
 """The command line's own cost: each command timed as a whole process, as an operator runs it.
 
 COMMANDS are each run RUNS times in turn (after one run of each not counted, which
-warms the disk cache), as `mtad ...` from the venv, against a running node (`mtad run`
+warms the disk cache and writes the bytecode, as an installed package has it: the
+commands run without PYTHONDONTWRITEBYTECODE, their bytecode kept in the part's temp
+dir by PYTHONPYCACHEPREFIX), as `mtad ...` from the venv, against a running node (`mtad run`
 with its embedded PostgreSQL, accept only) and its configuration file: wall time from
 the fork to the exit (interpreter start, imports, configuration, the database
 attached to, the work, the exit), and the CPU (user + system) the command's process
@@ -14,6 +16,7 @@ so the figures are the commands' fixed cost. Goal (issue 33): every command unde
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import subprocess
@@ -54,12 +57,12 @@ def mtad_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "mtad"]
 
 
-def timed(argv: list[str]) -> tuple[float, float, int, str]:
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
     """One run: (wall seconds, CPU seconds of the process, exit status, its stderr's last line)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT,
-                          check=False)  # fmt: skip
+                          check=False, env=env)  # fmt: skip
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -67,13 +70,20 @@ def timed(argv: list[str]) -> tuple[float, float, int, str]:
     return wall, cpu, done.returncode, said
 
 
-def measure(cells: list[Cell], runs: int) -> None:
+def environment(root: Path) -> dict[str, str]:
+    """The commands' environment: bytecode written (under `root`) and read again."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
+    return env
+
+
+def measure(cells: list[Cell], runs: int, env: dict[str, str]) -> None:
     """Warm up once, then the commands in turn, `runs` rounds."""
     for cell in cells:
-        timed(cell.argv)
+        timed(cell.argv, env)
     for _ in range(runs):
         for cell in cells:
-            wall, cpu, status, said = timed(cell.argv)
+            wall, cpu, status, said = timed(cell.argv, env)
             if status != 0:
                 cell.failures.append(f"exit {status}: {said}")
                 continue
@@ -107,7 +117,7 @@ def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple
         cells = [Cell(label, [*mtad_command(), *argv, *(config if argv != ["--help"] else [])])
                  for label, argv in COMMANDS]  # fmt: skip
         print(f"{runs} runs of each command, in turn, against a running node", flush=True)
-        measure(cells, runs)
+        measure(cells, runs, environment(root))
     for cell in cells:
         if cell.failures:
             notes.append(f"{cell.label}: {len(cell.failures)} run(s) failed, first: {cell.failures[0]}")

@@ -14,7 +14,6 @@ import ipaddress
 import os
 import re
 import socket
-import ssl
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -310,6 +309,8 @@ def ca_file(value: Any) -> Path | None:
     """A PEM file of CA certificates ("": none), loaded now so that a bad one stops the load."""
     found = optional_path(value)
     if found is not None:
+        import ssl  # only then: parsing a configuration without a CA file needs none of it
+
         try:
             ssl.create_default_context(cafile=found)
         except OSError as exc:  # ssl.SSLError included: no PEM certificate in it
