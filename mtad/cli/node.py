@@ -12,6 +12,10 @@ from mtad.cli import common
 if TYPE_CHECKING:
     from mtad import config
 
+# reload looks for the node's answer after FIRST_LOOK seconds, then at twice the wait
+# each time, up to every LOOK_EVERY seconds.
+FIRST_LOOK, LOOK_EVERY = 0.01, 0.1
+
 
 def register(commands: common.Commands) -> None:
     def add(name: str, command: common.Command, help: str) -> argparse.ArgumentParser:
@@ -92,12 +96,14 @@ async def reload(args: argparse.Namespace, settings: config.Settings) -> int:
             print(f"mtad: node {node} (pid {found['pid']}) is not running", file=sys.stderr)
             return common.EXIT_FAILED
         deadline = time.monotonic() + args.wait
+        pause = FIRST_LOOK  # a node usually says so within a few tens of milliseconds
         while (found := await nodes.reload_of(opened.database, node)) is not None and found["reloaded_at"] == before:
             if time.monotonic() > deadline:
                 print(f"mtad: node {node} (pid {found['pid']}) did not say it reloaded within {args.wait:g} s",
                       file=sys.stderr)  # fmt: skip
                 return common.EXIT_FAILED
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, LOOK_EVERY)
     assert found is not None
     result = found["reload_result"] or {}
     if not result.get("ok"):
