@@ -69,14 +69,16 @@ def functions() -> list[FunctionFile]:
 
 
 async def current(database: db.Database) -> bool:
-    """Whether the schema needs nothing: every migration applied, and the functions as
-    the files made them (one query, no lock; a spool never migrated is not current)."""
+    """Whether the schema needs nothing: no migration run under way, every migration
+    applied, and the functions as the files made them (one query; a spool never
+    migrated is not current)."""
     try:
-        found = await database.fetchrow("migrate/current")
+        found = await database.fetchrow("migrate/current", LOCK_KEY)
     except errors.SpoolError:  # no schema_migrations or schema_functions yet
         return False
     return (
         found is not None
+        and found["free"]
         and found["version"] == _latest()
         and (found["recorded_files"], found["recorded_installed"]) == (_digest(functions()), found["installed"])
     )
