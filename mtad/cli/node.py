@@ -12,9 +12,9 @@ from mtad.cli import common
 if TYPE_CHECKING:
     from mtad import config
 
-# reload looks for the node's answer after FIRST_LOOK seconds, then at twice the wait
-# each time, up to every LOOK_EVERY seconds.
-FIRST_LOOK, LOOK_EVERY = 0.01, 0.1
+# reload looks for the node's answer every SOON seconds for its first SOON_FOR seconds (a
+# node answers within a few tens of milliseconds), then every LATER seconds.
+SOON, SOON_FOR, LATER = 0.01, 0.25, 0.1
 
 
 def register(commands: common.Commands) -> None:
@@ -95,15 +95,14 @@ async def reload(args: argparse.Namespace, settings: config.Settings) -> int:
         except ProcessLookupError:
             print(f"mtad: node {node} (pid {found['pid']}) is not running", file=sys.stderr)
             return common.EXIT_FAILED
-        deadline = time.monotonic() + args.wait
-        pause = FIRST_LOOK  # a node usually says so within a few tens of milliseconds
+        signalled = time.monotonic()
+        deadline = signalled + args.wait
         while (found := await nodes.reload_of(opened.database, node)) is not None and found["reloaded_at"] == before:
             if time.monotonic() > deadline:
                 print(f"mtad: node {node} (pid {found['pid']}) did not say it reloaded within {args.wait:g} s",
                       file=sys.stderr)  # fmt: skip
                 return common.EXIT_FAILED
-            await asyncio.sleep(pause)
-            pause = min(2 * pause, LOOK_EVERY)
+            await asyncio.sleep(SOON if time.monotonic() - signalled < SOON_FOR else LATER)
     assert found is not None
     result = found["reload_result"] or {}
     if not result.get("ok"):

@@ -47,11 +47,26 @@ def test_the_top_level_commands() -> None:
 def test_each_group_registers_its_commands_on_its_own(group: ModuleType) -> None:
     top = argparse.ArgumentParser(prog="mtad")
     group.register(common.Commands(top.add_subparsers(), common.config_option()))
+    assert tuple(subcommands(top)) == cli.GROUPS[group]  # what main() builds for one of them
     commands = leaves(top)
     assert commands != [top]
     for parser in commands:
         assert isinstance(parser.get_default("command"), common.Command), parser.prog
         assert parser.get_default("command").run.__module__ == group.__name__, parser.prog
+
+
+@pytest.mark.parametrize(
+    ("given", "built"),
+    [
+        (["reload", "--wait", "5"], ("run", "migrate", "check-config", "reload")),
+        (["--config", "queue", "events", "tail"], ("events",)),  # --config's value is not the command
+        (["--config=x.toml", "queue", "ls"], ("queue",)),
+        (["--version"], tuple(TOP)),
+        (["nosuch"], tuple(TOP)),  # refused with every command named
+    ],
+)
+def test_main_builds_the_parser_of_the_command_given(given: list[str], built: tuple[str, ...]) -> None:
+    assert tuple(subcommands(cli.parser(cli._command(given)))) == built
 
 
 @pytest.mark.parametrize("path", EVERY, ids=" ".join)
