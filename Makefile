@@ -67,6 +67,8 @@ test: $(VENV)/.test-installed $(TOOLS)/bin/lint-imports
 	$(call debian,promtool,prometheus)
 	$(call debian,php,php-cli)
 	$(call debian,bsd-mailx,bsd-mailx $$(test -e /usr/sbin/sendmail || echo dma))
+	$(call debian,chromium,chromium)
+	$(call debian,chromedriver,chromium-driver)
 	$(BIN)/python -m pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: PYTEST_ARGS chose none of them
 	$(BIN)/python -m pytest $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadfile) -m "not serial" $(PYTEST_ARGS)
 

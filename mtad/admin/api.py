@@ -2,7 +2,8 @@
 JSON in and out, and HTTP injection of mail.
 
 Every route under /v1 but the OpenAPI document wants `Authorization: Bearer
-<token>` with the token of `[admin] token_file` (compared in constant time).
+<token>` with the token of `[admin] token_file` (compared in constant time); a
+GET takes the status page's login cookie too (mtad.admin.page, served at `/`).
 Errors are JSON objects `{"error": ...}` with a 4xx or 5xx status: 400 for a body
 that is not JSON, or a filter of the queue that is not one (with "field"), 401
 without the token, 404 for what does not exist, 409 for a conflict, 422 for a
@@ -23,7 +24,7 @@ import hmac
 import json
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,7 +34,7 @@ import structlog
 from aiohttp import web
 
 from mtad import db, submission
-from mtad.admin import control, filters, inject, names, openapi, queue_api, views
+from mtad.admin import control, filters, inject, names, openapi, page, queue_api, status, views
 from mtad.base import errors, metrics, values, vault
 from mtad.base.replies import Reply
 from mtad.deliver import shaping
@@ -87,13 +88,10 @@ def application(services: Services) -> web.Application:
 
     @web.middleware
     async def guarded(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Any:
-        if request.path != "/v1/openapi.json":
-            given = request.headers.get("Authorization", "")
-            scheme, _, token = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), services.token.encode()):
-                refused = _error(401, "give the admin token: Authorization: Bearer <token of [admin] token_file>")
-                refused.headers["WWW-Authenticate"] = "Bearer"
-                return refused
+        if request.path.startswith("/v1/") and request.path != "/v1/openapi.json" and not _allowed(request, services):
+            refused = _error(401, "give the admin token: Authorization: Bearer <token of [admin] token_file>")
+            refused.headers["WWW-Authenticate"] = "Bearer"
+            return refused
         try:
             return await handler(request)
         except web.HTTPException as exc:  # aiohttp's own: 404 of an unknown route, 405
@@ -155,7 +153,26 @@ def application(services: Services) -> web.Application:
     app.router.add_get("/v1/accounts", api.accounts_list)
     app.router.add_post("/v1/accounts/{name}/{action}", api.account_state)
     app.router.add_get("/v1/buckets", api.buckets)
+    for path, read in status.Status(services.database, services.node_timeout).routes().items():
+        app.router.add_get(path, _answering(read))
+    page.add_routes(app, services.token)
     return app
+
+
+def _allowed(request: web.Request, services: Services) -> bool:
+    """The bearer token; or, for a GET, the status page's cookie (a change always
+    wants the header, which another site's page cannot send: no CSRF)."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer":
+        return hmac.compare_digest(token.strip().encode(), services.token.encode())
+    return request.method in ("GET", "HEAD") and page.signed_in(request.cookies.get(page.COOKIE), services.token)
+
+
+def _answering(read: Callable[[Mapping[str, str]], Awaitable[Any]]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(request: web.Request) -> web.Response:
+        return _json(await read(request.query))
+
+    return handler
 
 
 class _Bad(Exception):
@@ -348,7 +365,8 @@ class _Api:
     async def suspensions_list(self, request: web.Request) -> web.Response:
         suspended, rerouted = await suspensions.listing(self._db, datetime.now(UTC))
         return _json({"suspensions": [dataclasses.asdict(x) for x in suspended],
-                      "reroutes": [dataclasses.asdict(x) for x in rerouted]})  # fmt: skip
+                      "reroutes": [dataclasses.asdict(x) for x in rerouted],
+                      "paused_tenants": await tenants.paused(self._db)})  # fmt: skip
 
     async def suspend(self, request: web.Request) -> web.Response:
         body = await _body(request)

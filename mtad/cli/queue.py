@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 LIMIT = 1000  # deliveries `queue ls` lists unless told
 # The parser's choices, spelled here so that parsing imports no domain module
 # (tests/unit/test_cli_imports.py holds them equal to mtad.spool's).
-BY_CHOICES = ("provider", "domain", "tenant", "source", "pool")  # queue.BY
+BY_CHOICES = ("provider", "state", "domain", "tenant", "source", "pool")  # queue.BY
 ACTION_STATES = {  # actions.ACTIONS: the states each moves deliveries from
     "retry": ("queued", "deferred", "unknown"),
     "cancel": ("queued", "deferred", "unknown", "held"),

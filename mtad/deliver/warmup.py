@@ -30,6 +30,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from mtad import db
 
@@ -258,6 +259,11 @@ async def load(database: db.Database, days: Days) -> int:
         for r in rows
     ]
     return days.restore(stored)
+
+
+async def listing(database: db.Database) -> list[dict[str, Any]]:
+    """Every stored warm-up day (`GET /v1/warmup`): a row per warming address and provider."""
+    return [dict(r) for r in await database.fetch("egress/list")]
 
 
 async def hear(database: db.Database, days: Days) -> int:

@@ -217,6 +217,12 @@ async def windows(
     ]  # fmt: skip
 
 
+async def per_minute(database: db.Database, since: datetime) -> list[dict[str, Any]]:
+    """Delivered, deferred and hard-bounced per minute from `since` on, over every
+    tenant: {"minute", "delivered", "deferred", "bounced"}, minutes with none absent."""
+    return [dict(r) for r in await database.fetch("reputation/minutes", since)]
+
+
 class Publisher:
     """Keeps the windows' metrics (mtad_reputation) up to date, every `publish` seconds."""
 

@@ -22,7 +22,7 @@ from mtad.base.lifecycle import State
 # What is still to be done: every state but the final ones, in the table's order.
 PENDING: tuple[str, ...] = tuple(s.value for s in State if s not in lifecycle.FINAL)
 NEVER = "-"  # the provider group (or pool, source) of a delivery never attempted
-BY = ("provider", "domain", "tenant", "source", "pool")  # what the summary counts by
+BY = ("provider", "state", "domain", "tenant", "source", "pool")  # what the summary counts by
 # qshape's age buckets: under 5 minutes, 5 to 10, ..., 1280 minutes and more.
 BUCKETS = ("5m", "10m", "20m", "40m", "80m", "160m", "320m", "640m", "1280m", "1280m+")
 

@@ -1,9 +1,9 @@
 -- The deliveries that match the filters (queue/match.sql) counted by key $8
--- ('provider': the group of the last attempt, 'domain', 'tenant', 'pool': the
+-- ('provider': the group of the last attempt, 'state', 'domain', 'tenant', 'pool': the
 -- message's source pool, 'source': the address its last attempt left from, as its
 -- last event with one says; '-': none) and by age at $9 in qshape's buckets (0: under
 -- 5 minutes ... 9: 1280 minutes and more), with the oldest and the next due of each.
-SELECT CASE $8::text WHEN 'domain' THEN d.domain WHEN 'tenant' THEN m.tenant
+SELECT CASE $8::text WHEN 'state' THEN d.state::text WHEN 'domain' THEN d.domain WHEN 'tenant' THEN m.tenant
                      WHEN 'pool' THEN coalesce(m.pool, '-') WHEN 'source' THEN coalesce(s.source, '-')
                      ELSE coalesce(d.route_group, '-') END AS key,
        width_bucket(extract(epoch FROM $9::timestamptz - d.created_at)::float8,
