@@ -68,7 +68,7 @@ DOCUMENT: dict[str, Any] = {
         "/v1/queue/summary": {"get": _op("qshape: the deliveries still to be done counted by key and by age since "
                                          "accepted (buckets: 5m is under 5 minutes, 10m 5 to 10, ... 1280m+), "
                                          "with the oldest and the next due; the total first", params=[
-            _query("by", "provider (default), domain, tenant, source or pool"), *_FILTERS])},
+            _query("by", "provider (default), state, domain, tenant, source or pool"), *_FILTERS])},
         "/v1/queue/{action}": {"post": _op("Retry, cancel, bounce, hold or release every delivery the body's "
                                            "filters match (or \"all\": true), in batches; {count, was: by state}, "
                                            "or with \"dry_run\": true {count, would, left, sending}",
@@ -124,10 +124,16 @@ DOCUMENT: dict[str, Any] = {
         "/v1/accounts/{name}/{action}": {"post": _op("Enable or disable a sending account", params=[
             _path("name", "account"), _path("action", "enable or disable")])},
         "/v1/buckets": {"get": _op("The shaping buckets per (provider group, source address)")},
+        "/v1/rate": {"get": _op("Delivered, deferred and hard-bounced per minute over every tenant, oldest first",
+                                params=[_query("minutes", "how many minutes back, 1 to 1440 (default 60)")])},
+        "/v1/nodes": {"get": _op("The registered nodes, each live or not by its heartbeat")},
+        "/v1/warmup": {"get": _op("The stored warm-up days: a row per warming address and provider")},
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
-                                       "description": "the token in [admin] token_file"}},
+                                       "description": "the token in [admin] token_file"},
+                            "page": {"type": "apiKey", "in": "cookie", "name": "mtad_admin",
+                                     "description": "the status page's login (POST /page/login): GETs only"}},
         "schemas": {
             "QueueAction": {"type": "object", "additionalProperties": False, "properties": {
                 "state": _STRING, "tenant": _STRING, "provider": _STRING, "domain": _STRING, "older_than": _STRING,
