@@ -185,7 +185,7 @@ function showAccounts(answer) {
   table(
     $("account-list"),
     ["account", "pool", "state", "health", "today", "sending"],
-    answer.accounts.map((a) => [a.name, a.pool, a.state, a.health === null || a.health === undefined ? "-" : Number(a.health), a.daily_cap ? `${a.today} / ${a.daily_cap}` : a.today, a.sending]),
+    answer.accounts.map((a) => [a.name, a.pool, a.state, a.health === null || a.health === undefined ? "-" : Number(a.health), a.daily_cap ? `${a.today} / ${a.daily_cap}` : a.today, a.sending ? "yes" : "no"]),
     "No sending account.",
   );
 }
@@ -195,7 +195,7 @@ function showReputation(answer, suspended) {
   const rate = (n, of) => (of ? `${((100 * n) / of).toFixed(2)}%` : "-");
   table(
     $("reputation-list"),
-    ["tenant", "", "delivered 1h", "bounced", "complained", "delivered 24h"],
+    ["tenant", "", "delivered 1h", "bounced", "complaints", "24h"],
     answer.windows.map((w) => {
       const h = w["1h"];
       const sent = h.delivered + h.bounced;
