@@ -5,7 +5,7 @@ views    what the tools show: deliveries, messages, tenants, accounts, as JSON-a
 inject   a message given over HTTP (raw with its envelope, or structured) to the accept
 api      the aiohttp application: bearer token, JSON errors, the /v1 routes
 page     the status page at `/` (static/: HTML, JS, CSS), its login cookie
-status   what the page reads beside the rest: the rate per minute, the nodes, the warm-up
+status   what the page reads beside the rest: the queue overview, the rate per minute, the nodes, the warm-up
 openapi  the OpenAPI document of /v1
 names    the names an operator gives (tenants, pools, groups, accounts, ...) checked, with a did-you-mean
 """

@@ -125,6 +125,8 @@ def application(services: Services) -> web.Application:
     api = _Api(services)
     app = web.Application(middlewares=[guarded], client_max_size=MAX_BODY)
     app.router.add_get("/v1/openapi.json", api.openapi)
+    for path, read in status.Status(services.database, services.node_timeout).routes().items():
+        app.router.add_get(path, _answering(read))  # before /v1/queue/{id}
     app.router.add_post("/v1/messages", api.inject)
     app.router.add_get("/v1/queue", api.queue_list)
     app.router.add_get("/v1/queue/summary", api.queue_summary)
@@ -153,8 +155,6 @@ def application(services: Services) -> web.Application:
     app.router.add_get("/v1/accounts", api.accounts_list)
     app.router.add_post("/v1/accounts/{name}/{action}", api.account_state)
     app.router.add_get("/v1/buckets", api.buckets)
-    for path, read in status.Status(services.database, services.node_timeout).routes().items():
-        app.router.add_get(path, _answering(read))
     page.add_routes(app, services.token)
     return app
 

@@ -1,5 +1,5 @@
-"""What the status page reads beside the rest of /v1: the sending rate per minute,
-the nodes, the warm-up days. Each takes the query and returns what the API answers
+"""What the status page reads beside the rest of /v1: the queue by state and provider
+group, the sending rate per minute, the nodes, the warm-up days. Each takes the query and returns what the API answers
 (JSON-able), with one statement on a small table."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from mtad import db
 from mtad.admin import filters
 from mtad.deliver import warmup
 from mtad.feedback import reputation
-from mtad.spool import nodes
+from mtad.spool import nodes, queue
 
 MINUTES, MAX_MINUTES = 60, 24 * 60  # the rate's history unless told, and at most (what reputation keeps)
 
@@ -24,7 +24,27 @@ class Status:
 
     def routes(self) -> dict[str, Callable[[Mapping[str, str]], Awaitable[dict[str, Any]]]]:
         """The GET routes, by path."""
-        return {"/v1/rate": self.rate, "/v1/nodes": self.nodes, "/v1/warmup": self.warmup}
+        return {
+            "/v1/queue/overview": self.queue,
+            "/v1/rate": self.rate,
+            "/v1/nodes": self.nodes,
+            "/v1/warmup": self.warmup,
+        }
+
+    async def queue(self, query: Mapping[str, str]) -> dict[str, Any]:
+        """GET /v1/queue/overview: the deliveries still to be done by state and by provider
+        group, each group's by state too, with the oldest and the next due, most first
+        (sql/queue/overview.sql: one pass over deliveries alone)."""
+        _known(query, set())
+        total = _empty()
+        groups: dict[str, dict[str, Any]] = {}
+        for row in await queue.overview(self._db):
+            for counted in (total, groups.setdefault(row["key"], {"key": row["key"], **_empty()})):
+                counted["total"] += row["n"]
+                counted["states"][row["state"]] = counted["states"].get(row["state"], 0) + row["n"]
+                counted["oldest"] = _earliest(counted["oldest"], row["oldest"])
+                counted["next_due"] = _earliest(counted["next_due"], _due(row["next_due"]))
+        return {"total": total, "groups": sorted(groups.values(), key=lambda g: (-g["total"], g["key"]))}
 
     async def rate(self, query: Mapping[str, str]) -> dict[str, Any]:
         """GET /v1/rate?minutes=60: delivered, deferred and hard-bounced per minute, the
@@ -50,6 +70,19 @@ class Status:
         """GET /v1/warmup: the stored warm-up days (sql/egress/list.sql)."""
         _known(query, set())
         return {"warmup": await warmup.listing(self._db)}
+
+
+def _empty() -> dict[str, Any]:
+    return {"total": 0, "states": {}, "oldest": None, "next_due": None}
+
+
+def _earliest(one: datetime | None, other: datetime | None) -> datetime | None:
+    return other if one is None else one if other is None else min(one, other)
+
+
+def _due(at: datetime | None) -> datetime | None:
+    """None for a delivery that waits for no time (a paused tenant's: infinity)."""
+    return None if at is None or at.year == 9999 else at
 
 
 def _known(query: Mapping[str, str], known: set[str]) -> None:

@@ -113,6 +113,12 @@ async def summary(database: db.Database, filters: Filters, by: str, now: datetim
     return sorted(shapes, key=lambda s: (-s.total, s.key))
 
 
+async def overview(database: db.Database) -> list[dict[str, Any]]:
+    """What is still to be done by state and provider group: {"state", "key", "n",
+    "oldest", "next_due"} (one pass over deliveries, cheaper than `summary`)."""
+    return [dict(r) for r in await database.fetch("queue/overview", list(PENDING))]
+
+
 def overall(shapes: Sequence[Shape]) -> Shape | None:
     """The TOTAL line of shapes (None: no delivery). Sync, no I/O."""
     if not shapes:

@@ -141,10 +141,10 @@ async def pause(conn: db.Connection | db.Database, tenant: str, reason: str, *, 
     return None if held is None else int(held)
 
 
-
 async def paused(database: db.Database) -> list[dict[str, Any]]:
     """Every paused tenant: {"tenant", "paused_at", "paused_by", "paused_reason"}."""
     return [dict(r) for r in await database.fetch("tenants/paused")]
+
 
 async def resume(database: db.Database, tenant: str, *, by: str, now: datetime) -> int | None:
     """Resume a paused tenant: its held mail is due now. Returns how many deliveries

@@ -98,3 +98,24 @@ async def test_the_rate_per_minute_the_nodes_and_the_warmup(database: db.Databas
         ]
         _, by_state = await client.call("GET", "/v1/queue/summary?by=state")
         assert by_state["by"] == "state"
+
+
+async def test_the_queue_overview_counts_as_the_summary_does(database: db.Database) -> None:
+    async with serving(database) as client:
+        for i in range(3):
+            status, _ = await client.call("POST", "/v1/messages", json={
+                "envelope_sender": "app@example.org", "recipients": [f"a{i}@one.test", f"b{i}@two.test"],
+                "content": f"From: app@example.org\nSubject: {i}\n\nhello\n"})  # fmt: skip
+            assert status == 202
+        assert (await client.call("POST", "/v1/queue/hold", json={"domain": "two.test"}))[1]["count"] == 3
+        _, overview = await client.call("GET", "/v1/queue/overview")
+        _, by_state = await client.call("GET", "/v1/queue/summary?by=state")
+        _, by_group = await client.call("GET", "/v1/queue/summary?by=provider")
+        assert overview["total"]["states"] == {line["key"]: line["total"] for line in by_state["lines"]} == {
+            "queued": 3, "held": 3}  # fmt: skip
+        assert overview["total"]["total"] == by_state["total"]["total"] == 6
+        assert overview["total"]["oldest"] == by_state["total"]["oldest"]
+        assert [(g["key"], g["total"], g["states"]) for g in overview["groups"]] == [
+            (line["key"], line["total"], {"queued": 3, "held": 3}) for line in by_group["lines"]
+        ]
+        assert (await client.call("GET", "/v1/queue/overview?by=state"))[0] == 400

@@ -3,7 +3,7 @@
 "use strict";
 
 const EVERY = 5000; // ms between two refreshes of what is cheap to read
-const QUEUE_EVERY = 30000; // ms between two reads of the queue (a pass over the live deliveries)
+const QUEUE_EVERY = 15000; // ms between two reads of the queue (a pass over the deliveries not yet final)
 const MINUTES = 60; // the rate chart's history
 
 class SignedOut extends Error {}
@@ -60,21 +60,22 @@ function age(iso, now = Date.now()) {
 
 // --- the sections ---------------------------------------------------------------
 
-function showQueue(states, groups) {
-  const total = states.total ? states.total.total : 0;
-  $("queue-total").textContent = total.toLocaleString("en");
-  $("queue-total").dataset.total = total;
-  $("queue-oldest").textContent = states.total ? age(states.total.oldest) : "-";
+function showQueue(overview) {
+  const total = overview.total;
+  $("queue-total").textContent = total.total.toLocaleString("en");
+  $("queue-total").dataset.total = total.total;
+  $("queue-oldest").textContent = age(total.oldest);
   $("queue-read").textContent = `(read ${new Date().toLocaleTimeString("en-GB")})`;
   $("queue-states").replaceChildren(
-    ...states.lines.map((line) => el("li", { "data-state": line.key, "data-count": line.total }, `${line.key} ${line.total.toLocaleString("en")}`)),
+    ...Object.entries(total.states).map(([state, n]) => el("li", { "data-state": state, "data-count": n }, `${state} ${n.toLocaleString("en")}`)),
   );
+  const states = (counted) => Object.entries(counted).map(([state, n]) => `${state} ${n.toLocaleString("en")}`).join(", ");
   table(
     $("queue-groups"),
-    ["provider group", "deliveries", "oldest", "next due"],
-    groups.lines.map((g) => [g.key, g.total, age(g.oldest), g.next_due ? new Date(g.next_due).toLocaleTimeString("en-GB") : "-"]),
+    ["provider group", "deliveries", "by state", "oldest", "next due"],
+    overview.groups.map((g) => [g.key, g.total, states(g.states), age(g.oldest), g.next_due ? new Date(g.next_due).toLocaleTimeString("en-GB") : "-"]),
     "Nothing queued.",
-    (i) => ({ "data-group": groups.lines[i].key }),
+    (i) => ({ "data-group": overview.groups[i].key, "data-count": overview.groups[i].total }),
   );
 }
 
@@ -244,8 +245,7 @@ async function refresh() {
       showCampaigns(campaigns);
     }
     if (withQueue) {
-      const [states, groups] = await Promise.all([get("/v1/queue/summary?by=state"), get("/v1/queue/summary?by=provider")]);
-      showQueue(states, groups);
+      showQueue(await get("/v1/queue/overview"));
       queueReadAt = now;
     }
     $("updated").textContent = `updated ${new Date().toLocaleTimeString("en-GB")}`;
