@@ -112,13 +112,23 @@ function showRate(rate) {
   $("rate-chart").replaceChildren(title, ...lines);
 }
 
-// A campaign as /v1/campaigns is expected to give it: {name, tenant, state:
-// active|paused|cancelled, progress: {total, queued, deferred, delivered, bounced, ...}}
-// (the counts may be on the campaign itself).
-function campaignLabel(c, p) {
+// A campaign as GET /v1/campaigns gives it: {name, tenant, state: active|paused|cancelled,
+// and its counts: deliveries (or total), queued, deferred, held, unknown, delivered,
+// bounced, failed, cancelled, suppressed, done, per_minute, ends_at}; the counts may
+// be under "progress" instead.
+function counts(c) {
+  const p = c.progress || c;
+  const total = p.deliveries ?? p.total ?? 0;
+  const waiting = ["queued", "deferred", "held", "unknown", "leased"].reduce((n, k) => n + (p[k] || 0), 0);
+  return { ...p, total, waiting, done: p.done ?? waiting === 0 };
+}
+
+function campaignLabel(c) {
+  const p = counts(c);
   if (c.state === "paused") return "PAUSED";
   if (c.state === "cancelled") return "CANCELLED";
-  return (p.queued || 0) + (p.deferred || 0) + (p.leased || 0) > 0 || !p.total ? "SENDING" : "DONE";
+  if (!p.total) return "IDLE";
+  return p.done ? "DONE" : "SENDING";
 }
 
 function showCampaigns(answer) {
@@ -127,22 +137,21 @@ function showCampaigns(answer) {
   const found = Array.isArray(answer) ? answer : answer.campaigns || [];
   table(
     $("campaign-list"),
-    ["campaign", "tenant", "", "progress", "delivered", "bounced", "deferred", "queued", "total"],
+    ["campaign", "tenant", "", "progress", "delivered", "bounced", "deferred", "waiting", "total", "/min", "ends"],
     found.map((c) => {
-      const p = c.progress || c;
-      const total = p.total || 0;
-      const share = (n) => `${total ? ((100 * (n || 0)) / total).toFixed(2) : 0}%`;
+      const p = counts(c);
+      const share = (n) => `${p.total ? ((100 * (n || 0)) / p.total).toFixed(2) : 0}%`;
       const bar = el("div", { class: "bar", title: `${share(p.delivered)} delivered` });
-      for (const part of ["delivered", "bounced", "deferred"]) {
+      for (const [part, n] of [["delivered", p.delivered], ["bounced", (p.bounced || 0) + (p.failed || 0)], ["deferred", p.deferred]]) {
         const piece = el("span", { class: part });
-        piece.style.width = share(p[part]);
+        piece.style.width = share(n);
         bar.append(piece);
       }
-      const label = campaignLabel(c, p);
-      return [c.name, c.tenant, badge(label), bar, p.delivered || 0, p.bounced || 0, p.deferred || 0, p.queued || 0, total];
+      const ends = p.ends_at ? new Date(p.ends_at).toLocaleTimeString("en-GB") : "-";
+      return [c.name, c.tenant, badge(campaignLabel(c)), bar, p.delivered || 0, p.bounced || 0, p.deferred || 0, p.waiting, p.total, p.per_minute ?? "-", ends];
     }),
     "No campaign.",
-    (i) => ({ "data-campaign": found[i].name, "data-label": campaignLabel(found[i], found[i].progress || found[i]) }),
+    (i) => ({ "data-campaign": found[i].name, "data-tenant": found[i].tenant, "data-label": campaignLabel(found[i]) }),
   );
 }
 
