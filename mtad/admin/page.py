@@ -3,9 +3,10 @@ and page.css under /page/), which reads the /v1 API and refreshes itself.
 
 The login form posts the admin token to /page/login, which sets a cookie:
 "EXPIRES.HMAC" (HMAC-SHA256 keyed by the token, so the cookie is not the token and
-a new token ends it), HttpOnly, SameSite=Strict, Secure when the request came over
-TLS, for 12 hours. The API takes the cookie for GETs only (`signed_in`): a change
-always wants the bearer header, which a page of another site cannot send.
+a new token ends it), HttpOnly, SameSite=Strict, Secure when the browser came over
+TLS (here, or to a proxy that says X-Forwarded-Proto: https), for 12 hours. The
+API takes the cookie for GETs only (`signed_in`): a change always wants the bearer
+header, which a page of another site cannot send.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def add_routes(app: web.Application, token: str) -> None:
         expires = int(time.time()) + LIFETIME
         signed = web.Response(status=204)
         signed.set_cookie(COOKIE, cookie(token, expires), max_age=LIFETIME, path="/", httponly=True,
-                          secure=request.secure, samesite="Strict")  # fmt: skip
+                          secure=_tls(request), samesite="Strict")  # fmt: skip
         return signed
 
     async def logout(request: web.Request) -> web.Response:
@@ -90,8 +91,16 @@ def _file(files: dict[str, bytes], name: str) -> web.Response:
 
 
 def _same_origin(request: web.Request) -> bool:
-    """A browser says where a request comes from; another client says nothing."""
+    """Whether a request comes from the page itself: a browser says so in Sec-Fetch-Site
+    (right behind a proxy too), an older one in Origin; another client says nothing."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site in ("same-origin", "none")
     origin = request.headers.get("Origin")
-    if origin is not None:
-        return origin == f"{request.scheme}://{request.host}"
-    return request.headers.get("Sec-Fetch-Site", "same-origin") in ("same-origin", "none")
+    return origin is None or origin.partition("://")[2] == request.host
+
+
+def _tls(request: web.Request) -> bool:
+    """Whether the browser reached the page over TLS: here, or at a proxy that says so
+    (believed: it can only make the cookie stricter)."""
+    return request.secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"

@@ -41,6 +41,9 @@ async def test_a_login_sets_a_cookie_that_reads_the_api_and_changes_nothing(data
     async with serving(database) as client:
         assert await _login(client, "not-the-token") == (401, None)
         assert await _login(client, TOKEN, Origin="http://elsewhere.example") == (403, None)
+        assert await _login(client, TOKEN, **{"Sec-Fetch-Site": "cross-site"}) == (403, None)
+        status, behind = await _login(client, TOKEN, **{"Sec-Fetch-Site": "same-origin", "X-Forwarded-Proto": "https"})
+        assert (status, behind["secure"]) == (204, True)  # a TLS proxy in front
         status, cookie = await _login(client, TOKEN, Origin=client.base)
         assert status == 204
         assert cookie["httponly"]
