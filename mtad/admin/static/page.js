@@ -3,15 +3,15 @@
 "use strict";
 
 const EVERY = 5000; // ms between two refreshes of what is cheap to read
-const QUEUE_EVERY = 15000; // ms between two reads of the queue (a pass over the deliveries not yet final)
+const SLOW_EVERY = 15000; // ms between two reads of the queue (a pass over the deliveries not yet final) and the reputation windows (24 h of minutes)
 const MINUTES = 60; // the rate chart's history
 
 class SignedOut extends Error {}
 
 const $ = (id) => document.getElementById(id);
 let timer = null;
-let queueReadAt = 0;
-let campaignsRouted = true; // false once /v1/campaigns answered 404: asked again with the queue
+let slowReadAt = 0;
+let campaignsRouted = true; // false once /v1/campaigns answered 404: asked again with the slow reads
 
 async function get(path) {
   const answer = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
@@ -229,36 +229,39 @@ function showNodes(answer) {
 
 async function refresh() {
   timer = null;
+  const now = Date.now();
+  const slow = now - slowReadAt >= SLOW_EVERY;
+  // The slow reads go out with the others; the rest is shown without waiting for them.
+  const slowly = slow ? Promise.all([get("/v1/queue/overview"), get("/v1/reputation?scope=tenant")]) : null;
+  slowly?.catch(() => {}); // awaited below, unless a read before it failed
   try {
-    const now = Date.now();
-    const withQueue = now - queueReadAt >= QUEUE_EVERY;
-    const [suspended, accounts, buckets, warmup, reputation, nodes, rate] = await Promise.all([
+    const [suspended, accounts, buckets, warmup, nodes, rate, campaigns] = await Promise.all([
       get("/v1/suspensions"),
       get("/v1/accounts"),
       get("/v1/buckets"),
       get("/v1/warmup"),
-      get("/v1/reputation?scope=tenant"),
       get("/v1/nodes"),
       get(`/v1/rate?minutes=${MINUTES}`),
+      campaignsRouted || slow ? get("/v1/campaigns") : undefined,
     ]);
     showHeld(suspended, accounts);
     showBuckets(buckets);
     showWarmup(warmup);
     showAccounts(accounts);
-    showReputation(reputation, suspended);
     showNodes(nodes);
     showRate(rate);
-    if (campaignsRouted || withQueue) {
-      const campaigns = await get("/v1/campaigns");
+    if (campaigns !== undefined) {
       campaignsRouted = campaigns !== null;
       showCampaigns(campaigns);
     }
-    if (withQueue) {
-      showQueue(await get("/v1/queue/overview"));
-      queueReadAt = now;
+    signedIn(true);
+    if (slowly !== null) {
+      const [overview, reputation] = await slowly;
+      showQueue(overview);
+      showReputation(reputation, suspended);
+      slowReadAt = now;
     }
     $("updated").textContent = `updated ${new Date().toLocaleTimeString("en-GB")}`;
-    signedIn(true);
   } catch (error) {
     if (error instanceof SignedOut) {
       signedIn(false);
@@ -287,7 +290,7 @@ async function logIn(event) {
   if (answer.ok) {
     error.hidden = true;
     $("token").value = "";
-    queueReadAt = 0;
+    slowReadAt = 0;
     refresh();
     return;
   }
