@@ -16,7 +16,10 @@ import hmac
 import time
 from importlib import resources
 
+import structlog
 from aiohttp import web
+
+log = structlog.get_logger("mtad.admin")
 
 COOKIE = "mtad_admin"
 LIFETIME = 12 * 3600  # seconds a login lasts
@@ -61,9 +64,11 @@ def add_routes(app: web.Application, token: str) -> None:
 
     async def login(request: web.Request) -> web.Response:
         if not _same_origin(request):
+            log.warning("page_login_refused", client=request.remote, why="from another site")
             return web.json_response({"error": "a login from another site"}, status=403)
         given = (await request.post()).get("token")
         if not isinstance(given, str) or not hmac.compare_digest(given.strip().encode(), token.encode()):
+            log.warning("page_login_refused", client=request.remote, why="wrong token")
             return web.json_response({"error": "wrong token"}, status=401)
         expires = int(time.time()) + LIFETIME
         signed = web.Response(status=204)
