@@ -44,7 +44,8 @@ class Status:
                 counted["states"][row["state"]] = counted["states"].get(row["state"], 0) + row["n"]
                 counted["oldest"] = _earliest(counted["oldest"], row["oldest"])
                 counted["next_due"] = _earliest(counted["next_due"], _due(row["next_due"]))
-        return {"total": total, "groups": sorted(groups.values(), key=lambda g: (-g["total"], g["key"]))}
+        ordered = sorted(groups.values(), key=lambda g: (-g["total"], g["key"]))
+        return {"now": datetime.now(UTC), "total": total, "groups": ordered}
 
     async def rate(self, query: Mapping[str, str]) -> dict[str, Any]:
         """GET /v1/rate?minutes=60: delivered, deferred and hard-bounced per minute, the

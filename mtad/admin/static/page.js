@@ -61,10 +61,11 @@ function age(iso, now = Date.now()) {
 // --- the sections ---------------------------------------------------------------
 
 function showQueue(overview) {
+  const now = Date.parse(overview.now); // the server's clock: ages read right from a browser whose clock is off
   const total = overview.total;
   $("queue-total").textContent = total.total.toLocaleString("en");
   $("queue-total").dataset.total = total.total;
-  $("queue-oldest").textContent = age(total.oldest);
+  $("queue-oldest").textContent = age(total.oldest, now);
   $("queue-read").textContent = `(read ${new Date().toLocaleTimeString("en-GB")})`;
   $("queue-states").replaceChildren(
     ...Object.entries(total.states).map(([state, n]) => el("li", { "data-state": state, "data-count": n }, `${state} ${n.toLocaleString("en")}`)),
@@ -73,7 +74,7 @@ function showQueue(overview) {
   table(
     $("queue-groups"),
     ["provider group", "deliveries", "by state", "oldest", "next due"],
-    overview.groups.map((g) => [g.key, g.total, states(g.states), age(g.oldest), g.next_due ? new Date(g.next_due).toLocaleTimeString("en-GB") : "-"]),
+    overview.groups.map((g) => [g.key, g.total, states(g.states), age(g.oldest, now), g.next_due ? new Date(g.next_due).toLocaleTimeString("en-GB") : "-"]),
     "Nothing queued.",
     (i) => ({ "data-group": overview.groups[i].key, "data-count": overview.groups[i].total }),
   );
