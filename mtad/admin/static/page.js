@@ -11,6 +11,7 @@ class SignedOut extends Error {}
 const $ = (id) => document.getElementById(id);
 let timer = null;
 let slowReadAt = 0;
+let campaignsSeen = []; // as /v1/campaigns last gave them
 let campaignsRouted = true; // false once /v1/campaigns answered 404: asked again with the slow reads
 
 async function get(path) {
@@ -156,8 +157,11 @@ function showCampaigns(answer) {
   );
 }
 
-function showHeld(suspended, accounts) {
+function showHeld(suspended, accounts, campaigns) {
   const items = [];
+  for (const c of campaigns.filter((c) => c.state === "paused")) {
+    items.push(el("li", { "data-campaign": `${c.tenant}:${c.name}` }, badge("PAUSED"), ` campaign ${c.name} of ${c.tenant}${c.reason ? `: ${c.reason}` : ""}`));
+  }
   for (const t of suspended.paused_tenants) {
     const auto = t.paused_by === "auto";
     items.push(el("li", { "data-tenant": t.tenant }, badge(auto ? "AUTO-PAUSED" : "PAUSED", auto ? "auto" : "PAUSED"), ` tenant ${t.tenant} for ${age(t.paused_at)}: ${t.paused_reason}`));
@@ -245,16 +249,17 @@ async function refresh() {
       get(`/v1/rate?minutes=${MINUTES}`),
       campaignsRouted || slow ? get("/v1/campaigns") : undefined,
     ]);
-    showHeld(suspended, accounts);
+    if (campaigns !== undefined) {
+      campaignsRouted = campaigns !== null;
+      campaignsSeen = campaigns === null ? [] : Array.isArray(campaigns) ? campaigns : campaigns.campaigns || [];
+      showCampaigns(campaigns);
+    }
+    showHeld(suspended, accounts, campaignsSeen);
     showBuckets(buckets);
     showWarmup(warmup);
     showAccounts(accounts);
     showNodes(nodes);
     showRate(rate);
-    if (campaigns !== undefined) {
-      campaignsRouted = campaigns !== null;
-      showCampaigns(campaigns);
-    }
     signedIn(true);
     if (slowly !== null) {
       const [overview, reputation] = await slowly;
