@@ -34,7 +34,7 @@ import structlog
 from aiohttp import web
 
 from mtad import db, submission
-from mtad.admin import control, filters, inject, names, openapi, page, queue_api, status, views
+from mtad.admin import campaigns_api, control, filters, inject, names, openapi, page, queue_api, status, views
 from mtad.base import errors, metrics, values, vault
 from mtad.base.replies import Reply
 from mtad.deliver import shaping
@@ -138,6 +138,10 @@ def application(services: Services) -> web.Application:
     app.router.add_get("/v1/tenants/{name}", api.tenant_show)
     app.router.add_post("/v1/tenants/{name}/pause", api.tenant_pause)
     app.router.add_post("/v1/tenants/{name}/resume", api.tenant_resume)
+    app.router.add_get("/v1/campaigns", api.campaigns_list)
+    app.router.add_post("/v1/campaigns", api.campaign_add)
+    app.router.add_get("/v1/campaigns/{name}", api.campaign_show)
+    app.router.add_post("/v1/campaigns/{name}/{action}", api.campaign_act)
     app.router.add_get("/v1/reputation", api.reputation)
     app.router.add_get("/v1/suppressions", api.suppressions_list)
     app.router.add_post("/v1/suppressions", api.suppression_add)
@@ -318,6 +322,28 @@ class _Api:
         if released is None:
             raise errors.Conflict(f"tenant {name} is not paused")
         return _json({"tenant": name, "paused": False, "released": released, "acknowledged": await self._held()})
+
+    # --- campaigns (of the tenant of ?tenant=, else the default one) ---------------------
+
+    async def campaigns_list(self, request: web.Request) -> web.Response:
+        return _json(await campaigns_api.listing(self._db, await self._tenant_given(request)))
+
+    async def campaign_add(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        tenant = body.get("tenant") if isinstance(body, dict) else None
+        tenant = await self._known_tenant(tenant, "tenant") if tenant else self._s.default_tenant
+        return _json(await campaigns_api.add(self._db, tenant, body), 201)
+
+    async def campaign_show(self, request: web.Request) -> web.Response:
+        tenant = await self._tenant_given(request) or self._s.default_tenant
+        return _json(await campaigns_api.show(self._db, tenant, request.match_info["name"]))
+
+    async def campaign_act(self, request: web.Request) -> web.Response:
+        tenant = await self._tenant_given(request) or self._s.default_tenant
+        body = await _body(request) if request.can_read_body else {}
+        done = await campaigns_api.act(self._db, tenant, request.match_info["name"], request.match_info["action"],
+                                       body)  # fmt: skip
+        return _json({**done, "acknowledged": await self._held()})
 
     async def reputation(self, request: web.Request) -> web.Response:
         scope = request.query.get("scope")

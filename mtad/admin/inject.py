@@ -6,7 +6,8 @@ or structured, built into MIME by the stdlib email package:
     {"from": "Shop <app@example.org>", "to": ["a@example.com"], "cc": [...], "bcc": [...],
      "subject": "...", "text": "...", "html": "...", "headers": {"X-Campaign": "7"},
      "attachments": [{"filename": "a.pdf", "content_type": "application/pdf", "content": "<base64>"}]}
-Both may name a "tenant" (else [submission] default_tenant). The content's line
+Both may name a "tenant" (else [submission] default_tenant) and a "campaign" (the
+tenant's, made on first use: X-Mtad-Campaign, a bad name a 400). The content's line
 endings become CRLF; the Idempotency-Key request header becomes the message's
 when it has none of its own.
 
@@ -59,8 +60,8 @@ class Injected:
 
 
 _STRUCTURED_FIELDS = frozenset({"from", "to", "cc", "bcc", "subject", "text", "html", "headers", "attachments",
-                                "tenant", "envelope_sender", "reply_to"})  # fmt: skip
-_RAW_FIELDS = frozenset({"envelope_sender", "recipients", "content", "tenant"})
+                                "tenant", "envelope_sender", "reply_to", "campaign"})  # fmt: skip
+_RAW_FIELDS = frozenset({"envelope_sender", "recipients", "content", "tenant", "campaign"})
 # Fields the structured form sets itself; given again in "headers" they would be ambiguous.
 _OWN_HEADERS = frozenset({"from", "to", "cc", "bcc", "subject", "reply-to", "content-type", "mime-version",
                           "content-transfer-encoding"})  # fmt: skip
@@ -77,6 +78,8 @@ def parse(body: Any, idempotency_key: str | None = None) -> Injected:
     else:
         raise Invalid('give either "content" (with "envelope_sender" and "recipients") or a structured message '
                       '("from", "to", "subject", "text" or "html", ...)')  # fmt: skip
+    if "campaign" in body:
+        injected = _campaign(injected, body["campaign"])
     if idempotency_key is not None:
         key = idempotency_key.strip()
         if not key or len(key) > 200 or not key.isprintable() or not key.isascii():
@@ -86,6 +89,17 @@ def parse(body: Any, idempotency_key: str | None = None) -> Injected:
             keyed = f"Idempotency-Key: {key}\r\n".encode() + injected.content
             injected = dataclasses.replace(injected, content=keyed)
     return injected
+
+
+def _campaign(injected: Injected, name: Any) -> Injected:
+    """The message with its campaign as X-Mtad-Campaign (in place of any it gave)."""
+    from mtad.admin import campaigns_api
+
+    name = campaigns_api.name_of(name, "campaign")
+    end = headers.header_end(injected.content)
+    block, _ = headers.remove(injected.content[:end], (b"x-mtad-campaign",))
+    named = f"X-Mtad-Campaign: {name}\r\n".encode() + block + injected.content[end:]
+    return dataclasses.replace(injected, content=named)
 
 
 def _raw(body: Mapping[str, Any]) -> Injected:

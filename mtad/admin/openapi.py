@@ -40,6 +40,9 @@ _FILTERS = [
     _query("older_than", 'accepted at least this long ago ("30m", "2h", "3d")'),
 ]  # fmt: skip
 _STRING = {"type": "string"}
+# The pattern of mtad.spool.campaigns.NAME.
+_CAMPAIGN = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:+-]{0,63}$",
+             "description": "the tenant's campaign, made on first use"}  # fmt: skip
 
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
@@ -88,6 +91,17 @@ DOCUMENT: dict[str, Any] = {
                                                  params=[_path("name", "tenant")],
                                                  body="#/components/schemas/Pause")},
         "/v1/tenants/{name}/resume": {"post": _op("Resume a paused tenant", params=[_path("name", "tenant")])},
+        "/v1/campaigns": {"get": _op("The campaigns and their progress", params=[_query("tenant", "only this "
+                                                                                     "tenant's")]),
+                          "post": _op("Make a campaign (mail naming one not made yet makes it too)",
+                                      body="#/components/schemas/Campaign", ok="201")},
+        "/v1/campaigns/{name}": {"get": _op("A campaign's progress: deliveries by state, what came back, the rate "
+                                            "of the last 10 minutes, when it should end", params=[
+            _path("name", "campaign"), _query("tenant", "its tenant (absent: the default tenant)")])},
+        "/v1/campaigns/{name}/{action}": {"post": _op("Pause (its mail waits on every node), resume, or cancel "
+                                                      "(what it has not sent) a campaign", params=[
+            _path("name", "campaign"), _path("action", "pause, resume or cancel"),
+            _query("tenant", "its tenant (absent: the default tenant)")], body="#/components/schemas/Pause")},
         "/v1/reputation": {"get": _op("The sliding windows (1 h, 24 h) of outcomes", params=[
             _query("scope", "tenant, provider or source"), _query("tenant", "only this tenant's mail")])},
         "/v1/suppressions": {
@@ -153,7 +167,7 @@ DOCUMENT: dict[str, Any] = {
                     "envelope_sender": {"type": "string", "description": '"" for the null sender'},
                     "recipients": {"type": "array", "items": {"type": "string"}},
                     "content": {"type": "string", "description": "the RFC 5322 message"},
-                    "tenant": {"type": "string"},
+                    "tenant": {"type": "string"}, "campaign": _CAMPAIGN,
                 }, "additionalProperties": False},
                 {"type": "object", "required": ["from"], "properties": {
                     "from": {"type": "string"}, "to": {"type": "array", "items": {"type": "string"}},
@@ -167,10 +181,12 @@ DOCUMENT: dict[str, Any] = {
                                                                "properties": {
                         "filename": {"type": "string"}, "content_type": {"type": "string"},
                         "content": {"type": "string", "contentEncoding": "base64"}}}},
-                    "envelope_sender": {"type": "string"}, "tenant": {"type": "string"},
+                    "envelope_sender": {"type": "string"}, "tenant": {"type": "string"}, "campaign": _CAMPAIGN,
                 }, "additionalProperties": False},
             ]},
             "Pause": {"type": "object", "properties": {"reason": {"type": "string"}}},
+            "Campaign": {"type": "object", "required": ["name"], "properties": {
+                "name": _CAMPAIGN, "tenant": {"type": "string"}}},
             "Tenant": {"type": "object", "required": ["name", "password"], "properties": {
                 "name": {"type": "string"}, "password": {"type": "string"}}},
             "Webhook": {"type": "object", "required": ["tenant", "url"], "properties": {

@@ -112,6 +112,10 @@ def unknown_account_pool(name: str, configured: Iterable[str]) -> Reply:
     return Reply(550, "5.7.0", f"X-Mtad-Account-Pool: no account pool named {name!a} (configured: {names})")
 
 
+def bad_campaign(name: str, rule: str) -> Reply:
+    return Reply(550, "5.6.0", f"X-Mtad-Campaign: {name!a} is not a campaign name ({rule})")
+
+
 def repeated_instruction(field: str) -> Reply:
     return Reply(550, "5.6.0", f"{field}: given more than once; give it once")
 

@@ -28,6 +28,7 @@ from mtad.cli import (
     blast,
     bounces,
     buckets,
+    campaigns,
     common,
     dkim,
     events,
@@ -47,9 +48,10 @@ from mtad.cli import (
 # commands it adds at the top: main() builds the parser of the command given alone.
 GROUPS = {
     node: ("run", "migrate", "check-config", "reload"), sendmail: ("sendmail",), sink: ("sink",),
-    blast: ("blast",), suspensions: ("suspend", "resume", "suspensions"), tenants: ("tenants",), tls: ("tls",),
-    reputation: ("reputation",), queue: ("queue",), suppress: ("suppress",), webhooks: ("webhooks",),
-    events: ("events",), bounces: ("bounces",), dkim: ("dkim",), buckets: ("buckets",), accounts: ("accounts",),
+    blast: ("blast",), suspensions: ("suspend", "resume", "suspensions"), tenants: ("tenants",),
+    campaigns: ("campaigns",), tls: ("tls",), reputation: ("reputation",), queue: ("queue",),
+    suppress: ("suppress",), webhooks: ("webhooks",), events: ("events",), bounces: ("bounces",),
+    dkim: ("dkim",), buckets: ("buckets",), accounts: ("accounts",),
 }  # fmt: skip
 
 

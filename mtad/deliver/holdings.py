@@ -32,6 +32,7 @@ class Message:
     pool: str | None  # chosen at submission (X-Mtad-Pool, the tenant's), None: not chosen
     account_pool: str | None  # chosen at submission (X-Mtad-Account-Pool, the tenant's): relayed
     body: bytes | None  # None: not held (the body cache was full): read when it is sent
+    campaign: str | None = None  # its campaign's name (None: none), for the records and events
     jobs: int = 0
     # (header digest, keys) -> the signature fields, or their making by another transaction
     signatures: dict[tuple[bytes, tuple[int, ...]], bytes | asyncio.Future[bytes]] = field(default_factory=dict)

@@ -132,7 +132,7 @@ class Intake:
             if self._holdings.message(m.id) is None:
                 self._holdings.add(Message(
                     m.id, m.tenant, m.sender, m.message_id, len(m.body), m.smtputf8, m.pool, m.account_pool,
-                    self._holdings.keep_body(m.body),
+                    self._holdings.keep_body(m.body), m.campaign,
                 ))  # fmt: skip
             held.append(
                 Leased(d.id, m.id, d.recipient, d.domain, m.priority, 0, 0, m.received_at, False, m.received_at)
@@ -234,7 +234,8 @@ class Intake:
     def _message_of(self, row: Mapping[str, Any]) -> Message:
         body = bytes(row["body"]) if row["body"] is not None else None
         message = Message(row["id"], row["tenant"], row["sender"], row["message_id"], row["size"], row["smtputf8"],
-                          row["pool"], row["account_pool"], self._holdings.keep_body(body))  # fmt: skip
+                          row["pool"], row["account_pool"], self._holdings.keep_body(body),
+                          row["campaign"])  # fmt: skip
         if row["dkim_fields"] is not None:  # the signatures of an earlier attempt, for a retry to reuse
             message.kept = (bytes(row["dkim_header"]), tuple(row["dkim_keys"]))
             message.signatures[message.kept] = bytes(row["dkim_fields"])

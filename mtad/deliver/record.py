@@ -134,6 +134,9 @@ class Recorder:
         lines: dict[Reply, str] = {}
         if group is not None:
             data = {**data, "group": group}
+        held = self._holdings.message(job.message)
+        if held is not None and held.campaign is not None:
+            data = {**data, "campaign": held.campaign}
         shared = events.encode(data)[1:]  # what every recipient's event says, encoded once: "...}"
         for d in job.deliveries:
             verdict, reply = verdicts[d.id]
@@ -331,6 +334,7 @@ class Recorder:
                 queue_id=str(job.message),
                 message_id=message.message_id if message else None,
                 tenant=job.tenant,
+                campaign=message.campaign if message else None,
                 sender=message.sender if message else None,
                 size=message.size if message else None,
                 recipient=d.recipient,

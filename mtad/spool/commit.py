@@ -2,13 +2,14 @@
 
 `GroupCommitter` is the durable accept path: concurrent SMTP sessions hand it
 messages, it writes them in batches (one statement, so one round trip and one
-transaction, per batch: claim idempotency keys, insert messages, deliveries and
-`received` events) and resolves each session's wait only after COMMIT. While a
-batch is being written, new messages queue up and form the next one, so batches
-grow with the load without holding a lone message back; an optional window
-waits for more, and a batch closes at a maximum count or size in bytes.
-Durability costs one fsync per batch, not per message. Each message waits at most the commit timeout
-from its submission, however many batches are queued ahead of it.
+transaction, per batch: claim idempotency keys, make the campaigns named for the
+first time, insert messages, deliveries and `received` events) and resolves each
+session's wait only after COMMIT. While a batch is being written, new messages
+queue up and form the next one, so batches grow with the load without holding a
+lone message back; an optional window waits for more, and a batch closes at a
+maximum count or size in bytes. Durability costs one fsync per batch, not per
+message. Each message waits at most the commit timeout from its submission,
+however many batches are queued ahead of it.
 
 The rest are the queries behind `mtad queue`.
 """
@@ -68,6 +69,7 @@ class NewMessage:
     priority: int = 0  # higher goes first (-100..100 from submission)
     pool: str | None = None  # the source IP pool chosen at submission; None: not chosen
     account_pool: str | None = None  # the account pool to relay through; None: the route's, else MX
+    campaign: str | None = None  # its tenant's campaign (mtad.spool.campaigns.NAME), made on first use
 
     def __reduce__(self) -> tuple[type[NewMessage], tuple[Any, ...]]:
         """Pickled as its constructor's arguments: dataclasses' own pickling of a
@@ -395,7 +397,7 @@ def accept_arguments(
         [m.smtputf8 for m in messages], [m.client_address for m in messages], [m.received_at for m in messages],
         [m.priority for m in messages], [m.pool for m in messages], [m.account_pool for m in messages],
         [len(m.recipients) for m in messages], rcpt_of, rcpts, domains, keys_until, now, node, lease_until,
-        wake_after_commit,
+        wake_after_commit, [m.campaign for m in messages],
     )  # fmt: skip
 
 

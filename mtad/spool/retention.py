@@ -7,7 +7,8 @@ their deliveries; events older than `events` (account events no sooner than the
 breaker and the health score stop reading them); settled mailbox reservations and
 daily counts older than any limit reads; the reputation windows' and quotas'
 counts as old; soft bounces older than their window ([suppression] soft_window);
-webhook requests delivered or given up more than `events` ago. At most one node
+webhook requests delivered or given up more than `events` ago. The campaigns'
+moves are folded into their counts (mtad.spool.campaigns). At most one node
 prunes at a time: a session advisory lock on a connection of the round's own.
 `purge` does the same at once for everything before a given time (`mtad queue
 purge`).
@@ -32,7 +33,7 @@ import structlog
 
 from mtad import db
 from mtad.base import errors, lifecycle, values
-from mtad.spool import settings
+from mtad.spool import campaigns, settings
 
 logger = structlog.get_logger("mtad.retention")
 
@@ -66,6 +67,7 @@ class Pruned:
     windows: int = 0  # reputation minute counts and quota counts of days gone
     soft_bounces: int = 0  # soft bounces older than their window
     indexes: int = 0  # indexes rebuilt, being mostly empty pages
+    folded: int = 0  # campaign moves folded into their counts (nothing is lost)
     batches: int = 0
 
     def removed(self) -> int:
@@ -128,6 +130,7 @@ async def prune(
                                         pruned=pruned)  # fmt: skip
         pruned.keys += await _in_batches(conn, "retention/keys", cutoffs.keys, batch=batch, pause=pause,
                                          pruned=pruned)  # fmt: skip
+        pruned.folded += await _folded(conn, cutoffs.account_history, batch, pause, pruned)
         if reindex:  # still holding the lock: one node rebuilds
             await _rebuild_sparse(conn, pruned)
         return pruned
@@ -206,6 +209,19 @@ async def _in_batches(conn: db.Connection, statement: str, before: datetime, *, 
         deleted += went
         if went < batch:
             return deleted
+        await _paused(pause)
+
+
+async def _folded(conn: db.Connection, before: datetime, batch: int, pause: float, pruned: Pruned) -> int:
+    """The campaigns' moves folded into their counts, batch by batch; their minutes
+    before `before` forgotten."""
+    total = 0
+    while True:
+        folded = await campaigns.fold(conn, before, batch)
+        total += folded
+        pruned.batches += 1
+        if folded < batch:
+            return total
         await _paused(pause)
 
 

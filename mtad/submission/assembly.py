@@ -2,15 +2,17 @@
 a Received header on top, a Message-ID and a Date at the end of the header block
 when the client gave none (made once here, reused on every delivery attempt),
 the key that recognises a resubmission, and the message's priority, source IP
-pool and account pool. Sync, no I/O.
+pool, account pool and campaign. Sync, no I/O.
 
-A message instructs mtad with three header fields, which are removed before it is
+A message instructs mtad with four header fields, which are removed before it is
 stored (they never reach a recipient):
 
     X-Mtad-Priority: 20             a whole number from -100 to 100; higher goes first
     X-Mtad-Pool: bulk               a configured source IP pool ([pools.bulk])
     X-Mtad-Account-Pool: outreach   a configured account pool ([account_pools.outreach]):
                                     relayed through its sending mailboxes, not sent to MX
+    X-Mtad-Campaign: spring-sale    the tenant's campaign (mtad.spool.campaigns.NAME),
+                                    made on first use
 
 Without X-Mtad-Priority the standard Priority field (RFC 2156: urgent, normal,
 non-urgent) sets the priority, kept as it is in the message; without either, the
@@ -33,7 +35,7 @@ from datetime import UTC, datetime
 from mtad.base import headers, replies
 from mtad.base.envelope import Address
 from mtad.base.replies import Reply
-from mtad.spool import commit
+from mtad.spool import campaigns, commit
 from mtad.submission import settings
 
 MIN_PRIORITY, MAX_PRIORITY = settings.MIN_PRIORITY, settings.MAX_PRIORITY
@@ -43,7 +45,9 @@ STANDARD_PRIORITIES = {b"urgent": 50, b"normal": 0, b"non-urgent": -50}
 _PRIORITY = b"x-mtad-priority"
 _POOL = b"x-mtad-pool"
 _ACCOUNT_POOL = b"x-mtad-account-pool"
-_INSTRUCTIONS = {_PRIORITY: "X-Mtad-Priority", _POOL: "X-Mtad-Pool", _ACCOUNT_POOL: "X-Mtad-Account-Pool"}
+_CAMPAIGN = b"x-mtad-campaign"
+_INSTRUCTIONS = {_PRIORITY: "X-Mtad-Priority", _POOL: "X-Mtad-Pool", _ACCOUNT_POOL: "X-Mtad-Account-Pool",
+                 _CAMPAIGN: "X-Mtad-Campaign"}  # fmt: skip
 _WHOLE_NUMBER = re.compile(rb"[+-]?[0-9]{1,9}")  # ASCII digits only; the range is checked after
 _SHOWN = 64  # characters of a refused value quoted back in the reply
 
@@ -87,7 +91,7 @@ def spoolable(
     chosen = _ordering(instructions, found.get(b"priority"), pools, account_pools, defaults)
     if isinstance(chosen, Reply):
         return chosen
-    priority, pool, account_pool = chosen
+    priority, pool, account_pool, campaign = chosen
     queue_id = commit.new_queue_id(now)
     added = b""
     given_id = found.get(b"message-id", b"").decode(errors="replace")
@@ -111,6 +115,7 @@ def spoolable(
         priority=priority,
         pool=pool,
         account_pool=account_pool,
+        campaign=campaign,
     )
 
 
@@ -120,12 +125,12 @@ def _ordering(
     pools: frozenset[str],
     account_pools: frozenset[str],
     defaults: TenantDefaults,
-) -> tuple[int, str | None, str | None] | Reply:
-    """The priority, pool and account pool of a message, from its X-Mtad-* fields
-    (taken out of the header), its standard Priority field, and its tenant's defaults."""
+) -> tuple[int, str | None, str | None, str | None] | Reply:
+    """The priority, pool, account pool and campaign of a message, from its X-Mtad-*
+    fields (taken out of the header), its standard Priority field, and its tenant's defaults."""
     priority = STANDARD_PRIORITIES.get((standard or b"").lower(), defaults.priority)
     if not instructions:  # the common case
-        return priority, defaults.pool, defaults.account_pool
+        return priority, defaults.pool, defaults.account_pool, None
     for field, shown in _INSTRUCTIONS.items():
         if len(instructions.get(field, ())) > 1:
             return replies.repeated_instruction(shown)
@@ -144,7 +149,12 @@ def _ordering(
         if given and named not in known:
             return refusal(_shown(given[0]), known)
         chosen.append(named or default)
-    return priority, chosen[0], chosen[1]
+    campaign = None
+    if given := instructions.get(_CAMPAIGN):
+        campaign = given[0].decode("ascii", errors="replace").strip()
+        if not campaigns.valid(campaign):
+            return replies.bad_campaign(_shown(given[0]), campaigns.NAME_RULE)
+    return priority, chosen[0], chosen[1], campaign
 
 
 def _shown(value: bytes) -> str:

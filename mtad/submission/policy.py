@@ -439,6 +439,7 @@ class Acceptor:
             size=len(message.body),
             client=message.client_address,
             message_id=message.message_id,
+            campaign=message.campaign,
         )
         return accepted
 

@@ -10,6 +10,7 @@ from mtad.base import errors, lifecycle
 from mtad.db import migrate
 from mtad.mailboxes import accounts
 from mtad.signing import dkim
+from mtad.spool import campaigns
 from tests.pg import admin, query, with_database
 
 
@@ -24,17 +25,19 @@ async def test_postgres_enums_mirror_the_python_enums(database: db.Database) -> 
     assert await enum_values(database, "account_state") == [s.value for s in accounts.State]
     assert await enum_values(database, "reservation_state") == [s.value for s in accounts.ReservationState]
     assert await enum_values(database, "dkim_key_state") == [s.value for s in dkim.KeyState]
+    assert await enum_values(database, "campaign_state") == [s.value for s in campaigns.State]
 
 
 EXPECTED_COLUMNS = {
     "messages": {
         "id", "tenant", "sender", "message_id", "idempotency_key", "size", "body", "smtputf8",
         "client_address", "received_at", "pool", "account_pool", "dkim_fields", "dkim_keys", "dkim_header",
+        "campaign",
     },
     "deliveries": {
         "id", "message", "recipient", "domain", "state", "priority", "attempts", "next_attempt_at",
         "lease_owner", "lease_expires_at", "attempt_id", "last_code", "last_enhanced", "last_text",
-        "reason", "created_at", "updated_at", "route_group", "failures",
+        "reason", "created_at", "updated_at", "route_group", "failures", "campaign",
     },
     "events": {"id", "at", "kind", "message", "delivery", "tenant", "data", "xid"},
     "event_consumers": {"name", "position_xid", "position_id", "updated_at"},
@@ -99,6 +102,10 @@ EXPECTED_COLUMNS = {
     },
     "tls_reports": {"day", "domain", "report_id", "made_at", "sent_to", "failures"},
     "unknown_sends": {"delivery", "account", "since", "looked_at", "folder"},
+    "campaigns": {"id", "tenant", "name", "state", "reason", "created_at", "changed_at"},
+    "campaign_moves": {"campaign", "bucket", "n", "at"},
+    "campaign_counts": {"campaign", "bucket", "n"},
+    "campaign_minutes": {"campaign", "minute", "settled"},
 }  # fmt: skip
 
 

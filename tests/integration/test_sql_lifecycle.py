@@ -28,7 +28,7 @@ from mtad.feedback import signals
 from mtad.mailboxes import accounts, choosing
 from mtad.signing import dkim
 from mtad.signing.dkim import Algorithm, KeyState
-from mtad.spool import actions, commit, leases, suspensions, tenants, unknowns
+from mtad.spool import actions, campaigns, commit, leases, suspensions, tenants, unknowns
 from tests.integration.mailboxes import make
 from tests.integration.spooling import Collector, message, outcome, running, spool_messages
 from tests.pg import query
@@ -186,6 +186,24 @@ async def exercise(database: db.Database) -> None:
     begun = await leases.begin(database, "n1", [leases.Attempt(uuid.uuid4(), (held,), "g", "t1")], now)
     assert begun.held == {held}
     assert await tenants.resume(database, "t1", by="operator", now=now)
+
+    # A campaign paused: a delivery of it a node leased is queued again before its
+    # attempt; resumed; cancelled: a lease not begun is taken back and what has not
+    # gone out is cancelled, and new mail of it is cancelled at accept.
+    async def in_campaign(recipient: str) -> None:
+        async with running(commit.GroupCommitter(database, now=lambda: now)) as committer:
+            await committer.commit(dataclasses.replace(message(recipient), campaign="c", priority=100))
+
+    for n in range(3):
+        await in_campaign(f"c{n}@example.com")
+    [paused] = await lease(1)
+    await campaigns.pause(database, "t1", "c", "checks", now)
+    begun = await leases.begin(database, "n1", [leases.Attempt(uuid.uuid4(), (paused,), "g", "t1")], now)
+    assert begun.held == {paused}
+    assert await campaigns.resume(database, "t1", "c", now) == 3
+    await lease(1)
+    assert await campaigns.cancel(database, "t1", "c", "checks", now) == (3, False)
+    await in_campaign("c3@example.com")
     # A delivery of something suspended is set aside by the node that took it.
     [aside] = await lease(1)
     why = await suspensions.suspend(database, "provider", "g", "checks", None, now)

@@ -138,6 +138,19 @@ def test_a_header_block_of_instructions_only() -> None:
     assert (message.priority, message.pool) == (1, "bulk")
 
 
+def test_x_mtad_campaign_names_the_campaign_and_a_bad_name_is_refused() -> None:
+    message = spool(b"X-Mtad-Campaign:  spring-2026 \r\nSubject: hi\r\n\r\nbody\r\n")
+    assert message.campaign == "spring-2026"
+    assert b"X-Mtad" not in message.body
+    assert spool(b"Subject: hi\r\n\r\nbody\r\n").campaign is None
+    for bad in (b"", b"-x", b"a b", b"a/b", b"x" * 65, "\u00e9t\u00e9".encode()):
+        refused = refusal(b"X-Mtad-Campaign: " + bad + b"\r\n\r\nbody\r\n")
+        assert (refused.code, refused.enhanced) == (550, "5.6.0")
+        assert refused.text.startswith("X-Mtad-Campaign: ")
+    twice = refusal(b"X-Mtad-Campaign: a\r\nX-Mtad-Campaign: b\r\n\r\nbody\r\n")
+    assert twice.line() == "550 5.6.0 X-Mtad-Campaign: given more than once; give it once"
+
+
 def test_a_message_without_instructions_is_stored_as_before() -> None:
     content = b"Message-ID: <m@x>\r\nDate: x\r\nSubject: hi\r\n\r\nX-Mtad-Pool: bulk\r\n"
     message = spool(content)

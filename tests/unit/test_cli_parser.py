@@ -38,8 +38,8 @@ EVERY = paths(cli.parser())
 def test_the_top_level_commands() -> None:
     assert list(TOP) == [
         "run", "migrate", "check-config", "reload", "sendmail", "sink", "blast", "suspend", "resume", "suspensions",
-        "tenants", "tls", "reputation", "queue", "suppress", "webhooks", "events", "bounces", "dkim", "buckets",
-        "accounts",
+        "tenants", "campaigns", "tls", "reputation", "queue", "suppress", "webhooks", "events", "bounces", "dkim",
+        "buckets", "accounts",
     ]  # fmt: skip
 
 

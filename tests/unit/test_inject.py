@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mtad.admin import inject
+from mtad.admin import filters, inject
 
 ENVELOPE = {"envelope_sender": "app@example.org", "recipients": ["a@example.com"]}
 LINE = st.text(st.characters(codec="utf-8", exclude_characters="\r\n"), max_size=120)
@@ -43,6 +43,18 @@ def test_the_idempotency_key_header_is_added_only_when_the_message_has_none() ->
     assert own.content == b"Idempotency-Key: mine\r\n\r\nbody\r\n"
     with pytest.raises(inject.Invalid, match="Idempotency-Key"):
         inject.parse({**ENVELOPE, "content": "Subject: x\r\n\r\nbody\r\n"}, "bad\x01key")
+
+
+def test_the_campaign_becomes_the_messages_x_mtad_campaign_in_place_of_its_own() -> None:
+    named = inject.parse({**ENVELOPE, "content": "X-Mtad-Campaign: old\r\nSubject: x\r\n\r\nbody\r\n",
+                          "campaign": "spring"})  # fmt: skip
+    assert named.content == b"X-Mtad-Campaign: spring\r\nSubject: x\r\n\r\nbody\r\n"
+    structured = inject.parse({"from": "app@example.org", "to": ["a@example.com"], "text": "hi", "campaign": "s"})
+    assert structured.content.startswith(b"X-Mtad-Campaign: s\r\n")
+    for bad in ("", "a b", 7, "x" * 65):
+        with pytest.raises(filters.BadParameter, match="not a campaign name") as refused:
+            inject.parse({**ENVELOPE, "content": "Subject: x\r\n\r\nbody\r\n", "campaign": bad})
+        assert refused.value.field == "campaign"
 
 
 def test_a_structured_message_becomes_mime_with_every_recipient() -> None:

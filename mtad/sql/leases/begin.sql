@@ -5,13 +5,15 @@
 -- node's view of it:
 --  - a recipient on its tenant's suppression list or the global one (not expired
 --    at $5): cancelled now, reason suppressed;
---  - a paused tenant's: queued again, due at infinity (until tenants/unhold.sql);
+--  - a paused tenant's, or a paused or cancelled campaign's: queued again, due at
+--    infinity (until tenants/unhold.sql, campaigns/unhold.sql; a cancel takes it);
 --  - a suspended provider group's, tenant's or pool's: set aside as
 --    suspensions/hold.sql does, due when the suspension ends;
 --  - one from a suspended address, through a disabled account, or from another
 --    pool than its group's reroute: queued again, due now, to leave another way.
--- Each with its event. The paused tenants' and the suspensions' rows are locked
--- FOR SHARE, so a resume waits for this statement or this one for the resume.
+-- Each with its event. The paused tenants', stopped campaigns' and the suspensions'
+-- rows are locked FOR SHARE, so a resume waits for this statement or this one for
+-- the resume.
 -- Returns the ids still leased to the node (a lost lease must not be sent), each
 -- with what became of it: 'begun', 'suppressed', 'held' or 'set_aside'. Found by
 -- primary key, no join (see record.sql).
@@ -19,6 +21,12 @@ WITH paused AS MATERIALIZED (
     SELECT t.tenant FROM tenant_states t
     WHERE t.tenant = ANY($6::text[]) AND t.paused_at IS NOT NULL
     FOR SHARE
+),
+stopped AS MATERIALIZED (
+    SELECT c.id, c.state FROM campaigns c
+    WHERE c.state <> 'active'
+      AND c.id IN (SELECT d.campaign FROM deliveries d WHERE d.id = ANY($2::bigint[]) AND d.campaign IS NOT NULL)
+    FOR SHARE OF c
 ),
 standing AS MATERIALIZED (
     SELECT s.kind, s.key, s.reason, s.until FROM suspensions s
@@ -42,7 +50,9 @@ mine AS (
                WHERE s.tenant IN (x.tenant, '') AND s.address = lower(d.recipient)
                  AND (s.expires_at IS NULL OR s.expires_at > $5)
            ) AS suppressed,
-           x.tenant IN (SELECT tenant FROM paused) AS paused,
+           (x.tenant IN (SELECT tenant FROM paused)
+            OR coalesce(d.campaign IN (SELECT id FROM stopped), false)) AS paused,
+           (SELECT 'campaign_' || s.state::text FROM stopped s WHERE s.id = d.campaign) AS campaign_stopped,
            (SELECT jsonb_build_object('reason', 'suspended', 'suspended', s.kind, 'key', s.key, 'why', s.reason,
                                       'until', s.until)
             FROM standing s
@@ -114,7 +124,8 @@ logged AS (
            jsonb_build_object('recipient', c.recipient, 'reason', 'suppressed', 'before_attempt', true)
     FROM cancelled c JOIN mine h ON h.id = c.id CROSS JOIN quiet
     UNION ALL
-    SELECT $5, 'requeued', w.message, w.id, h.tenant, '{"reason": "tenant_paused"}'::jsonb
+    SELECT $5, 'requeued', w.message, w.id, h.tenant,
+           jsonb_build_object('reason', coalesce(h.campaign_stopped, 'tenant_paused'))
     FROM waiting w JOIN mine h ON h.id = w.id CROSS JOIN quiet
     UNION ALL
     SELECT $5, 'requeued', a.message, a.id, h.tenant, coalesce(h.aside, h.again) || '{"before_attempt": true}'

@@ -21,7 +21,9 @@
 -- deliveries to at once (the fast path to its ready queues) and $20 until when, or
 -- NULL and NULL to leave them queued for any node; $21 true: the caller wakes the
 -- event consumers and the delivering nodes after the commit (sql/events/wake.sql,
--- sql/leases/notify_due.sql), no NOTIFY is made here.
+-- sql/leases/notify_due.sql), no NOTIFY is made here. $22 the campaign each message
+-- names (NULL: none), made for its tenant when it does not exist yet: a paused
+-- campaign's deliveries wait (due at infinity), a cancelled one's are cancelled.
 --
 -- Returns the owners, and the id, message and recipient of every new delivery to send.
 -- New queued deliveries NOTIFY mtad_due, so that delivering nodes lease them at once
@@ -33,10 +35,27 @@ input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
                 $7::boolean[], $8::text[], $9::timestamptz[], $10::smallint[], $11::text[], $12::text[],
-                $13::integer[])
+                $13::integer[], $22::text[])
          WITH ORDINALITY
          AS m (id, tenant, sender, message_id, key, body, smtputf8, client, received, priority, pool,
-               account_pool, rcpts, ord)
+               account_pool, rcpts, campaign, ord)
+),
+named AS (
+    SELECT DISTINCT tenant, campaign AS name FROM input WHERE campaign IS NOT NULL
+),
+known AS (
+    SELECT c.id, c.tenant, c.name, c.state FROM campaigns c JOIN named n ON n.tenant = c.tenant AND n.name = c.name
+),
+made AS (  -- one made meanwhile by another batch is returned by the update, once it is committed
+    INSERT INTO campaigns AS c (tenant, name, created_at, changed_at)
+    SELECT n.tenant, n.name, $18::timestamptz, $18::timestamptz FROM named n
+    WHERE NOT EXISTS (SELECT 1 FROM known k WHERE k.tenant = n.tenant AND k.name = n.name)
+    ORDER BY n.tenant, n.name
+    ON CONFLICT (tenant, name) DO UPDATE SET name = excluded.name
+    RETURNING c.id, c.tenant, c.name, c.state
+),
+campaign AS (
+    SELECT * FROM known UNION ALL SELECT * FROM made
 ),
 claimed AS (
     INSERT INTO idempotency_keys AS k (tenant, key, message, expires_at)
@@ -47,25 +66,26 @@ claimed AS (
     RETURNING k.tenant, k.key, k.message
 ),
 owned AS (
-    SELECT input.*, coalesce(claimed.message, input.id) AS owner
+    SELECT input.*, coalesce(claimed.message, input.id) AS owner, c.id AS campaign_id, c.state AS campaign_state
     FROM input LEFT JOIN claimed ON claimed.tenant = input.tenant AND claimed.key = input.key
+    LEFT JOIN campaign c ON c.tenant = input.tenant AND c.name = input.campaign
 ),
 new_messages AS (
     INSERT INTO messages (id, tenant, sender, message_id, idempotency_key, size, body,
-                          smtputf8, client_address, received_at, pool, account_pool)
+                          smtputf8, client_address, received_at, pool, account_pool, campaign)
     SELECT id, tenant, sender, message_id, key, octet_length(body), body, smtputf8, client, received, pool,
-           account_pool
+           account_pool, campaign_id
     FROM owned WHERE owner = id
 ),
 new_deliveries AS (
     INSERT INTO deliveries (message, recipient, domain, priority, next_attempt_at, created_at, updated_at,
-                            state, reason, lease_owner, lease_expires_at)
-    SELECT o.id, r.rcpt, r.domain, o.priority, o.received, o.received, o.received,
-           CASE WHEN s.hit THEN 'cancelled'
-                WHEN $19::text IS NULL THEN 'queued' ELSE 'leased' END::delivery_state,
-           CASE WHEN s.hit THEN 'suppressed' END::delivery_reason,
-           CASE WHEN s.hit IS NULL THEN $19::text END,
-           CASE WHEN s.hit IS NULL THEN $20::timestamptz END
+                            state, reason, lease_owner, lease_expires_at, campaign)
+    SELECT o.id, r.rcpt, r.domain, o.priority,
+           CASE WHEN o.campaign_state = 'paused' THEN 'infinity' ELSE o.received END, o.received, o.received,
+           f.state, f.reason,
+           CASE WHEN f.state = 'leased' THEN $19::text END,
+           CASE WHEN f.state = 'leased' THEN $20::timestamptz END,
+           o.campaign_id
     FROM unnest($14::integer[], $15::text[], $16::text[]) AS r (ord, rcpt, domain)
     JOIN owned o ON o.ord = r.ord
     LEFT JOIN LATERAL (
@@ -74,20 +94,29 @@ new_deliveries AS (
           AND (s.expires_at IS NULL OR s.expires_at > $18::timestamptz)
         LIMIT 1
     ) s ON true
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN s.hit OR o.campaign_state = 'cancelled' THEN 'cancelled'
+                    WHEN $19::text IS NULL OR o.campaign_state = 'paused' THEN 'queued'
+                    ELSE 'leased' END::delivery_state AS state,
+               CASE WHEN s.hit THEN 'suppressed'
+                    WHEN o.campaign_state = 'cancelled' THEN 'admin' END::delivery_reason AS reason
+    ) f
     WHERE o.owner = o.id
-    RETURNING id, message, recipient, state
+    RETURNING id, message, recipient, state, reason
 ),
 new_events AS (
     INSERT INTO events (at, kind, message, tenant, data)
     SELECT received, 'received', id, tenant,
            jsonb_build_object('sender', sender, 'recipients', rcpts, 'size', octet_length(body),
                               'message_id', message_id, 'client', client)
+           || CASE WHEN campaign IS NOT NULL THEN jsonb_build_object('campaign', campaign) ELSE '{}' END
     FROM owned CROSS JOIN quiet WHERE owner = id
 ),
 suppressed AS (
     INSERT INTO events (at, kind, message, delivery, tenant, data)
     SELECT $18::timestamptz, 'cancelled', d.message, d.id, o.tenant,
-           jsonb_build_object('recipient', d.recipient, 'reason', 'suppressed')
+           jsonb_build_object('recipient', d.recipient,
+                              'reason', CASE WHEN d.reason = 'admin' THEN 'campaign_cancelled' ELSE 'suppressed' END)
     FROM new_deliveries d JOIN owned o ON o.id = d.message CROSS JOIN quiet
     WHERE d.state = 'cancelled'
 )

@@ -1,0 +1,69 @@
+"""A campaign through `mtad run` and the command line: its progress stays exact
+through a kill -9 and a restart, equal to what the spool holds; a pause from the
+command line holds its new mail until resumed."""
+
+from __future__ import annotations
+
+import json
+import smtplib
+from typing import Any
+
+import pytest
+
+from tests import pg, waiting
+from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.running import Mtad, delivering
+from tests.sink import ThreadedSink
+
+pytestmark = [pytest.mark.slow, NEEDS_DNSMASQ]
+MESSAGES = 400
+BODY = b"From: app@example.org\r\nX-Mtad-Campaign: spring\r\nSubject: spring\r\n\r\nHello.\r\n"
+
+
+def shown(node: Mtad) -> dict[str, Any]:
+    done = node.cli("campaigns", "show", "spring", "--json")
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def scanned(dsn: str) -> dict[str, int]:
+    rows = pg.rows(dsn, "SELECT mtad_campaign_bucket(state, reason) AS bucket, count(*) AS n FROM deliveries "
+                        "WHERE campaign IS NOT NULL GROUP BY 1")  # fmt: skip
+    return {r["bucket"]: r["n"] for r in rows}
+
+
+def test_a_campaigns_progress_is_exact_through_kill_9_and_a_pause_holds_it(
+    mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink
+) -> None:
+    node = mtad_factory(f'dsn = "{dsn}"', **delivering(dns, sink)).start()
+    with smtplib.SMTP("127.0.0.1", node.smtp_port, timeout=30) as client:
+        for n in range(MESSAGES):
+            recipient = f"550-r{n}@sink.test" if n % 10 == 0 else f"r{n}@sink.test"
+            client.sendmail("app@example.org", [recipient], BODY)
+    sink.wait_for(MESSAGES // 4)
+    node.kill()  # with deliveries leased, some maybe on the wire
+    node.start()
+    progress = waiting.eventually(lambda: shown(node), lambda got: got["done"], within=120)
+    assert (progress["messages"], progress["deliveries"]) == (MESSAGES, MESSAGES)
+    assert (progress["delivered"], progress["bounced"]) == (MESSAGES - MESSAGES // 10, MESSAGES // 10)
+    assert progress["bounced_by_reason"] == {"recipient_rejected": MESSAGES // 10}
+    assert scanned(dsn) == {"delivered": MESSAGES - MESSAGES // 10, "bounced:recipient_rejected": MESSAGES // 10}
+    assert progress["ends_at"] is None
+
+    paused = node.cli("campaigns", "pause", "spring", "--reason", "checking")
+    assert paused.returncode == 0, paused.stderr
+    assert "held on 1 of 1 live nodes" in paused.stdout
+    with smtplib.SMTP("127.0.0.1", node.smtp_port, timeout=30) as client:
+        client.sendmail("app@example.org", ["late@sink.test"], BODY)
+    waiting.eventually(lambda: pg.rows(dsn, "SELECT 1 FROM deliveries WHERE recipient = 'late@sink.test' "
+                                            "AND state = 'queued' AND next_attempt_at = 'infinity'"))  # fmt: skip
+    listed = node.cli("campaigns", "ls").stdout
+    assert "paused" in next(line for line in listed.splitlines() if "spring" in line)
+    assert "late@sink.test" not in {r for m in sink.received for r in m.recipients}
+    resumed = node.cli("campaigns", "resume", "spring")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "1 deliveries due now" in resumed.stdout
+    sink.wait_until(lambda got: any("late@sink.test" in m.recipients for m in got), within=30)
+    after = waiting.eventually(lambda: shown(node), lambda got: got["delivered"] == MESSAGES - MESSAGES // 10 + 1)
+    assert (after["state"], after["messages"]) == ("active", MESSAGES + 1)
+    assert node.stop() == 0

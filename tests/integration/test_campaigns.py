@@ -1,0 +1,207 @@
+"""Campaigns against real PostgreSQL, a real SMTP sink, the submission port and the
+admin API: one is made on first use; its progress is counted as its deliveries
+move, equal to what the spool holds and unchanged by folding; a pause holds its
+mail (a send begun after it too) until resumed; a cancel cancels what has not gone
+out; X-Mtad-Campaign and "campaign" name it, a bad name is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+
+import pytest
+
+from mtad import db
+from mtad.base import errors
+from mtad.feedback import signals
+from mtad.spool import campaigns, commit, leases, retention
+from tests.integration.admin_api import serving
+from tests.integration.delivering import accept, engine
+from tests.integration.spooling import message
+from tests.integration.submitting import Factory
+from tests.pg import query
+from tests.sink import Sink
+from tests.smtpclient import RawClient
+
+MESSAGE = b"From: app@example.org\r\nTo: rcpt@example.com\r\nSubject: hi\r\n\r\nHello.\r\n"
+
+
+def in_campaign(name: str, *recipients: str, tenant: str = "t1") -> commit.NewMessage:
+    return dataclasses.replace(message(*recipients, tenant=tenant), campaign=name)
+
+
+async def scanned(database: db.Database, tenant: str, name: str) -> Counter[str]:
+    """What the spool holds of the campaign, counted the slow way, by bucket."""
+    rows = await query(database, "SELECT mtad_campaign_bucket(d.state, d.reason) AS bucket, count(*) AS n "
+                                 "FROM deliveries d JOIN campaigns c ON c.id = d.campaign "
+                                 "WHERE c.tenant = $1 AND c.name = $2 GROUP BY 1", tenant, name)  # fmt: skip
+    return Counter({r["bucket"]: r["n"] for r in rows})
+
+
+async def counted(database: db.Database, tenant: str, name: str) -> Counter[str]:
+    """The campaign's progress by delivery bucket, as mtad keeps it."""
+    found = await campaigns.get(database, tenant, name, datetime.now(UTC))
+    return Counter({k: n for k, n in found.counts.items() if k not in ("messages", *campaigns.CAME_BACK)})
+
+
+async def test_a_campaign_is_made_on_first_use_and_counts_its_deliveries_as_they_move(
+    database: db.Database, sink: Sink
+) -> None:
+    await query(database, "INSERT INTO suppressions (tenant, address, reason, created_at) "
+                          "VALUES ('t1', 'gone@sink.test', 'manual', now())")  # fmt: skip
+    await accept(database, in_campaign("spring", "a@sink.test", "550-x@sink.test", "gone@sink.test"),
+                 in_campaign("spring", "b@sink.test", "tempfail-y@sink.test"), message("other@sink.test"),
+                 in_campaign("spring", "c@sink.test", tenant="t2"))  # fmt: skip
+    [t1, t2] = await campaigns.listing(database, datetime.now(UTC))
+    assert (t1.tenant, t1.name, t1.state, t2.tenant) == ("t1", "spring", campaigns.State.ACTIVE, "t2")
+    assert await counted(database, "t1", "spring") == {"queued": 4, "suppressed": 1}
+    assert t1.counts["messages"] == 2
+
+    await engine(database, sink).run_until_idle()
+    expected = {"delivered": 2, "bounced:recipient_rejected": 1, "deferred": 1, "suppressed": 1}
+    assert await scanned(database, "t1", "spring") == expected
+    assert await counted(database, "t1", "spring") == expected
+    shown = (await campaigns.get(database, "t1", "spring", datetime.now(UTC))).view(datetime.now(UTC))
+    assert (shown["messages"], shown["deliveries"], shown["delivered"], shown["bounced"]) == (2, 5, 2, 1)
+    assert (shown["deferred"], shown["suppressed"], shown["done"]) == (1, 1, False)
+    assert shown["bounced_by_reason"] == {"recipient_rejected": 1}
+    assert shown["per_minute"] == 0.3  # three settled within the last ten minutes
+
+    old = datetime(2000, 1, 1, tzinfo=UTC)
+    folded = await retention.prune(database, retention.Cutoffs(old, old, old, old), batch=2)
+    assert folded is not None
+    assert folded.folded > 0
+    assert await query(database, "SELECT * FROM campaign_moves") == []
+    assert await counted(database, "t1", "spring") == expected
+    assert (await campaigns.get(database, "t1", "spring", datetime.now(UTC))).settled_recently == 3
+
+
+async def test_what_comes_back_counts_for_the_campaign(database: db.Database, sink: Sink) -> None:
+    await accept(database, in_campaign("news", "a@sink.test", "b@sink.test"))
+    await engine(database, sink).run_until_idle()
+    rows = await query(database, "SELECT id, message, recipient FROM deliveries ORDER BY id")
+    for row, kind in zip(rows, (signals.Kind.COMPLAINED, signals.Kind.REPLIED), strict=True):
+        await signals.record(database, signals.Signal(kind, row["recipient"], datetime.now(UTC), row["message"],
+                                                      row["id"]))  # fmt: skip
+    found = await campaigns.get(database, "t1", "news", datetime.now(UTC))
+    assert (found.counts.get("complained"), found.counts.get("replied")) == (1, 1)
+
+
+async def test_a_paused_campaign_waits_even_what_a_node_leased_before_and_goes_when_resumed(
+    database: db.Database, sink: Sink
+) -> None:
+    await accept(database, in_campaign("spring", "a@sink.test"), message("other@sink.test"))
+    now = datetime.now(UTC)
+    leased = await leases.lease(database, "n0", 10, now, now.replace(year=now.year + 1))
+    assert len(leased) == 2
+    assert await campaigns.pause(database, "t1", "spring", "a wrong list", now) == 0  # both leased already
+    attempts = [leases.Attempt(uuid.uuid4(), (d.id,), "g", "t1") for d in leased]
+    begun = await leases.begin(database, "n0", attempts, datetime.now(UTC))
+    [held] = begun.held
+    assert begun.owned == {d.id for d in leased} - {held}
+    [event] = await query(database, "SELECT data FROM events WHERE kind = 'requeued'")
+    assert json.loads(event["data"]) == {"reason": "campaign_paused"}
+    await accept(database, in_campaign("spring", "b@sink.test"))  # new mail waits too
+    await engine(database, sink).run_until_idle()
+    assert sink.recipients() == []
+    assert await counted(database, "t1", "spring") == {"queued": 2}
+    found = await campaigns.get(database, "t1", "spring", datetime.now(UTC))
+    assert (found.state, found.reason) == (campaigns.State.PAUSED, "a wrong list")
+
+    assert await campaigns.resume(database, "t1", "spring", datetime.now(UTC)) == 2
+    await engine(database, sink).run_until_idle()
+    assert sorted(sink.recipients()) == ["a@sink.test", "b@sink.test"]
+    assert await counted(database, "t1", "spring") == {"delivered": 2}
+
+
+async def test_a_cancel_cancels_what_has_not_gone_out_and_what_comes_after(database: db.Database, sink: Sink) -> None:
+    await accept(database, in_campaign("spring", "a@sink.test"))
+    await engine(database, sink).run_until_idle()
+    await accept(database, in_campaign("spring", "b@sink.test"), in_campaign("spring", "c@sink.test"))
+    now = datetime.now(UTC)
+    [leased] = await leases.lease(database, "n0", 1, now, now.replace(year=now.year + 1))
+    assert await campaigns.cancel(database, "t1", "spring", "the wrong list", now) == (2, False)
+    begun = await leases.begin(database, "n0", [leases.Attempt(uuid.uuid4(), (leased.id,), "g", "t1")], now)
+    assert begun.owned == frozenset()  # its lease was taken back: never sent
+    await accept(database, in_campaign("spring", "d@sink.test"))
+    await engine(database, sink).run_until_idle()
+    assert sink.recipients() == ["a@sink.test"]
+    expected = {"delivered": 1, "cancelled:admin": 3}
+    assert await scanned(database, "t1", "spring") == expected
+    assert await counted(database, "t1", "spring") == expected
+    assert await campaigns.cancel(database, "t1", "spring", "again", now) == (0, True)
+
+
+async def test_a_campaign_made_beforehand_and_its_refusals(database: db.Database) -> None:
+    now = datetime.now(UTC)
+    await campaigns.add(database, "t1", "autumn", now)
+    with pytest.raises(errors.Conflict):
+        await campaigns.add(database, "t1", "autumn", now)
+    with pytest.raises(errors.Conflict, match="is active, not paused"):
+        await campaigns.resume(database, "t1", "autumn", now)
+    with pytest.raises(errors.NotFound):
+        await campaigns.pause(database, "t2", "autumn", "no such", now)
+    with pytest.raises(errors.MtadError, match="invalid campaign name"):
+        await campaigns.add(database, "t1", "a/b", now)
+    assert [c.name for c in await campaigns.listing(database, now, "t1")] == ["autumn"]
+
+
+async def test_x_mtad_campaign_names_it_and_never_reaches_a_recipient(make_submission: Factory) -> None:
+    async with make_submission() as srv:
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        await raw.envelope("app@example.org", "a@example.com")
+        taken = await raw.data(b"X-Mtad-Campaign: spring-2026\r\n" + MESSAGE + b".\r\n")
+        refusals = []
+        for bad in (b"-dash", b"a b", b"x" * 65, "caf\u00e9".encode()):
+            await raw.envelope("app@example.org", "a@example.com")
+            refusals.append(await raw.data(b"X-Mtad-Campaign: " + bad + b"\r\n" + MESSAGE + b".\r\n"))
+        await raw.close()
+    assert taken.startswith("250")
+    assert all(r.startswith("550 5.6.0 X-Mtad-Campaign: ") for r in refusals), refusals
+    [row] = await query(srv.database, "SELECT m.body, c.name, c.tenant FROM messages m "
+                                      "JOIN campaigns c ON c.id = m.campaign")  # fmt: skip
+    assert (row["name"], row["tenant"]) == ("spring-2026", "default")
+    assert b"x-mtad-campaign" not in bytes(row["body"]).lower()
+
+
+async def test_the_admin_api_injects_into_a_campaign_and_pauses_resumes_cancels_it(database: db.Database) -> None:
+    async with serving(database) as client:
+        sent = {"envelope_sender": "app@example.org", "recipients": ["a@example.com"],
+                "content": "X-Mtad-Campaign: other\r\nSubject: x\r\n\r\nhi\r\n", "campaign": "spring"}  # fmt: skip
+        status, answer = await client.call("POST", "/v1/messages", json=sent)
+        assert status == 202, answer
+        status, answer = await client.call("POST", "/v1/messages", json={**sent, "campaign": "no spaces"})
+        assert (status, answer["field"]) == (400, "campaign")
+        status, listed = await client.call("GET", "/v1/campaigns")
+        assert [(c["tenant"], c["name"], c["messages"], c["queued"]) for c in listed["campaigns"]] == [
+            ("default", "spring", 1, 1)]  # fmt: skip
+        status, paused = await client.call("POST", "/v1/campaigns/spring/pause", json={"reason": "why not"})
+        assert (status, paused["held"], paused["state"]) == (200, 1, "paused")
+        assert "acknowledged" in paused
+        assert (await client.call("POST", "/v1/campaigns/spring/pause"))[0] == 409
+        status, resumed = await client.call("POST", "/v1/campaigns/spring/resume")
+        assert (status, resumed["released"], resumed["state"]) == (200, 1, "active")
+        status, cancelled = await client.call("POST", "/v1/campaigns/spring/cancel")
+        assert (status, cancelled["cancelled"], cancelled["state"]) == (200, 1, "cancelled")
+        status, shown = await client.call("GET", "/v1/campaigns/spring")
+        assert (status, shown["cancelled"], shown["done"]) == (200, 1, True)
+        assert (await client.call("GET", "/v1/campaigns/autumn"))[0] == 404
+        assert (await client.call("GET", "/v1/campaigns/bad%20name"))[0] == 400
+        status, made = await client.call("POST", "/v1/campaigns", json={"name": "autumn"})
+        assert (status, made["state"], made["deliveries"]) == (201, "active", 0)
+    rows = await query(database, "SELECT body FROM messages")
+    assert [bytes(r["body"]).lower().count(b"x-mtad-campaign") for r in rows] == [0]
+
+
+async def test_batches_naming_a_new_campaign_at_once_make_it_once(database: db.Database) -> None:
+    async def one(n: int) -> None:
+        await accept(database, *(in_campaign("burst", f"r{n}-{i}@example.com") for i in range(5)))
+
+    await asyncio.gather(*(one(n) for n in range(4)))
+    [found] = await campaigns.listing(database, datetime.now(UTC))
+    assert (found.name, found.counts["messages"], found.counts["queued"]) == ("burst", 20, 20)
