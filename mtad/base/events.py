@@ -44,6 +44,10 @@ class Kind(enum.StrEnum):
     TENANT_PAUSED = "tenant_paused"  # by an operator, or by its complaint or bounce rate ("by": "auto")
     TENANT_RESUMED = "tenant_resumed"
     TENANT_GRADUATED = "tenant_graduated"  # off probation: enough mail sent within the rates
+    # A campaign's state (mtad.spool.campaigns), by an operator; no message.
+    CAMPAIGN_PAUSED = "campaign_paused"
+    CAMPAIGN_RESUMED = "campaign_resumed"
+    CAMPAIGN_CANCELLED = "campaign_cancelled"
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ EVENT_KINDS = (
     "received", "delivered", "deferred", "bounced", "failed", "cancelled", "requeued", "unknown", "held",
     "account_state", "account_failure", "account_bounce", "account_pool", "dkim_key", "complained", "auth_failure",
     "unsubscribed", "replied", "auto_replied", "opened", "clicked", "tenant_paused", "tenant_resumed",
-    "tenant_graduated",
+    "tenant_graduated", "campaign_paused", "campaign_resumed", "campaign_cancelled",
 )  # events.Kind  # fmt: skip
 
 

@@ -95,9 +95,9 @@ class Recorder:
                 if d.id in begun.suppressed:
                     log.info("cancelled", delivery=d.id, queue_id=str(job.message), recipient=d.recipient,
                              reason="suppressed", group=group)  # fmt: skip
-            if begun.held:
+            if begun.held:  # its tenant or its campaign was paused
                 log.info("held", queue_id=str(job.message), tenant=job.tenant, count=len(begun.held),
-                         reason="tenant_paused", group=group)  # fmt: skip
+                         reason="paused", group=group)  # fmt: skip
             if begun.set_aside:  # this node's view of the controls was behind (the caller reads them again)
                 log.info("set_aside", queue_id=str(job.message), count=len(begun.set_aside), before_attempt=True,
                          group=group)  # fmt: skip

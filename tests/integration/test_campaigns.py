@@ -70,6 +70,12 @@ async def test_a_campaign_is_made_on_first_use_and_counts_its_deliveries_as_they
     assert (shown["deferred"], shown["suppressed"], shown["done"]) == (1, 1, False)
     assert shown["bounced_by_reason"] == {"recipient_rejected": 1}
     assert shown["per_minute"] == 0.3  # three settled within the last ten minutes
+    said = await query(database, "SELECT d.recipient, e.data FROM events e JOIN deliveries d ON d.id = e.delivery "
+                                 "WHERE e.kind IN ('delivered', 'bounced', 'deferred')")  # fmt: skip
+    assert {r["recipient"]: json.loads(r["data"]).get("campaign") for r in said} == {
+        "a@sink.test": "spring", "550-x@sink.test": "spring", "b@sink.test": "spring",
+        "tempfail-y@sink.test": "spring", "other@sink.test": None, "c@sink.test": "spring",
+    }  # fmt: skip
 
     old = datetime(2000, 1, 1, tzinfo=UTC)
     folded = await retention.prune(database, retention.Cutoffs(old, old, old, old), batch=2)
@@ -196,6 +202,14 @@ async def test_the_admin_api_injects_into_a_campaign_and_pauses_resumes_cancels_
         assert (status, made["state"], made["deliveries"]) == (201, "active", 0)
     rows = await query(database, "SELECT body FROM messages")
     assert [bytes(r["body"]).lower().count(b"x-mtad-campaign") for r in rows] == [0]
+    said = await query(database, "SELECT kind, tenant, data FROM events WHERE kind LIKE 'campaign_%' ORDER BY id")
+    assert [(e["kind"], e["tenant"], json.loads(e["data"])) for e in said] == [
+        ("campaign_paused", "default", {"campaign": "spring", "reason": "why not", "held": 1}),
+        ("campaign_resumed", "default", {"campaign": "spring"}),
+        ("campaign_cancelled", "default", {"campaign": "spring", "reason": "cancelled by an operator"}),
+    ]
+    [received] = await query(database, "SELECT data FROM events WHERE kind = 'received'")
+    assert json.loads(received["data"])["campaign"] == "spring"
 
 
 async def test_batches_naming_a_new_campaign_at_once_make_it_once(database: db.Database) -> None:
