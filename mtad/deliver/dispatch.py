@@ -103,7 +103,7 @@ class Dispatch:
         group = self.groups.get(key)
         if group is None:
             group = self.groups[key] = Group(name, ReadyQueue(self.settings.tenant_weights), account_pool=account_pool)
-        group.ready.push(job.tenant, job.priority, job.created_at, (job, route))
+        group.ready.push(job.tenant, job.priority, job.created_at, (job, route), job.campaign)
         job.started = False
         return group
 

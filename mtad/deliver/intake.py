@@ -253,8 +253,8 @@ class Intake:
             message = self._holdings.message(d.message)
             limit = most if self._alone(message, d.domain) is None else 1
             if not batch or len(batch[-1].deliveries) >= limit:
-                tenant = message.tenant if message is not None else ""
-                batch.append(Job(d.message, tenant, d.domain, [], d.priority, d.created_at))
+                tenant, campaign = (message.tenant, message.campaign) if message is not None else ("", None)
+                batch.append(Job(d.message, tenant, d.domain, [], d.priority, d.created_at, campaign))
             batch[-1].deliveries.append(d)
         for per_domain in grouped.values():
             for job in per_domain:

@@ -30,6 +30,7 @@ class Job:
     deliveries: list[Leased]
     priority: int
     created_at: datetime
+    campaign: str | None = None  # its message's campaign: turns within its tenant's (deliver.ready)
     started: bool = False  # taken from its ready queue
     signed_ahead: bool = False  # counted in its group's signed_ahead until it starts
 
@@ -94,7 +95,7 @@ def split(job: Job, deliveries: list[Leased], holdings: Holdings) -> Job:
     """A job of the same message for `deliveries` (the caller takes them off `job`),
     counted as one more job of the message."""
     holdings.job_added(job.message)
-    return Job(job.message, job.tenant, job.domain, deliveries, job.priority, job.created_at)
+    return Job(job.message, job.tenant, job.domain, deliveries, job.priority, job.created_at, job.campaign)
 
 
 def failed(job: Job, failure: Failure) -> Verdicts:

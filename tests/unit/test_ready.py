@@ -1,4 +1,5 @@
-"""The ready queue: priority first, then turns among tenants (weighted), then age."""
+"""The ready queue: priority first, then turns among tenants (weighted) and among a
+tenant's campaigns (its mail of no campaign first), then age."""
 
 from __future__ import annotations
 
@@ -65,6 +66,33 @@ def test_tenants_joining_and_leaving_keep_their_turns() -> None:
     assert q.pop() == "a0"  # a leaves
     q.push("d", 0, T0, "d0")
     assert drain(q) == ["b0", "c0", "d0", "c1"]
+
+
+def test_a_tenants_campaigns_take_turns_after_its_mail_of_no_campaign() -> None:
+    q: ReadyQueue[str] = ReadyQueue()
+    for i in range(100):
+        q.push("shop", 0, T0 + timedelta(milliseconds=i), f"big{i}", "big")
+    for i in range(2):
+        q.push("shop", 0, T0 + timedelta(seconds=10 + i), f"small{i}", "small")
+        q.push("shop", 0, T0 + timedelta(seconds=20 + i), f"receipt{i}")  # the youngest of all, and first
+    assert drain(q)[:6] == ["receipt0", "receipt1", "big0", "small0", "big1", "small1"]
+
+
+def test_a_tenant_with_many_campaigns_takes_no_more_turns_than_another() -> None:
+    q: ReadyQueue[str] = ReadyQueue()
+    for i in range(4):
+        for campaign in ("c1", "c2", "c3"):
+            q.push("many", 0, T0 + timedelta(seconds=i), f"{campaign}-{i}", campaign)
+        q.push("one", 0, T0 + timedelta(seconds=i), f"one-{i}", "only")
+    assert drain(q)[:8] == ["c1-0", "one-0", "c2-0", "one-1", "c3-0", "one-2", "c1-1", "one-3"]
+
+
+def test_priority_still_comes_first_across_campaigns() -> None:
+    q: ReadyQueue[str] = ReadyQueue()
+    q.push("shop", 0, T0, "newsletter", "news")
+    q.push("shop", 5, T0 + timedelta(seconds=1), "launch", "launch")
+    q.push("shop", -5, T0, "digest")
+    assert drain(q) == ["launch", "newsletter", "digest"]
 
 
 def test_an_empty_queue_says_so() -> None:
