@@ -36,7 +36,7 @@ def scanned(dsn: str) -> dict[str, int]:
 def test_a_campaigns_progress_is_exact_through_kill_9_and_a_pause_holds_it(
     mtad_factory: Any, dsn: str, dns: Dnsmasq, sink: ThreadedSink
 ) -> None:
-    node = mtad_factory(f'dsn = "{dsn}"', **delivering(dns, sink)).start()
+    node = mtad_factory(f'dsn = "{dsn}"', **delivering(dns, sink, max_age='"10m"')).start()
     with smtplib.SMTP("127.0.0.1", node.smtp_port, timeout=30) as client:
         for n in range(MESSAGES):
             kind = "550-" if n % 10 == 0 else "slow-" if n in SLOW else ""
@@ -68,4 +68,19 @@ def test_a_campaigns_progress_is_exact_through_kill_9_and_a_pause_holds_it(
     sink.wait_until(lambda got: any("late@sink.test" in m.recipients for m in got), within=30)
     after = waiting.eventually(lambda: shown(node), lambda got: got["delivered"] == MESSAGES - MESSAGES // 10 + 1)
     assert (after["state"], after["messages"]) == ("active", MESSAGES + 1)
+    text = node.cli("campaigns", "show", "spring").stdout
+    assert f"{MESSAGES + 1} of {MESSAGES + 1} deliveries settled" in text
+
+    made = node.cli("campaigns", "add", "autumn")
+    assert made.returncode == 0, made.stderr
+    assert node.cli("campaigns", "add", "autumn").returncode == 1  # exists
+    assert node.cli("campaigns", "add", "no/slash").returncode == 2  # not a name
+    assert node.cli("campaigns", "pause", "autumn").returncode == 0
+    with smtplib.SMTP("127.0.0.1", node.smtp_port, timeout=30) as client:
+        client.sendmail("app@example.org", ["never@sink.test"], BODY.replace(b"spring", b"autumn"))
+    cancelled = node.cli("campaigns", "cancel", "autumn")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "1 deliveries cancelled" in cancelled.stdout
+    assert shown(node)["state"] == "active"  # spring's
     assert node.stop() == 0
+    assert "never@sink.test" not in {r for m in sink.received for r in m.recipients}
