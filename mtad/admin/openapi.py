@@ -98,10 +98,11 @@ DOCUMENT: dict[str, Any] = {
         "/v1/campaigns/{name}": {"get": _op("A campaign's progress: deliveries by state, what came back, the rate "
                                             "of the last 10 minutes, when it should end", params=[
             _path("name", "campaign"), _query("tenant", "its tenant (absent: the default tenant)")])},
-        "/v1/campaigns/{name}/{action}": {"post": _op("Pause (its mail waits on every node), resume, or cancel "
-                                                      "(what it has not sent) a campaign", params=[
-            _path("name", "campaign"), _path("action", "pause, resume or cancel"),
-            _query("tenant", "its tenant (absent: the default tenant)")], body="#/components/schemas/Pause")},
+        "/v1/campaigns/{name}/{action}": {"post": _op("Pause (its mail waits on every node), resume, cancel "
+                                                      "(what it has not sent) a campaign, or set its limits "
+                                                      '({"max_per_hour", "max_per_day"})', params=[
+            _path("name", "campaign"), _path("action", "pause, resume, cancel or limit"),
+            _query("tenant", "its tenant (absent: the default tenant)")], body="#/components/schemas/CampaignAction")},
         "/v1/reputation": {"get": _op("The sliding windows (1 h, 24 h) of outcomes", params=[
             _query("scope", "tenant, provider or source"), _query("tenant", "only this tenant's mail")])},
         "/v1/suppressions": {
@@ -185,8 +186,13 @@ DOCUMENT: dict[str, Any] = {
                 }, "additionalProperties": False},
             ]},
             "Pause": {"type": "object", "properties": {"reason": {"type": "string"}}},
+            "CampaignAction": {"type": "object", "properties": {
+                "reason": {"type": "string"}, "max_per_hour": {"type": ["integer", "null"], "minimum": 1},
+                "max_per_day": {"type": ["integer", "null"], "minimum": 1}}},
             "Campaign": {"type": "object", "required": ["name"], "properties": {
-                "name": _CAMPAIGN, "tenant": {"type": "string"}}},
+                "name": _CAMPAIGN, "tenant": {"type": "string"},
+                "max_per_hour": {"type": ["integer", "null"], "minimum": 1},
+                "max_per_day": {"type": ["integer", "null"], "minimum": 1}}},
             "Tenant": {"type": "object", "required": ["name", "password"], "properties": {
                 "name": {"type": "string"}, "password": {"type": "string"}}},
             "Webhook": {"type": "object", "required": ["tenant", "url"], "properties": {

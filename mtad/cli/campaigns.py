@@ -11,6 +11,7 @@ from mtad.cli import common
 
 if TYPE_CHECKING:
     from mtad import config, db
+    from mtad.spool import campaigns
 
 _REASONS = {"pause": "paused by an operator", "cancel": "cancelled by an operator"}
 _LISTED = ["tenant", "name", "state", "messages", "deliveries", "queued", "deferred", "delivered", "bounced",
@@ -22,6 +23,8 @@ def register(commands: common.Commands) -> None:
                                title="campaign commands", metavar="COMMAND", required=True)  # fmt: skip
     for name, handler, text in (
         ("add", add, "Make a campaign (mail that names one not made yet makes it too)."),
+        ("limit", limit, "Set a campaign's limits of sends begun per hour and per day (UTC), on every node; "
+                         "what would go over waits for the next hour or day. One not given: no limit."),
         ("show", show, "A campaign's progress: its deliveries by state, what came back, the rate of the last "
                        "10 minutes and when it should end."),
         ("pause", pause, "Pause a campaign: its mail waits on every node before this returns (mail on the wire "
@@ -34,6 +37,9 @@ def register(commands: common.Commands) -> None:
         sub.add_argument("--tenant", metavar="NAME", help="its tenant (default: [submission] default_tenant)")
         if name == "show":
             sub.add_argument("--json", action="store_true", help="one JSON object")
+        if name in ("add", "limit"):
+            sub.add_argument("--max-per-hour", type=_limit, metavar="N", help="sends begun per hour (default: none)")
+            sub.add_argument("--max-per-day", type=_limit, metavar="N", help="sends begun per day (default: none)")
         if name in ("pause", "cancel"):
             sub.add_argument("--reason", default=_REASONS[name], help="said in campaigns show")
     listing = campaigns.add("ls", common.Command(ls), help="The campaigns and their progress.")
@@ -50,6 +56,18 @@ def _campaign_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _limit(text: str) -> int:
+    if not text.isdigit() or int(text) == 0 or int(text) > 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number above 0")
+    return int(text)
+
+
+def _limits(args: argparse.Namespace) -> campaigns.Limits:
+    from mtad.spool import campaigns
+
+    return campaigns.Limits(args.max_per_hour, args.max_per_day)
+
+
 async def _tenant(args: argparse.Namespace, settings: config.Basics, database: db.Database) -> str:
     """The tenant given (checked to exist), else the default one."""
     from mtad.admin import names
@@ -64,8 +82,19 @@ async def add(args: argparse.Namespace, settings: config.Basics) -> int:
 
     async with common.spool(settings) as opened:
         tenant = await _tenant(args, settings, opened.database)
-        await campaigns.add(opened.database, tenant, args.name, datetime.now(UTC))
+        await campaigns.add(opened.database, tenant, args.name, datetime.now(UTC), _limits(args))
     print(f"campaign {args.name} of tenant {tenant} added")
+    return common.EXIT_OK
+
+
+async def limit(args: argparse.Namespace, settings: config.Basics) -> int:
+    from mtad.spool import campaigns
+
+    async with common.spool(settings) as opened:
+        tenant = await _tenant(args, settings, opened.database)
+        await campaigns.limit(opened.database, tenant, args.name, _limits(args), datetime.now(UTC))
+    print(f"campaign {args.name}: max_per_hour {args.max_per_hour or 'none'}, "
+          f"max_per_day {args.max_per_day or 'none'}")  # fmt: skip
     return common.EXIT_OK
 
 
@@ -95,6 +124,7 @@ async def show(args: argparse.Namespace, settings: config.Basics) -> int:
     ends = "done" if shown["done"] else common.text(shown["ends_at"]) if shown["ends_at"] else "not sending now"
     print(f"campaign    {shown['name']} (tenant {shown['tenant']}), since {shown['created_at']:%Y-%m-%d %H:%M:%S}")
     print(f"state       {state}")
+    print(f"limits      max_per_hour {shown['max_per_hour'] or 'none'}, max_per_day {shown['max_per_day'] or 'none'}")
     print(f"progress    {done} of {shown['deliveries']} deliveries settled, {shown['messages']} messages")
     print(f"rate        {shown['per_minute']}/min over the last {int(campaigns.RATE_WINDOW.total_seconds() // 60)} "
           f"minutes; ends {ends}")  # fmt: skip

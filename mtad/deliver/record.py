@@ -83,7 +83,8 @@ class Recorder:
         those whose recipient was suppressed while they waited (cancelled now), those of a
         tenant paused meanwhile and those an operator's control forbids to send this
         way (queued again: begin.sql checks them all, whatever this node's view of
-        them). `job` keeps the deliveries still to send (none: the job is done)."""
+        them), and those over their campaign's limits. `job` keeps the deliveries
+        still to send (none: the job is done)."""
         ids = tuple(d.id for d in job.deliveries)
         begun = await self._begin.submit(leases.Attempt(
             attempt, ids, group, job.tenant, source.pool if source else None, source.address if source else None,
@@ -101,7 +102,10 @@ class Recorder:
             if begun.set_aside:  # this node's view of the controls was behind (the caller reads them again)
                 log.info("set_aside", queue_id=str(job.message), count=len(begun.set_aside), before_attempt=True,
                          group=group)  # fmt: skip
-            gone = len(begun.suppressed) + len(begun.held) + len(begun.set_aside)
+            if begun.limited:  # its campaign's max_per_hour or max_per_day: it waits for the next hour or day
+                log.info("set_aside", queue_id=str(job.message), count=len(begun.limited), reason="campaign_limit",
+                         group=group)  # fmt: skip
+            gone = len(begun.suppressed) + len(begun.held) + len(begun.set_aside) + len(begun.limited)
             if len(lost) > gone:
                 log.warning("leases_lost_before_sending", count=len(lost) - gone)
             self._stats.cancelled += len(begun.suppressed)

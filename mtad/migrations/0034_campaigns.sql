@@ -9,6 +9,8 @@ CREATE TABLE campaigns (
     name       text NOT NULL CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9._:+-]{0,63}$'),  -- campaigns.NAME
     state      campaign_state NOT NULL DEFAULT 'active',
     reason     text,                  -- why paused or cancelled
+    max_per_hour integer CHECK (max_per_hour > 0),  -- sends begun per hour (UTC); NULL: no limit
+    max_per_day  integer CHECK (max_per_day > 0),   -- per day (UTC)
     created_at timestamptz NOT NULL,
     changed_at timestamptz NOT NULL,  -- of its state
     UNIQUE (tenant, name)
@@ -38,6 +40,15 @@ CREATE TABLE campaign_counts (
     bucket   text NOT NULL,
     n        bigint NOT NULL,
     PRIMARY KEY (campaign, bucket)
+);
+
+-- The sends begun of a campaign with limits, by hour (UTC): leases/begin.sql counts
+-- them under the campaign's row lock and sets aside what would go over.
+CREATE TABLE campaign_sends (
+    campaign bigint NOT NULL,
+    hour     timestamptz NOT NULL,
+    sends    integer NOT NULL,
+    PRIMARY KEY (campaign, hour)
 );
 
 -- Deliveries settled (delivered, bounced, failed) by minute, for the recent rate.

@@ -8,6 +8,10 @@ campaign_moves in that statement's transaction (exact through a crash), rows onl
 inserted so that nodes never wait on a shared counter; retention folds them into
 campaign_counts and campaign_minutes, and a read sums both.
 
+Optional limits (sends begun per hour and per day, UTC) are counted as each send
+begins, under the campaign's row lock (leases/begin.sql): what would go over is
+set aside until the next hour or day.
+
 A pause holds the campaign's waiting deliveries (due at infinity) and a node's
 begin holds back any it has leased (leases/begin.sql); a resume makes them due;
 a cancel cancels what has not gone out, taking back the leases of what has not
@@ -72,6 +76,8 @@ class Campaign:
     changed_at: datetime
     counts: Mapping[str, int]  # bucket -> deliveries (or messages, or events of what came back)
     settled_recently: int  # deliveries delivered, bounced or failed within RATE_WINDOW
+    max_per_hour: int | None = None  # sends begun per hour (UTC); None: no limit
+    max_per_day: int | None = None
 
     def progress(self, now: datetime) -> dict[str, Any]:
         """The counts as an operator reads them, the recent rate and when it should end."""
@@ -107,13 +113,14 @@ class Campaign:
     def view(self, now: datetime) -> dict[str, Any]:
         """As the tools and the API show it."""
         return {"tenant": self.tenant, "name": self.name, "state": self.state.value, "reason": self.reason,
-                "created_at": self.created_at, "changed_at": self.changed_at, **self.progress(now)}  # fmt: skip
+                "created_at": self.created_at, "changed_at": self.changed_at, "max_per_hour": self.max_per_hour,
+                "max_per_day": self.max_per_day, **self.progress(now)}  # fmt: skip
 
 
 def _campaign(row: Mapping[str, Any]) -> Campaign:
     return Campaign(row["id"], row["tenant"], row["name"], State(row["state"]), row["reason"], row["created_at"],
                     row["changed_at"], dict(zip(row["buckets"], row["ns"], strict=True)),
-                    int(row["settled_since"]))  # fmt: skip
+                    int(row["settled_since"]), row["max_per_hour"], row["max_per_day"])  # fmt: skip
 
 
 async def listing(database: db.Database, now: datetime, tenant: str | None = None) -> list[Campaign]:
@@ -130,12 +137,37 @@ async def get(database: db.Database, tenant: str, name: str, now: datetime) -> C
     return _campaign(rows[0])
 
 
-async def add(database: db.Database, tenant: str, name: str, now: datetime) -> None:
+async def add(database: db.Database, tenant: str, name: str, now: datetime, limits: Limits | None = None) -> None:
     """Make campaign `name` of `tenant`, active; Conflict when it exists."""
     check_name(name)
-    if await database.fetchrow("campaigns/add", tenant, name, now) is None:
+    limits = limits or Limits()
+    if await database.fetchrow("campaigns/add", tenant, name, now, limits.per_hour, limits.per_day) is None:
         raise errors.Conflict(f"tenant {tenant} has a campaign {name!r} already")
-    log.info("campaign_added", tenant=tenant, campaign=name)
+    log.info("campaign_added", tenant=tenant, campaign=name, max_per_hour=limits.per_hour,
+             max_per_day=limits.per_day)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A campaign's sends begun per hour and per day (UTC), counted across the nodes
+    as each send begins (leases/begin.sql); None: no limit."""
+
+    per_hour: int | None = None
+    per_day: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in (("max_per_hour", self.per_hour), ("max_per_day", self.per_day)):
+            if value is not None and not 0 < value <= 2**31 - 1:
+                raise errors.MtadError(f"{name}: a whole number above 0, or none")
+
+
+async def limit(database: db.Database, tenant: str, name: str, limits: Limits, now: datetime) -> None:
+    """Set a campaign's limits: what would go over waits for the next hour or day."""
+    check_name(name)
+    if await database.fetchval("campaigns/limit", tenant, name, now, limits.per_hour, limits.per_day) is None:
+        raise errors.NotFound(f"tenant {tenant} has no campaign {name!r} (mtad campaigns ls)")
+    log.info("campaign_limited", tenant=tenant, campaign=name, max_per_hour=limits.per_hour,
+             max_per_day=limits.per_day)  # fmt: skip
 
 
 async def pause(database: db.Database, tenant: str, name: str, reason: str, now: datetime) -> int:
@@ -182,5 +214,6 @@ async def cancel(database: db.Database, tenant: str, name: str, reason: str, now
 
 async def fold(conn: db.Connection | db.Database, before: datetime, batch: int = FOLD_BATCH) -> int:
     """Fold up to `batch` moves into the counts and minutes (a read sees each once
-    either way); forget the minutes before `before` (retention's). Returns how many."""
+    either way); forget the minutes and the sends counted for the limits before
+    `before` (retention's). Returns how many moves were folded."""
     return int(await conn.fetchval("campaigns/fold", batch, before))

@@ -98,19 +98,23 @@ class Attempt:
 @dataclass(frozen=True, slots=True)
 class Begun:
     """What begin() found: the deliveries to send now; those suppressed meanwhile
-    (cancelled, with their event); those of a tenant paused meanwhile (queued again
-    to wait for its resume); those an operator's suspension, reroute or disabled
-    account forbids to send this way (set aside, or queued again to go another way)."""
+    (cancelled, with their event); those of a tenant or campaign paused meanwhile
+    (queued again to wait for its resume); those an operator's suspension, reroute or
+    disabled account forbids to send this way (set aside, or queued again to go
+    another way); those that would take their campaign over its limits (set aside
+    until they may)."""
 
     owned: frozenset[int]
     suppressed: frozenset[int] = frozenset()
     held: frozenset[int] = frozenset()
     set_aside: frozenset[int] = frozenset()
+    limited: frozenset[int] = frozenset()
 
     def of(self, ids: Sequence[int]) -> Begun:
         """The part of this answer about `ids` (one attempt's)."""
         mine = frozenset(ids)
-        return Begun(self.owned & mine, self.suppressed & mine, self.held & mine, self.set_aside & mine)
+        return Begun(self.owned & mine, self.suppressed & mine, self.held & mine, self.set_aside & mine,
+                     self.limited & mine)  # fmt: skip
 
 
 async def begin(database: db.Database, node: str, attempts: Sequence[Attempt], now: datetime) -> Begun:
@@ -124,13 +128,14 @@ async def begin(database: db.Database, node: str, attempts: Sequence[Attempt], n
     sources = [a.source or None for a in attempts for _ in a.deliveries]
     accounts = [a.account for a in attempts for _ in a.deliveries]
     rows = await database.fetch("leases/begin", node, ids, attempt_ids, groups, now, tenants, pools, sources, accounts)
-    became: dict[str, set[int]] = {"begun": set(), "suppressed": set(), "held": set(), "set_aside": set()}
+    became: dict[str, set[int]] = {"begun": set(), "suppressed": set(), "held": set(), "set_aside": set(),
+                                   "limited": set()}  # fmt: skip
     for row in rows:
         became[row["became"]].add(row["id"])
-    if became["suppressed"] or became["held"] or became["set_aside"]:  # their events are committed
+    if any(became[kind] for kind in ("suppressed", "held", "set_aside", "limited")):  # their events are committed
         await wakeups.consumers(database)
     return Begun(frozenset(became["begun"]), frozenset(became["suppressed"]), frozenset(became["held"]),
-                 frozenset(became["set_aside"]))  # fmt: skip
+                 frozenset(became["set_aside"]), frozenset(became["limited"]))  # fmt: skip
 
 
 async def unbegin(database: db.Database, node: str, ids: Sequence[int], now: datetime) -> None:

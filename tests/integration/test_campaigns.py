@@ -142,6 +142,44 @@ async def test_a_cancel_cancels_what_has_not_gone_out_and_what_comes_after(datab
     assert await campaigns.cancel(database, "t1", "spring", "again", now) == (0, True)
 
 
+async def test_a_campaigns_limits_hold_across_begins_and_set_aside_what_would_go_over(database: db.Database) -> None:
+    now = datetime(2026, 12, 3, 10, 30, tzinfo=UTC)
+    await campaigns.add(database, "t1", "hourly", now, campaigns.Limits(per_hour=2))
+    await campaigns.add(database, "t1", "daily", now)
+    await campaigns.limit(database, "t1", "daily", campaigns.Limits(per_day=3), now)
+    hourly = [in_campaign("hourly", f"h{i}@example.com") for i in range(3)]
+    await accept(database, *hourly, *(in_campaign("daily", f"d{i}@example.com") for i in range(3)),
+                 message("free@example.com"))  # fmt: skip
+    daily = (await campaigns.get(database, "t1", "daily", now)).id
+    earlier = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
+    await query(database, "INSERT INTO campaign_sends VALUES ($1, $2, 2)", daily, earlier)  # two this day already
+    leased = await leases.lease(database, "n0", 10, datetime.now(UTC), datetime.now(UTC).replace(year=2099))
+    by_recipient = {d.recipient: d.id for d in leased}
+    first = [by_recipient[r] for r in ("h0@example.com", "h1@example.com", "d0@example.com", "free@example.com")]
+    begun = await leases.begin(database, "n0", [leases.Attempt(uuid.uuid4(), (d,), "g", "t1") for d in first], now)
+    assert begun.owned == set(first)
+    rest = [by_recipient[r] for r in ("h2@example.com", "d1@example.com", "d2@example.com")]
+    begun = await leases.begin(database, "n0", [leases.Attempt(uuid.uuid4(), (d,), "g", "t1") for d in rest], now)
+    assert (begun.owned, begun.set_aside, begun.limited) == (set(), set(), set(rest))
+    due = await query(database, "SELECT recipient, state::text, next_attempt_at FROM deliveries "
+                                "WHERE id = ANY($1)", rest)  # fmt: skip
+    assert {r["recipient"]: (r["state"], r["next_attempt_at"]) for r in due} == {
+        "h2@example.com": ("queued", datetime(2026, 12, 3, 11, 0, tzinfo=UTC)),
+        "d1@example.com": ("queued", datetime(2026, 12, 4, 0, 0, tzinfo=UTC)),
+        "d2@example.com": ("queued", datetime(2026, 12, 4, 0, 0, tzinfo=UTC)),
+    }
+    said = await query(database, "SELECT data FROM events WHERE kind = 'requeued' ORDER BY id")
+    assert [json.loads(e["data"])["limit"] for e in said] == ["max_per_hour", "max_per_day", "max_per_day"]
+    hour = datetime(2026, 12, 3, 10, tzinfo=UTC)
+    sends = await query(database, "SELECT c.name, s.sends FROM campaign_sends s JOIN campaigns c "
+                                  "ON c.id = s.campaign WHERE s.hour = $1 ORDER BY c.name", hour)  # fmt: skip
+    assert [(r["name"], r["sends"]) for r in sends] == [("daily", 1), ("hourly", 2)]
+    shown = (await campaigns.get(database, "t1", "hourly", now)).view(now)
+    assert (shown["max_per_hour"], shown["max_per_day"]) == (2, None)
+    with pytest.raises(errors.MtadError, match="max_per_hour"):
+        campaigns.Limits(per_hour=0)
+
+
 async def test_a_campaign_made_beforehand_and_its_refusals(database: db.Database) -> None:
     now = datetime.now(UTC)
     await campaigns.add(database, "t1", "autumn", now)
@@ -198,8 +236,12 @@ async def test_the_admin_api_injects_into_a_campaign_and_pauses_resumes_cancels_
         assert (status, shown["cancelled"], shown["done"]) == (200, 1, True)
         assert (await client.call("GET", "/v1/campaigns/autumn"))[0] == 404
         assert (await client.call("GET", "/v1/campaigns/bad%20name"))[0] == 400
-        status, made = await client.call("POST", "/v1/campaigns", json={"name": "autumn"})
-        assert (status, made["state"], made["deliveries"]) == (201, "active", 0)
+        status, made = await client.call("POST", "/v1/campaigns", json={"name": "autumn", "max_per_hour": 5})
+        assert (status, made["state"], made["deliveries"], made["max_per_hour"]) == (201, "active", 0, 5)
+        status, limited = await client.call("POST", "/v1/campaigns/autumn/limit", json={"max_per_day": 100})
+        assert (status, limited["max_per_hour"], limited["max_per_day"]) == (200, None, 100)
+        status, refused = await client.call("POST", "/v1/campaigns/autumn/limit", json={"max_per_day": 0})
+        assert (status, refused["field"]) == (400, "max_per_day")
     rows = await query(database, "SELECT body FROM messages")
     assert [bytes(r["body"]).lower().count(b"x-mtad-campaign") for r in rows] == [0]
     said = await query(database, "SELECT kind, tenant, data FROM events WHERE kind LIKE 'campaign_%' ORDER BY id")

@@ -1,5 +1,6 @@
 -- Fold up to $1 campaign moves into the counts and the minutes, in one transaction
--- (a read sums both tables, so it sees each move once); forget the minutes before $2.
+-- (a read sums both tables, so it sees each move once); forget the minutes and the
+-- counts of sends (of the campaigns' limits) before $2.
 -- Two folds at once each take different moves: a row already deleted is skipped.
 -- Returns how many moves were folded.
 WITH gone AS (
@@ -21,5 +22,8 @@ minutes AS (
 ),
 forgotten AS (
     DELETE FROM campaign_minutes WHERE minute < $2
+),
+forgotten_sends AS (
+    DELETE FROM campaign_sends WHERE hour < $2
 )
 SELECT count(*) FROM gone

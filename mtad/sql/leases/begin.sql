@@ -10,13 +10,17 @@
 --  - a suspended provider group's, tenant's or pool's: set aside as
 --    suspensions/hold.sql does, due when the suspension ends;
 --  - one from a suspended address, through a disabled account, or from another
---    pool than its group's reroute: queued again, due now, to leave another way.
+--    pool than its group's reroute: queued again, due now, to leave another way;
+--  - one that would take its campaign over its max_per_hour or max_per_day: set
+--    aside until the next hour or day (UTC). The sends begun of a campaign with
+--    limits are counted here, under its row's lock (FOR UPDATE, in id order).
 -- Each with its event. The paused tenants', stopped campaigns' and the suspensions'
 -- rows are locked FOR SHARE, so a resume waits for this statement or this one for
 -- the resume.
 -- Returns the ids still leased to the node (a lost lease must not be sent), each
--- with what became of it: 'begun', 'suppressed', 'held' or 'set_aside'. Found by
--- primary key, no join (see record.sql).
+-- with what became of it: 'begun', 'suppressed', 'held', 'set_aside' or 'limited'
+-- (set aside for its campaign's limits). Found by primary key, no join (see
+-- record.sql).
 WITH paused AS MATERIALIZED (
     SELECT t.tenant FROM tenant_states t
     WHERE t.tenant = ANY($6::text[]) AND t.paused_at IS NOT NULL
@@ -27,6 +31,34 @@ stopped AS MATERIALIZED (
     WHERE c.state <> 'active'
       AND c.id IN (SELECT d.campaign FROM deliveries d WHERE d.id = ANY($2::bigint[]) AND d.campaign IS NOT NULL)
     FOR SHARE OF c
+),
+limited AS MATERIALIZED (
+    SELECT c.id, c.max_per_hour, c.max_per_day FROM campaigns c
+    WHERE (c.max_per_hour IS NOT NULL OR c.max_per_day IS NOT NULL) AND c.state = 'active'
+      AND c.id IN (SELECT d.campaign FROM deliveries d WHERE d.id = ANY($2::bigint[]) AND d.campaign IS NOT NULL)
+    ORDER BY c.id
+    FOR UPDATE OF c
+),
+sent AS MATERIALIZED (
+    SELECT l.id, l.max_per_hour, l.max_per_day,
+           coalesce(sum(s.sends) FILTER (WHERE s.hour = date_trunc('hour', $5::timestamptz, 'UTC')), 0) AS hour,
+           coalesce(sum(s.sends), 0) AS day
+    FROM limited l
+    LEFT JOIN campaign_sends s ON s.campaign = l.id AND s.hour >= date_trunc('day', $5::timestamptz, 'UTC')
+    GROUP BY l.id, l.max_per_hour, l.max_per_day
+),
+over AS MATERIALIZED (
+    SELECT r.id,
+           CASE WHEN s.day + r.nth > s.max_per_day
+                THEN jsonb_build_object('reason', 'campaign_limit', 'limit', 'max_per_day',
+                                        'until', date_trunc('day', $5::timestamptz, 'UTC') + interval '1 day')
+                ELSE jsonb_build_object('reason', 'campaign_limit', 'limit', 'max_per_hour',
+                                        'until', date_trunc('hour', $5::timestamptz, 'UTC') + interval '1 hour')
+           END AS why
+    FROM (SELECT d.id, d.campaign, row_number() OVER (PARTITION BY d.campaign ORDER BY d.id) AS nth
+          FROM deliveries d WHERE d.id = ANY($2::bigint[]) AND d.campaign IN (SELECT id FROM sent)) r
+    JOIN sent s ON s.id = r.campaign
+    WHERE s.day + r.nth > s.max_per_day OR s.hour + r.nth > s.max_per_hour
 ),
 standing AS MATERIALIZED (
     SELECT s.kind, s.key, s.reason, s.until FROM suspensions s
@@ -53,12 +85,13 @@ mine AS (
            (x.tenant IN (SELECT tenant FROM paused)
             OR coalesce(d.campaign IN (SELECT id FROM stopped), false)) AS paused,
            (SELECT 'campaign_' || s.state::text FROM stopped s WHERE s.id = d.campaign) AS campaign_stopped,
-           (SELECT jsonb_build_object('reason', 'suspended', 'suspended', s.kind, 'key', s.key, 'why', s.reason,
-                                      'until', s.until)
-            FROM standing s
-            WHERE (s.kind = 'provider' AND s.key = x.grp) OR (s.kind = 'tenant' AND s.key = x.tenant)
-               OR (s.kind = 'pool' AND s.key = x.pool)
-            ORDER BY s.kind LIMIT 1) AS aside,
+           coalesce((SELECT jsonb_build_object('reason', 'suspended', 'suspended', s.kind, 'key', s.key,
+                                               'why', s.reason, 'until', s.until)
+                     FROM standing s
+                     WHERE (s.kind = 'provider' AND s.key = x.grp) OR (s.kind = 'tenant' AND s.key = x.tenant)
+                        OR (s.kind = 'pool' AND s.key = x.pool)
+                     ORDER BY s.kind LIMIT 1),
+                    (SELECT o.why FROM over o WHERE o.id = d.id)) AS aside,
            CASE
                WHEN x.source IN (SELECT s.key FROM standing s WHERE s.kind = 'source') THEN
                    jsonb_build_object('reason', 'suspended', 'suspended', 'source', 'key', x.source, 'again', 'now')
@@ -85,7 +118,7 @@ begun AS (
     WHERE d.id = ANY(ARRAY(SELECT id FROM mine
                            WHERE NOT suppressed AND NOT paused AND aside IS NULL AND again IS NULL))
       AND d.state::text = 'leased' AND d.lease_owner = $1
-    RETURNING d.id
+    RETURNING d.id, d.campaign
 ),
 waiting AS (
     UPDATE deliveries d
@@ -115,6 +148,13 @@ cancelled AS (
       AND d.lease_owner = $1
     RETURNING d.id, d.message, d.recipient
 ),
+counted AS (
+    INSERT INTO campaign_sends AS s (campaign, hour, sends)
+    SELECT b.campaign, date_trunc('hour', $5::timestamptz, 'UTC'), count(*) FROM begun b
+    WHERE b.campaign IN (SELECT id FROM limited)
+    GROUP BY b.campaign
+    ON CONFLICT (campaign, hour) DO UPDATE SET sends = s.sends + excluded.sends
+),
 quiet AS (  -- the caller wakes the consumers after the commit when there are events (sql/events/wake.sql)
     SELECT set_config('mtad.wake_after_commit', 'on', true)
 ),
@@ -137,4 +177,5 @@ SELECT id, 'suppressed' FROM cancelled
 UNION ALL
 SELECT id, 'held' FROM waiting
 UNION ALL
-SELECT id, 'set_aside' FROM aside
+SELECT a.id, CASE WHEN h.again IS NULL AND h.aside->>'reason' = 'campaign_limit' THEN 'limited' ELSE 'set_aside' END
+FROM aside a JOIN mine h ON h.id = a.id
