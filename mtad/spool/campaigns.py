@@ -44,7 +44,8 @@ FOLD_BATCH = 10_000
 # The buckets a delivery counts in (sql/functions/mtad_campaign_bucket.sql); bounced
 # and cancelled ones by their reason ("bounced:recipient_rejected").
 WAITING = ("queued", "deferred", "held", "unknown")
-CAME_BACK = ("complained", "unsubscribed", "replied", "opened", "clicked")
+CAME_BACK = ("complained", "unsubscribed", "replied", "opened", "clicked")  # opened, clicked: by people
+BY_MACHINES = ("opened", "clicked")  # counted apart as "opened:machine" (Apple's proxy, scanners)
 
 
 class State(enum.StrEnum):
@@ -105,6 +106,7 @@ class Campaign:
             "cancelled": sum(by_reason["cancelled"].values()),
             "suppressed": counts.get("suppressed", 0),
             **{kind: counts.get(kind, 0) for kind in CAME_BACK},
+            **{f"{kind}_by_machines": counts.get(f"{kind}:machine", 0) for kind in BY_MACHINES},
             "done": waiting == 0,
             "per_minute": round(per_minute, 1),
             "ends_at": ends,

@@ -90,11 +90,15 @@ async def test_what_comes_back_counts_for_the_campaign(database: db.Database, si
     await accept(database, in_campaign("news", "a@sink.test", "b@sink.test"))
     await engine(database, sink).run_until_idle()
     rows = await query(database, "SELECT id, message, recipient FROM deliveries ORDER BY id")
-    for row, kind in zip(rows, (signals.Kind.COMPLAINED, signals.Kind.REPLIED), strict=True):
+    heard = [(signals.Kind.COMPLAINED, False), (signals.Kind.REPLIED, False), (signals.Kind.OPENED, True),
+             (signals.Kind.OPENED, False), (signals.Kind.CLICKED, True)]  # fmt: skip
+    for n, (kind, machine) in enumerate(heard):
+        row = rows[n % 2]
         await signals.record(database, signals.Signal(kind, row["recipient"], datetime.now(UTC), row["message"],
-                                                      row["id"]))  # fmt: skip
-    found = await campaigns.get(database, "t1", "news", datetime.now(UTC))
-    assert (found.counts.get("complained"), found.counts.get("replied")) == (1, 1)
+                                                      row["id"], data={"machine": machine}))  # fmt: skip
+    shown = (await campaigns.get(database, "t1", "news", datetime.now(UTC))).view(datetime.now(UTC))
+    assert [shown[k] for k in ("complained", "replied", "opened", "clicked")] == [1, 1, 1, 0]
+    assert (shown["opened_by_machines"], shown["clicked_by_machines"]) == (1, 1)
 
 
 async def test_a_paused_campaign_waits_even_what_a_node_leased_before_and_goes_when_resumed(
