@@ -185,6 +185,11 @@ ACCOUNT_STATE_CHANGES = Counter(
 ACCOUNT_POOL_PAUSED = Gauge(
     "mtad_account_pool_paused", "1 while no account of the pool can send (its mail waits)", ["pool"]
 )
+CAMPAIGNS_POOL_PAUSED = Gauge(
+    "mtad_campaigns_pool_paused",
+    "Campaigns that paused themselves because no account of the pool can send, as this node paused them",
+    ["pool"],
+)
 DKIM_KEYS = Gauge("mtad_dkim_keys", "DKIM keys by state (pending, active, retiring, revoked)", ["state"])
 DKIM_AWAITING_DNS = Gauge(
     "mtad_dkim_keys_awaiting_dns", "Pending DKIM keys whose record DNS does not publish yet (publish it: mtad dkim ls)"

@@ -58,6 +58,7 @@ from mtad.mailboxes import accounts, choosing, inboxes, oauth, pools
 from mtad.mailboxes.accounts import Account, State
 from mtad.outbound import sessions
 from mtad.outbound.outcomes import Class, Verdict
+from mtad.spool import campaigns
 
 log = structlog.get_logger("mtad.relay")
 
@@ -302,6 +303,9 @@ class Mailboxes:
         metrics.ACCOUNT_POOL_PAUSED.labels(pool=pool).set(1 if paused else 0)
         with contextlib.suppress(errors.SpoolError):  # the state is what counts; the event is its record
             await choosing.pool_event(self._db, pool, now, data)
+        with contextlib.suppress(errors.SpoolError):  # its campaigns pause themselves, or resume
+            stopped = await campaigns.pool_paused(self._db, pool, paused, now)
+            metrics.CAMPAIGNS_POOL_PAUSED.labels(pool=pool).set(len(stopped) if paused else 0)
 
     async def login(self, account: Account) -> sessions.Login:
         """The account's login for the session pool: its password, or a current

@@ -11,6 +11,7 @@ CREATE TABLE campaigns (
     reason     text,                  -- why paused or cancelled
     max_per_hour integer CHECK (max_per_hour > 0),  -- sends begun per hour (UTC); NULL: no limit
     max_per_day  integer CHECK (max_per_day > 0),   -- per day (UTC)
+    pool_paused  text,                -- the account pool that has no account able to send its mail, if one
     created_at timestamptz NOT NULL,
     changed_at timestamptz NOT NULL,  -- of its state
     UNIQUE (tenant, name)
@@ -21,6 +22,9 @@ CREATE INDEX campaigns_stopped ON campaigns (id) WHERE state <> 'active';
 ALTER TABLE messages ADD COLUMN campaign bigint;    -- campaigns.id; NULL: none
 ALTER TABLE deliveries ADD COLUMN campaign bigint;  -- its message's, for the counts and begin.sql
 CREATE INDEX messages_campaign ON messages (campaign) WHERE campaign IS NOT NULL;
+-- The campaigns with mail through an account pool (campaigns/pool_paused.sql).
+CREATE INDEX messages_account_pool_campaign ON messages (account_pool, campaign)
+    WHERE campaign IS NOT NULL AND account_pool IS NOT NULL;
 
 -- A campaign's progress: each statement that moves its deliveries or records what
 -- came back adds what it changed here, in its own transaction (the triggers below,

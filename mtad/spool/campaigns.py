@@ -79,6 +79,7 @@ class Campaign:
     settled_recently: int  # deliveries delivered, bounced or failed within RATE_WINDOW
     max_per_hour: int | None = None  # sends begun per hour (UTC); None: no limit
     max_per_day: int | None = None
+    pool_paused: str | None = None  # paused by itself: this account pool has no account able to send
 
     def progress(self, now: datetime) -> dict[str, Any]:
         """The counts as an operator reads them, the recent rate and when it should end."""
@@ -93,7 +94,7 @@ class Campaign:
         deliveries = waiting + settled + sum(by_reason["cancelled"].values()) + counts.get("suppressed", 0)
         per_minute = self.settled_recently / (RATE_WINDOW.total_seconds() / 60)
         ends = None  # done, not sending now, or not sending at all
-        if waiting and per_minute > 0 and self.state is State.ACTIVE:
+        if waiting and per_minute > 0 and self.state is State.ACTIVE and self.pool_paused is None:
             ends = now + timedelta(minutes=waiting / per_minute)
         return {
             "messages": counts.get("messages", 0),
@@ -114,7 +115,12 @@ class Campaign:
 
     def view(self, now: datetime) -> dict[str, Any]:
         """As the tools and the API show it."""
-        return {"tenant": self.tenant, "name": self.name, "state": self.state.value, "reason": self.reason,
+        state, reason = self.state.value, self.reason
+        if self.pool_paused is not None and self.state is State.ACTIVE:
+            state, reason = "paused", f"by itself: no account of pool {self.pool_paused} can send"
+        return {"tenant": self.tenant, "name": self.name, "state": state, "reason": reason,
+                "paused_by": "auto" if self.pool_paused else "operator" if state != "active" else None,
+                "account_pool": self.pool_paused,
                 "created_at": self.created_at, "changed_at": self.changed_at, "max_per_hour": self.max_per_hour,
                 "max_per_day": self.max_per_day, **self.progress(now)}  # fmt: skip
 
@@ -122,7 +128,7 @@ class Campaign:
 def _campaign(row: Mapping[str, Any]) -> Campaign:
     return Campaign(row["id"], row["tenant"], row["name"], State(row["state"]), row["reason"], row["created_at"],
                     row["changed_at"], dict(zip(row["buckets"], row["ns"], strict=True)),
-                    int(row["settled_since"]), row["max_per_hour"], row["max_per_day"])  # fmt: skip
+                    int(row["settled_since"]), row["max_per_hour"], row["max_per_day"], row["pool_paused"])  # fmt: skip
 
 
 async def listing(database: db.Database, now: datetime, tenant: str | None = None) -> list[Campaign]:
@@ -212,6 +218,16 @@ async def cancel(database: db.Database, tenant: str, name: str, reason: str, now
         cancelled = int(await tx.fetchval("campaigns/cancel_rest", row["id"], now))
     log.info("campaign_cancelled", tenant=tenant, campaign=name, reason=reason, cancelled=cancelled)
     return cancelled, bool(row["already"])
+
+
+async def pool_paused(database: db.Database, pool: str, paused: bool, now: datetime) -> list[str]:
+    """Account pool `pool` has no account able to send (`paused`), or can send again:
+    the active campaigns with mail still to go through it pause themselves, or
+    those it paused resume, each with an event. Returns their names."""
+    names = list(await database.fetchval("campaigns/pool_paused", pool, now, paused))
+    if names:
+        log.warning("campaigns_paused" if paused else "campaigns_resumed", account_pool=pool, campaigns=names)
+    return names
 
 
 async def fold(conn: db.Connection | db.Database, before: datetime, batch: int = FOLD_BATCH) -> int:

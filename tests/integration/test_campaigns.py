@@ -12,15 +12,21 @@ import json
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from mtad import db
 from mtad.base import errors
 from mtad.feedback import signals
+from mtad.mailboxes import accounts, relay
 from mtad.spool import campaigns, commit, leases, retention
+from tests import waiting
 from tests.integration.admin_api import serving
 from tests.integration.delivering import accept, engine
+from tests.integration.mailboxes import add, relayed, relaying
 from tests.integration.spooling import message
 from tests.integration.submitting import Factory
 from tests.pg import query
@@ -182,6 +188,39 @@ async def test_a_campaigns_limits_hold_across_begins_and_set_aside_what_would_go
     assert (shown["max_per_hour"], shown["max_per_day"]) == (2, None)
     with pytest.raises(errors.MtadError, match="max_per_hour"):
         campaigns.Limits(per_hour=0)
+
+
+async def test_a_campaign_pauses_itself_while_its_account_pool_cannot_send_and_resumes_by_itself(
+    database: db.Database, smarthost: Sink, tls_files: tuple[Path, Path]
+) -> None:
+    await add(database, smarthost, "a")
+    await accounts.disable(database, "a", "maintenance", datetime.now(UTC))
+    await accept(database, dataclasses.replace(relayed("r@example.net"), campaign="outreach"),
+                 dataclasses.replace(relayed("s@example.net"), campaign="other", tenant="t2"))  # fmt: skip
+    await campaigns.add(database, "t1", "idle", datetime.now(UTC))  # no mail through the pool: left alone
+    engine = relaying(database, tls_files, settings=relay.Settings(poll=0.2, hand_back_after=0.5), poll_interval=0.2)
+    running = asyncio.create_task(engine.run())
+
+    async def paused() -> list[dict[str, Any]]:
+        return [c.view(datetime.now(UTC)) for c in await campaigns.listing(database, datetime.now(UTC))]
+
+    shown = await waiting.eventually_async(paused, lambda got: [c["state"] for c in got].count("paused") == 2)
+    assert {(c["name"], c["paused_by"], c["account_pool"]) for c in shown} == {
+        ("outreach", "auto", "p"), ("other", "auto", "p"), ("idle", None, None)}  # fmt: skip
+    assert REGISTRY.get_sample_value("mtad_campaigns_pool_paused", {"pool": "p"}) == 2
+    await accounts.enable(database, "a", "done", datetime.now(UTC))
+    await smarthost.wait_for(2)
+    await engine.wait_idle()
+    engine.stop()
+    await running
+    shown = await paused()
+    assert [(c["state"], c["paused_by"], c["delivered"]) for c in shown if c["name"] != "idle"] == [
+        ("active", None, 1), ("active", None, 1)]  # fmt: skip
+    said = await query(database, "SELECT kind, tenant, data FROM events WHERE kind LIKE 'campaign_%' ORDER BY id")
+    assert [(e["kind"], e["tenant"], json.loads(e["data"])["by"]) for e in said] == [
+        ("campaign_paused", "t1", "auto"), ("campaign_paused", "t2", "auto"),
+        ("campaign_resumed", "t1", "auto"), ("campaign_resumed", "t2", "auto")]  # fmt: skip
+    assert REGISTRY.get_sample_value("mtad_campaigns_pool_paused", {"pool": "p"}) == 0
 
 
 async def test_a_campaign_made_beforehand_and_its_refusals(database: db.Database) -> None:

@@ -103,7 +103,7 @@ EXPECTED_COLUMNS = {
     "tls_reports": {"day", "domain", "report_id", "made_at", "sent_to", "failures"},
     "unknown_sends": {"delivery", "account", "since", "looked_at", "folder"},
     "campaigns": {"id", "tenant", "name", "state", "reason", "created_at", "changed_at", "max_per_hour",
-                  "max_per_day"},
+                  "max_per_day", "pool_paused"},
     "campaign_sends": {"campaign", "hour", "sends"},
     "campaign_moves": {"campaign", "bucket", "n", "at"},
     "campaign_counts": {"campaign", "bucket", "n"},

@@ -204,6 +204,10 @@ async def exercise(database: db.Database) -> None:
     await lease(1)
     assert await campaigns.cancel(database, "t1", "c", "checks", now) == (3, False)
     await in_campaign("c3@example.com")
+    async with running(commit.GroupCommitter(database, now=lambda: now)) as committer:  # through a pool that stops
+        await committer.commit(dataclasses.replace(message("p@example.com"), campaign="p", account_pool="p"))
+    assert await campaigns.pool_paused(database, "p", True, now) == ["p"]
+    assert await campaigns.pool_paused(database, "p", False, now) == ["p"]
     # A delivery of something suspended is set aside by the node that took it.
     [aside] = await lease(1)
     why = await suspensions.suspend(database, "provider", "g", "checks", None, now)

@@ -2,7 +2,7 @@
 -- with its progress: the counts folded so far plus the moves not folded yet, by
 -- bucket, and what settled (delivered, bounced, failed) since $3.
 SELECT c.id, c.tenant, c.name, c.state::text AS state, c.reason, c.created_at, c.changed_at, c.max_per_hour,
-       c.max_per_day,
+       c.max_per_day, c.pool_paused,
        counts.buckets, counts.ns,
        (SELECT coalesce(sum(settled), 0) FROM campaign_minutes WHERE campaign = c.id AND minute >= $3)
        + (SELECT coalesce(sum(n), 0) FROM campaign_moves
