@@ -80,6 +80,11 @@ DELIVERIES_BY_SOURCE = Counter(
     "(-: none bound, or none reached).",
     ["outcome", "source"],
 )
+DELIVERIES_BY_CAMPAIGN = Counter(
+    "mtad_delivery_campaign_outcomes",
+    "Outcomes of delivery attempts, per delivery, by outcome, tenant and campaign ([metrics] campaign_labels).",
+    ["outcome", "tenant", "campaign"],
+)
 DELIVERIES_BY_TENANT = Counter(
     "mtad_delivery_tenant_outcomes",
     "Outcomes of delivery attempts, per delivery, by outcome and tenant.",

@@ -117,6 +117,7 @@ def build(
             bounce_suppression=sections["suppression"].bounce_expiry,
             list_unsubscribe=list_unsubscribe,
             tracked=tracked or {},
+            campaign_metrics=sections["metrics"].campaign_labels,
         ),
         sessions=build(
             outbound_settings.SessionSettings,

@@ -302,6 +302,8 @@ class Recorder:
             metrics.DELIVERIES.labels(outcome=name, group=group or "-").inc(count)
             metrics.DELIVERIES_BY_SOURCE.labels(outcome=name, source=source or "-").inc(count)
             metrics.DELIVERIES_BY_TENANT.labels(outcome=name, tenant=job.tenant or "-").inc(count)
+            if job.campaign is not None and self.settings.campaign_metrics:
+                metrics.DELIVERIES_BY_CAMPAIGN.labels(outcome=name, tenant=job.tenant, campaign=job.campaign).inc(count)
         provider = _provider(group)
         accepted_at = {d.id: d.created_at for d in job.deliveries}
         if timing is not None:

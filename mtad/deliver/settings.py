@@ -53,6 +53,16 @@ _DECLARED = Delivery()  # the declared defaults, of an engine made without a con
 
 
 @dataclass(frozen=True, slots=True)
+class Metrics:
+    """[metrics]: what delivery's outcomes are counted by, beyond the bounded labels."""
+
+    campaign_labels: bool = key(
+        values.boolean, False,
+        "Count delivery outcomes by campaign too (mtad_delivery_campaign_outcomes): a label with no bound.",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """What the engine takes: [delivery]'s keys of the same names (their defaults are the
     declared ones), and what config gives from the other sections and tables."""
@@ -83,3 +93,4 @@ class Settings:
     bounce_suppression: float | None = None  # seconds a recipient bounced as unknown stays suppressed (None: ever)
     list_unsubscribe: frozenset[str] = frozenset()  # tenants whose mail gets List-Unsubscribe fields
     tracked: Mapping[str, tuple[bool, bool]] = field(default_factory=dict)  # tenant -> (opens, clicks) tracked
+    campaign_metrics: bool = False  # [metrics] campaign_labels: outcomes counted by campaign too

@@ -92,6 +92,17 @@ async def test_a_campaign_is_made_on_first_use_and_counts_its_deliveries_as_they
     assert (await campaigns.get(database, "t1", "spring", datetime.now(UTC))).settled_recently == 3
 
 
+async def test_outcomes_are_counted_by_campaign_only_when_asked(database: db.Database, sink: Sink) -> None:
+    await accept(database, in_campaign("metered", "a@sink.test"))
+    await engine(database, sink, campaign_metrics=True).run_until_idle()
+    await accept(database, in_campaign("unmetered", "b@sink.test"))
+    await engine(database, sink).run_until_idle()
+    labels = {"outcome": "delivered", "tenant": "t1"}
+    get = REGISTRY.get_sample_value
+    assert get("mtad_delivery_campaign_outcomes_total", {**labels, "campaign": "metered"}) == 1
+    assert get("mtad_delivery_campaign_outcomes_total", {**labels, "campaign": "unmetered"}) is None
+
+
 async def test_what_comes_back_counts_for_the_campaign(database: db.Database, sink: Sink) -> None:
     await accept(database, in_campaign("news", "a@sink.test", "b@sink.test"))
     await engine(database, sink).run_until_idle()
