@@ -170,3 +170,28 @@ def test_the_page_shows_the_rate_of_what_was_delivered(
         assert [m["delivered"] for m in rate["minutes"]] in ([5], [4, 1], [3, 2], [2, 3], [1, 4])
         assert not _unexpected(driver)
     assert daemon.stop() == 0
+
+
+def test_the_page_shows_a_campaign_paused_from_the_command_line(mtad_factory: Any, dsn: str, tmp_path: Path) -> None:
+    port, admin = _admin(tmp_path)
+    daemon: Mtad = mtad_factory(f'dsn = "{dsn}"', admin).start()  # accepts only: the campaign keeps waiting
+    for i in range(4):
+        status, answer = admin_call(port, "POST", "/v1/messages", {
+            "from": "app@example.org", "to": [f"reader{i}@one.test"], "subject": f"n{i}", "text": "hello",
+            "campaign": "spring",
+        }, TOKEN)  # fmt: skip
+        assert status == 202, answer
+    with chromium(tmp_path / "profile") as driver:
+        wait = _log_in(driver, port)
+        row = '#campaign-list tr[data-campaign="spring"]'
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, row).get_attribute("data-label") == "SENDING")
+        _, listed = admin_call(port, "GET", "/v1/campaigns", token=TOKEN)
+        [spring] = listed["campaigns"]
+        assert driver.find_element(By.CSS_SELECTOR, row).text.split()[-4:-2] == [str(spring["queued"]),
+                                                                                 str(spring["deliveries"])]  # fmt: skip
+        paused = daemon.cli("campaigns", "pause", "spring")
+        assert paused.returncode == 0, paused.stderr
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, row).get_attribute("data-label") == "PAUSED")
+        driver.save_screenshot(str(tmp_path / "campaign-paused.png"))
+        assert not _unexpected(driver)
+    assert daemon.stop() == 0
