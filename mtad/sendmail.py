@@ -86,7 +86,7 @@ class Settings:
     submit_to: HostPort
     login: str | None
     password: str | None
-    hostname: str
+    hostname: str  # the domain of a sender it makes up: [sendmail] domain, else [submission] hostname
 
 
 def settings(path: Path | None) -> Settings:
@@ -110,7 +110,7 @@ def settings(path: Path | None) -> Settings:
     listen = found["submission"]["listen"][0]
     wildcard = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # listening everywhere: here on loopback
     target = own.submit_to or HostPort(wildcard.get(listen.host, listen.host), listen.port)
-    return Settings(target, own.login, password, found["submission"]["hostname"])
+    return Settings(target, own.login, password, own.domain or found["submission"]["hostname"])
 
 
 def parse(argv: Sequence[str]) -> Invocation:
@@ -263,7 +263,9 @@ def main(argv: Sequence[str], stdin: BinaryIO, program: str = "mtad-sendmail") -
         return EX_USAGE
     outcome = submit(chosen, sender, recipients, message, verbose=got.verbose)
     if outcome.said is not None:
-        print(f"{program}: {outcome.said}", file=sys.stderr)
+        made_up = got.sender is None and outcome.said.startswith("MAIL FROM:")
+        hint = " (a sender made up for want of -f: give -f ADDRESS, or set [sendmail] domain)" if made_up else ""
+        print(f"{program}: {outcome.said}{hint}", file=sys.stderr)
     return outcome.status
 
 

@@ -57,6 +57,9 @@ class Sendmail:
     )
     login: str | None = key(values.optional_string, "", "Its AUTH name; empty: no AUTH (a trusted client needs none).")
     password_file: Path | None = key(values.optional_path, "", "The file holding that login's password.")
+    domain: str | None = key(
+        values.optional_domain, "", "The domain of a sender given without -f; empty: [submission] hostname."
+    )
 
 
 MIN_PRIORITY = -100

@@ -3,6 +3,7 @@ mail() through sendmail_path, bsd-mailx's `mail -s`; and sendmail's exit statuse
 
 from __future__ import annotations
 
+import getpass
 import shutil
 import subprocess
 import sys
@@ -132,6 +133,23 @@ def test_exit_statuses_as_sendmails(mtad_factory: Any, dsn: str, tmp_path: Path)
     config = subprocess.run([SENDMAIL, "-C", str(bad), "a@example.com"], input=b"", capture_output=True, timeout=60)
     assert config.returncode == EX_CONFIG
     assert b"[sendmail] password_file" in config.stderr
+
+
+def test_a_made_up_sender_takes_the_sendmail_domain(mtad_factory: Any, dsn: str) -> None:
+    daemon = node(mtad_factory, dsn)
+    named = daemon.config.read_text().replace('hostname = "mtad.test"', 'hostname = "localhost"', 1)
+    daemon.config.write_text(named)  # a machine whose name is not fully qualified
+    daemon.start()
+    made_up = sendmail(daemon, "someone@example.com", stdin=b"Subject: x\n\ny\n")
+    assert made_up.returncode == EX_DATAERR, made_up.stderr
+    assert f"MAIL FROM:<{getpass.getuser()}@localhost>: 553".encode() in made_up.stderr
+    assert b"give -f ADDRESS, or set [sendmail] domain" in made_up.stderr
+    daemon.config.write_text(daemon.config.read_text() + '\n[sendmail]\ndomain = "host.example"\n')
+    done = sendmail(daemon, "someone@example.com", stdin=b"Subject: x\n\ny\n")
+    assert done.returncode == 0, done.stderr
+    [found] = spooled(dsn)
+    assert found["sender"] == f"{getpass.getuser()}@host.example"
+    assert f"From: {getpass.getuser()}@host.example\r\n" in found["body"]
 
 
 def test_auth_when_the_configuration_gives_a_login(mtad_factory: Any, dsn: str, tmp_path: Path) -> None:
