@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtad import db
-from mtad.base import datafiles, errors, values
+from mtad.admin import settings as admin_settings
+from mtad.base import datafiles, errors, observing, values
 from mtad.base import settings as declared
-from mtad.base.endpoints import HostPort
 from mtad.db import settings as db_settings
 from mtad.deliver import settings as deliver_settings
 from mtad.feedback import settings as feedback_settings
@@ -65,33 +65,6 @@ TrackingSettings = feedback_settings.Tracking
 shipped_table = deliver_settings.shipped_table
 
 
-@dataclass(frozen=True, slots=True)
-class HttpSettings:
-    listen: HostPort | None = declared.key(
-        values.optional_host_port, "127.0.0.1:9108", "Address of /metrics and /healthz; empty: none."
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class AdminSettings:
-    listen: HostPort = declared.key(values.host_port, "127.0.0.1:9110", "Address of the admin HTTP API.")
-    token_file: Path | None = declared.key(
-        values.optional_path, "", "The file of its bearer token; empty: no admin API."
-    )
-    token: str | None = None  # read from token_file when the configuration is loaded
-
-
-@dataclass(frozen=True, slots=True)
-class LogSettings:
-    format: str = declared.key(
-        values.choice("auto", "json", "console"), "auto",
-        "auto (console on a terminal, else json), json (one object per line) or console.",
-    )  # fmt: skip
-    level: str = declared.key(
-        values.choice("debug", "info", "warning", "error"), "info", "debug, info, warning or error."
-    )
-
-
 # Every section of the file, by the package that declares it.
 SECTIONS: Mapping[str, type[Any]] = {
     "database": db_settings.Database,
@@ -99,12 +72,12 @@ SECTIONS: Mapping[str, type[Any]] = {
     "sendmail": submission_settings.Sendmail,
     "spool": spool_settings.Spool,
     "tls": outbound_settings.Tls,
-    "http": HttpSettings,
-    "metrics": deliver_settings.Metrics,
-    "admin": AdminSettings,
+    "http": observing.Http,
+    "metrics": observing.Metrics,
+    "admin": admin_settings.Admin,
     "accounts": mailboxes_settings.Accounts,
     "dkim": signing_settings.Dkim,
-    "log": LogSettings,
+    "log": observing.Log,
     "node": spool_settings.Node,
     "dns": outbound_settings.Dns,
     "delivery": deliver_settings.Delivery,
@@ -157,9 +130,9 @@ class Settings:
     database: DatabaseSettings
     submission: submission_settings.Settings
     spool: SpoolSettings
-    http: HttpSettings
-    admin: AdminSettings
-    log: LogSettings
+    http: observing.Http
+    admin: admin_settings.Admin
+    log: observing.Log
     node: NodeSettings
     delivery: configured.DeliverySettings
     accounts: AccountsSettings
@@ -501,7 +474,7 @@ def _build(sections: dict[str, Any], extras: dict[str, Any], path: Path | None) 
     )
 
 
-def _admin(given: AdminSettings) -> AdminSettings:
+def _admin(given: admin_settings.Admin) -> admin_settings.Admin:
     """[admin], with the token read from its file (checked by _check)."""
     token = None
     if given.token_file is not None:
@@ -509,7 +482,7 @@ def _admin(given: AdminSettings) -> AdminSettings:
             token = given.token_file.read_text().strip()
         except (OSError, UnicodeDecodeError):
             token = None
-    return AdminSettings(listen=given.listen, token_file=given.token_file, token=token)
+    return admin_settings.Admin(listen=given.listen, token_file=given.token_file, token=token)
 
 
 def _check(settings: Settings, origin: dict[tuple[str, str], str], problems: list[str]) -> None:

@@ -53,16 +53,6 @@ _DECLARED = Delivery()  # the declared defaults, of an engine made without a con
 
 
 @dataclass(frozen=True, slots=True)
-class Metrics:
-    """[metrics]: what delivery's outcomes are counted by, beyond the bounded labels."""
-
-    campaign_labels: bool = key(
-        values.boolean, False,
-        "Count delivery outcomes by campaign too (mtad_delivery_campaign_outcomes): a label with no bound.",
-    )  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
 class Settings:
     """What the engine takes: [delivery]'s keys of the same names (their defaults are the
     declared ones), and what config gives from the other sections and tables."""
