@@ -70,6 +70,8 @@ class NewMessage:
     pool: str | None = None  # the source IP pool chosen at submission; None: not chosen
     account_pool: str | None = None  # the account pool to relay through; None: the route's, else MX
     campaign: str | None = None  # its tenant's campaign (mtad.spool.campaigns.NAME), made on first use
+    # The max_per_hour and max_per_day a campaign made by this message gets: its tenant's defaults.
+    campaign_limits: tuple[int | None, int | None] = (None, None)
 
     def __reduce__(self) -> tuple[type[NewMessage], tuple[Any, ...]]:
         """Pickled as its constructor's arguments: dataclasses' own pickling of a
@@ -397,7 +399,8 @@ def accept_arguments(
         [m.smtputf8 for m in messages], [m.client_address for m in messages], [m.received_at for m in messages],
         [m.priority for m in messages], [m.pool for m in messages], [m.account_pool for m in messages],
         [len(m.recipients) for m in messages], rcpt_of, rcpts, domains, keys_until, now, node, lease_until,
-        wake_after_commit, [m.campaign for m in messages],
+        wake_after_commit, [m.campaign for m in messages], [m.campaign_limits[0] for m in messages],
+        [m.campaign_limits[1] for m in messages],
     )  # fmt: skip
 
 

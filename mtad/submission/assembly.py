@@ -116,6 +116,7 @@ def spoolable(
         pool=pool,
         account_pool=account_pool,
         campaign=campaign,
+        campaign_limits=(defaults.campaign_max_per_hour, defaults.campaign_max_per_day) if campaign else (None, None),
     )
 
 

@@ -79,6 +79,8 @@ class TenantDefaults:
     quota: spool_settings.Quota = spool_settings.NO_QUOTA  # what it may submit (mtad.spool.quotas)
     track_opens: bool = False  # its HTML mail gets a pixel per recipient ([tracking]), one recipient per transaction
     track_clicks: bool = False  # its HTML mail's links go through /c/ per recipient, one recipient per transaction
+    campaign_max_per_hour: int | None = None  # the limits of a campaign its mail makes on first use (None: none)
+    campaign_max_per_day: int | None = None
 
 
 _SUBMISSION = Submission(hostname="localhost", processes=0)

@@ -33,6 +33,8 @@ _TENANT_KEYS = {
     "max_bounce_rate": "a fraction such as 0.05",
     "reputation_min_volume": "a whole number of deliveries",
     "graduate_after": "a whole number of deliveries",
+    "campaign_max_per_hour": "a whole number of sends",
+    "campaign_max_per_day": "a whole number of sends",
 }
 # Keys of [tenants] itself: the limits of every tenant without its own, and probation_default.
 _TENANTS_SHARED = frozenset(
@@ -138,12 +140,20 @@ def defaults(
         if not isinstance(reporting, bool):
             problems.append(f"{where} dsn: expected true or false, got {reporting!r}")
         quota, guard = limits(keys, where, shared["quota"], shared["guard"], problems)
+        campaign_limits: dict[str, int | None] = {}
+        for k in ("campaign_max_per_hour", "campaign_max_per_day"):
+            try:  # as a campaign's own (campaigns.Limits): above 0, within PostgreSQL's integer
+                campaign_limits[k] = values.integer(1, 2**31 - 1)(keys[k]) if k in keys else None
+            except ValueError as exc:
+                problems.append(f"{where} {k}: {exc}")
         if guards is not None and any(k in keys for k, (_, part, _) in _LIMITS.items() if part == "guard"):
             guards[name] = guard
         if len(problems) == found:
             defaults[name] = submission_settings.TenantDefaults(
                 chosen, pool, account_pool, refusing == "refuse", leaving is True, reporting is not False, quota,
                 track_opens=tracking["track_opens"] is True, track_clicks=tracking["track_clicks"] is True,
+                campaign_max_per_hour=campaign_limits.get("campaign_max_per_hour"),
+                campaign_max_per_day=campaign_limits.get("campaign_max_per_day"),
             )  # fmt: skip
     return defaults
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from mtad import db
+from mtad import db, submission
 from mtad.base import errors
 from mtad.feedback import signals
 from mtad.mailboxes import accounts, relay
@@ -315,3 +315,17 @@ async def test_batches_naming_a_new_campaign_at_once_make_it_once(database: db.D
     await asyncio.gather(*(one(n) for n in range(4)))
     [found] = await campaigns.listing(database, datetime.now(UTC))
     assert (found.name, found.counts["messages"], found.counts["queued"]) == ("burst", 20, 20)
+
+
+async def test_a_campaign_made_on_first_use_takes_its_tenants_limits(make_submission: Factory) -> None:
+    limited = submission.TenantDefaults(campaign_max_per_hour=5, campaign_max_per_day=50)
+    async with make_submission(tenant_defaults={"default": limited}) as srv:
+        await campaigns.add(srv.database, "default", "own", datetime.now(UTC))  # made beforehand: its own
+        raw = await RawClient.connect("127.0.0.1", srv.port)
+        await raw.ehlo()
+        for name in (b"first", b"own"):
+            await raw.envelope("app@example.org", "a@example.com")
+            assert (await raw.data(b"X-Mtad-Campaign: " + name + b"\r\n" + MESSAGE + b".\r\n")).startswith("250")
+        await raw.close()
+    shown = {c.name: (c.max_per_hour, c.max_per_day) for c in await campaigns.listing(srv.database, datetime.now(UTC))}
+    assert shown == {"own": (None, None), "first": (5, 50)}

@@ -151,6 +151,13 @@ def test_x_mtad_campaign_names_the_campaign_and_a_bad_name_is_refused() -> None:
     assert twice.line() == "550 5.6.0 X-Mtad-Campaign: given more than once; give it once"
 
 
+def test_a_campaign_named_carries_its_tenants_defaults_for_one_made_on_first_use() -> None:
+    limited = assembly.TenantDefaults(campaign_max_per_hour=100, campaign_max_per_day=1000)
+    named = spool(b"X-Mtad-Campaign: spring\r\nSubject: hi\r\n\r\nbody\r\n", defaults=limited)
+    assert named.campaign_limits == (100, 1000)
+    assert spool(b"Subject: hi\r\n\r\nbody\r\n", defaults=limited).campaign_limits == (None, None)
+
+
 def test_a_message_without_instructions_is_stored_as_before() -> None:
     content = b"Message-ID: <m@x>\r\nDate: x\r\nSubject: hi\r\n\r\nX-Mtad-Pool: bulk\r\n"
     message = spool(content)

@@ -324,6 +324,8 @@ pool = "bulk"
 weight = 3
 [tenants."alerts"]
 priority = 100
+campaign_max_per_hour = 500
+campaign_max_per_day = 5000
 [tenants."default"]
 pool = "transactional"
 [tenants."quiet"]
@@ -334,7 +336,9 @@ pool = ""
     assert settings.submission.pools == frozenset({"transactional", "bulk"})
     assert settings.submission.tenant_defaults == {
         "shop": submission.TenantDefaults(priority=-20, pool="bulk"),
-        "alerts": submission.TenantDefaults(priority=100, pool=None),
+        "alerts": submission.TenantDefaults(
+            priority=100, pool=None, campaign_max_per_hour=500, campaign_max_per_day=5000
+        ),
         "default": submission.TenantDefaults(priority=0, pool="transactional"),
         "quiet": submission.TenantDefaults(priority=0, pool=None),
     }
@@ -356,6 +360,7 @@ def test_tenant_problems_name_the_table_and_the_key(tmp_path: Path) -> None:
 priority = 101
 pool = "x"
 weight = 0
+campaign_max_per_hour = 0
 [tenants."news"]
 priority = "high"
 pool = 3
@@ -379,9 +384,10 @@ x = 1
         "[tenants.\"bad name\"]: invalid tenant name 'bad name'",
         '[tenants."list"] x: unknown key',
         '[tenants."shop"] weight: must be between 1 and 100, got 0',
+        '[tenants."shop"] campaign_max_per_hour: must be between 1 and 2147483647, got 0',
     ]:
         assert expected in problems
-    assert len(info.value.problems) == 8  # [tenants."flat"] is an empty table: the defaults
+    assert len(info.value.problems) == 9  # [tenants."flat"] is an empty table: the defaults
 
 
 def test_a_tenant_pool_needs_configured_pools(tmp_path: Path) -> None:

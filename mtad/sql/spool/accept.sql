@@ -22,7 +22,8 @@
 -- NULL and NULL to leave them queued for any node; $21 true: the caller wakes the
 -- event consumers and the delivering nodes after the commit (sql/events/wake.sql,
 -- sql/leases/notify_due.sql), no NOTIFY is made here. $22 the campaign each message
--- names (NULL: none), made for its tenant when it does not exist yet: a paused
+-- names (NULL: none), made for its tenant when it does not exist yet with $23
+-- max_per_hour and $24 max_per_day (its tenant's defaults; NULL: none): a paused
 -- campaign's deliveries wait (due at infinity), a cancelled one's are cancelled.
 --
 -- Returns the owners, and the id, message and recipient of every new delivery to send.
@@ -35,20 +36,21 @@ input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
                 $7::boolean[], $8::text[], $9::timestamptz[], $10::smallint[], $11::text[], $12::text[],
-                $13::integer[], $22::text[])
+                $13::integer[], $22::text[], $23::integer[], $24::integer[])
          WITH ORDINALITY
          AS m (id, tenant, sender, message_id, key, body, smtputf8, client, received, priority, pool,
-               account_pool, rcpts, campaign, ord)
+               account_pool, rcpts, campaign, per_hour, per_day, ord)
 ),
-named AS (
-    SELECT DISTINCT tenant, campaign AS name FROM input WHERE campaign IS NOT NULL
+named AS (  -- a tenant's messages carry the same defaults
+    SELECT tenant, campaign AS name, min(per_hour) AS per_hour, min(per_day) AS per_day
+    FROM input WHERE campaign IS NOT NULL GROUP BY 1, 2
 ),
 known AS (
     SELECT c.id, c.tenant, c.name, c.state FROM campaigns c JOIN named n ON n.tenant = c.tenant AND n.name = c.name
 ),
 made AS (  -- one made meanwhile by another batch is returned by the update, once it is committed
-    INSERT INTO campaigns AS c (tenant, name, created_at, changed_at)
-    SELECT n.tenant, n.name, $18::timestamptz, $18::timestamptz FROM named n
+    INSERT INTO campaigns AS c (tenant, name, created_at, changed_at, max_per_hour, max_per_day)
+    SELECT n.tenant, n.name, $18::timestamptz, $18::timestamptz, n.per_hour, n.per_day FROM named n
     WHERE NOT EXISTS (SELECT 1 FROM known k WHERE k.tenant = n.tenant AND k.name = n.name)
     ORDER BY n.tenant, n.name
     ON CONFLICT (tenant, name) DO UPDATE SET name = excluded.name
