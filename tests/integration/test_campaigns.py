@@ -329,3 +329,38 @@ async def test_a_campaign_made_on_first_use_takes_its_tenants_limits(make_submis
         await raw.close()
     shown = {c.name: (c.max_per_hour, c.max_per_day) for c in await campaigns.listing(srv.database, datetime.now(UTC))}
     assert shown == {"own": (None, None), "first": (5, 50)}
+
+
+async def lock_waits(database: db.Database) -> int:
+    [row] = await query(database, "SELECT count(*) AS n FROM pg_stat_activity "
+                                  "WHERE wait_event_type = 'Lock' AND datname = current_database()")  # fmt: skip
+    return int(row["n"])
+
+
+async def test_mail_accepted_as_its_campaign_is_cancelled_is_cancelled_and_never_sent(
+    dsn: str, database: db.Database, sink: Sink
+) -> None:
+    """The accept reads the campaign as active, then waits (for an idempotency key
+    another transaction holds) while the cancel runs; it must still end cancelled."""
+    await campaigns.add(database, "t1", "spring", datetime.now(UTC))
+    locker = await db.connect_once(dsn)
+    try:
+        await locker.execute_text("BEGIN")
+        await locker.execute_text("INSERT INTO idempotency_keys VALUES ('t1', 'k', gen_random_uuid(), 'infinity')")
+        late = dataclasses.replace(in_campaign("spring", "a@sink.test"), idempotency_key="k")
+        accepting = asyncio.create_task(accept(database, late))
+        await waiting.eventually_async(lambda: lock_waits(database), lambda n: n == 1)
+        cancelling = asyncio.create_task(campaigns.cancel(database, "t1", "spring", "race", datetime.now(UTC)))
+        # Done, or waiting for the accept's lock on the campaign.
+        await waiting.eventually_async(lambda: lock_waits(database), lambda n: cancelling.done() or n == 2)
+        await locker.execute_text("ROLLBACK")
+        await accepting
+        await cancelling
+    finally:
+        await db.close(locker)
+    await engine(database, sink).run_until_idle()
+    assert sink.recipients() == []
+    assert await scanned(database, "t1", "spring") == {"cancelled:admin": 1}
+    assert await counted(database, "t1", "spring") == {"cancelled:admin": 1}
+    [event] = await query(database, "SELECT data FROM events WHERE kind = 'cancelled'")
+    assert json.loads(event["data"])["reason"] == "campaign_cancelled"

@@ -25,6 +25,8 @@
 -- names (NULL: none), made for its tenant when it does not exist yet with $23
 -- max_per_hour and $24 max_per_day (its tenant's defaults; NULL: none): a paused
 -- campaign's deliveries wait (due at infinity), a cancelled one's are cancelled.
+-- The campaigns named are locked FOR SHARE, in id order: a pause or cancel waits for
+-- this batch (and then sees its deliveries), or this batch for it (and sees its state).
 --
 -- Returns the owners, and the id, message and recipient of every new delivery to send.
 -- New queued deliveries NOTIFY mtad_due, so that delivering nodes lease them at once
@@ -45,8 +47,10 @@ named AS (  -- a tenant's messages carry the same defaults
     SELECT tenant, campaign AS name, min(per_hour) AS per_hour, min(per_day) AS per_day
     FROM input WHERE campaign IS NOT NULL GROUP BY 1, 2
 ),
-known AS (
+known AS MATERIALIZED (  -- FOR SHARE returns the state a cancel or pause committed while this waited
     SELECT c.id, c.tenant, c.name, c.state FROM campaigns c JOIN named n ON n.tenant = c.tenant AND n.name = c.name
+    ORDER BY c.id
+    FOR SHARE OF c
 ),
 made AS (  -- one made meanwhile by another batch is returned by the update, once it is committed
     INSERT INTO campaigns AS c (tenant, name, created_at, changed_at, max_per_hour, max_per_day)
