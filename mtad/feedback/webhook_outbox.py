@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from mtad import db
@@ -89,7 +89,20 @@ async def _wanted_of(
     event and endpoint that wants it."""
     tenants = sorted({event.tenant for event in batch if event.tenant})
     found = await conn.fetch("webhooks/of_tenants", tenants) if tenants else []
-    return found, _wanted([webhooks.endpoint_of(row) for row in found], batch)
+    endpoints = [webhooks.endpoint_of(row) for row in found]
+    return found, _wanted(endpoints, batch, await _campaigns(conn, endpoints, batch))
+
+
+async def _campaigns(
+    conn: db.Connection | db.Database, endpoints: Sequence[webhooks.Endpoint], batch: Sequence[consumers.Stored]
+) -> dict[uuid.UUID, str]:
+    """The campaigns of the messages of the events that go to `endpoints` and do not
+    name theirs (what came back later: a complaint, an open, ...); one query, or none."""
+    tenants = {endpoint.tenant for endpoint in endpoints}
+    messages = {e.message for e in batch if e.message is not None and e.tenant in tenants and "campaign" not in e.data}
+    if not messages:
+        return {}
+    return {row["id"]: row["name"] for row in await conn.fetch("webhooks/campaigns", list(messages))}
 
 
 async def _waiting(conn: db.Connection, wanted: Sequence[webhook_sender.Item]) -> set[tuple[int, uuid.UUID]]:
@@ -118,14 +131,23 @@ async def replay(
     async for event in tail.since(database, tail.Filter(tenant=tenant), moment):
         pending.append(event)
         if len(pending) >= REPLAY_BATCH:
-            written += await _enqueue(database, _wanted(endpoints, pending), now())
+            written += await _enqueue(database, await _replayed(database, endpoints, pending), now())
             pending.clear()
-    return written + await _enqueue(database, _wanted(endpoints, pending), now())
+    return written + await _enqueue(database, await _replayed(database, endpoints, pending), now())
 
 
-def _wanted(endpoints: Sequence[webhooks.Endpoint], batch: Sequence[consumers.Stored]) -> list[webhook_sender.Item]:
+async def _replayed(
+    database: db.Database, endpoints: Sequence[webhooks.Endpoint], batch: Sequence[consumers.Stored]
+) -> list[webhook_sender.Item]:
+    return _wanted(endpoints, batch, await _campaigns(database, endpoints, batch))
+
+
+def _wanted(
+    endpoints: Sequence[webhooks.Endpoint], batch: Sequence[consumers.Stored], campaigns: Mapping[uuid.UUID, str]
+) -> list[webhook_sender.Item]:
     """One item per event and endpoint of its tenant that wants it, in the batch's order."""
-    return [webhook_sender.Item(endpoint.id, event.id, event.message, payload(event))
+    return [webhook_sender.Item(endpoint.id, event.id, event.message,
+                                payload(event, campaigns.get(event.message) if event.message else None))
             for event in batch for endpoint in endpoints
             if endpoint.tenant == event.tenant and endpoint.wants(event.kind)]  # fmt: skip
 
@@ -154,8 +176,9 @@ async def _write(
     return {row["sent"]: row["rows"] for row in found if row["sent"] is not None}
 
 
-def payload(event: consumers.Stored) -> str:
-    """The JSON body of an event's request (Standard Webhooks: type, timestamp, data)."""
+def payload(event: consumers.Stored, campaign: str | None = None) -> str:
+    """The JSON body of an event's request (Standard Webhooks: type, timestamp, data);
+    `campaign`: its message's, when its data does not say it."""
     data = {"event_id": event.id, "tenant": event.tenant, "message": str(event.message) if event.message else None,
-            "delivery": event.delivery, **event.data}  # fmt: skip
+            "delivery": event.delivery, **({"campaign": campaign} if campaign else {}), **event.data}  # fmt: skip
     return json.dumps({"type": event.kind, "timestamp": event.at.isoformat(), "data": data}, default=str)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import json
+import threading
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
@@ -19,11 +21,15 @@ import pytest
 from prometheus_client import REGISTRY
 
 from mtad import db, submission
-from mtad.base import errors
-from mtad.feedback import signals
+from mtad.base import errors, vault
+from mtad.feedback import consumers, signals, webhooks
+from mtad.feedback.webhook_outbox import Outbox
+from mtad.feedback.webhook_sender import Sender
+from mtad.feedback.webhook_sender import Settings as SenderSettings
 from mtad.mailboxes import accounts, relay
 from mtad.spool import campaigns, commit, leases, retention
 from tests import waiting
+from tests.hooks import Receiver
 from tests.integration.admin_api import serving
 from tests.integration.delivering import accept, engine
 from tests.integration.mailboxes import add, relayed, relaying
@@ -364,3 +370,35 @@ async def test_mail_accepted_as_its_campaign_is_cancelled_is_cancelled_and_never
     assert await counted(database, "t1", "spring") == {"cancelled:admin": 1}
     [event] = await query(database, "SELECT data FROM events WHERE kind = 'cancelled'")
     assert json.loads(event["data"])["reason"] == "campaign_cancelled"
+
+
+async def test_webhooks_carry_the_campaign_of_its_mails_events(database: db.Database, sink: Sink) -> None:
+    sealer = vault.Vault(vault.Vault.new_key())
+    await consumers.Consumers(database, [Outbox()]).catch_up()  # it starts after what is written already
+    receiver = Receiver()
+    serving = threading.Thread(target=receiver.serve_forever, daemon=True)
+    serving.start()
+    try:
+        await webhooks.add(database, sealer, "t1", f"http://127.0.0.1:{receiver.server_port}/hook")
+        await accept(database, in_campaign("news", "a@sink.test", "550-b@sink.test"), message("c@sink.test"))
+        await engine(database, sink).run_until_idle()
+        [row] = await query(database, "SELECT id, message, recipient FROM deliveries WHERE recipient = 'a@sink.test'")
+        for kind, machine in ((signals.Kind.COMPLAINED, False), (signals.Kind.UNSUBSCRIBED, False),
+                              (signals.Kind.OPENED, True), (signals.Kind.CLICKED, False)):  # fmt: skip
+            await signals.record(database, signals.Signal(kind, row["recipient"], datetime.now(UTC), row["message"],
+                                                          row["id"], data={"machine": machine}))  # fmt: skip
+        await consumers.Consumers(database, [Outbox()]).catch_up()
+        sender = Sender(database, sealer, SenderSettings(allow_networks=(ipaddress.ip_network("127.0.0.0/8"),)), "n1")
+        async with sender.sending():
+            for _ in range(20):  # a message's requests go one after the other
+                await sender.send_due()
+                await sender.drain()
+                if len(receiver.got) >= 9:
+                    break
+        got = [json.loads(body) for _, body in receiver.got]
+    finally:
+        receiver.shutdown()
+        receiver.server_close()
+    said = Counter((r["type"], r["data"].get("campaign")) for r in got if r["data"]["tenant"] == "t1")
+    theirs = ("received", "delivered", "bounced", "complained", "unsubscribed", "opened", "clicked")
+    assert said == {**{(kind, "news"): 1 for kind in theirs}, ("received", None): 1, ("delivered", None): 1}
