@@ -495,20 +495,33 @@ class Dispatcher:
         finally:
             group.reserving -= 1
             group.freed.set()
-        reservations = [] if isinstance(taken, relay.Wait) else taken
+        reservations = [] if isinstance(taken, relay.Wait) else taken.reservations
+        limited = {} if isinstance(taken, relay.Wait) else taken.limited
         if isinstance(taken, relay.Wait):
             group.resume_at = max(group.resume_at or taken.until, taken.until)
         if self._stopped.is_set():
-            for reservation in reservations:
-                await accounts.release(self._db, reservation.id)  # never used: the node is stopping
-            reservations = []
-        waiting = batch[len(reservations) :]
-        for job, reservation in zip(batch, reservations, strict=False):
+            for unused in reservations:
+                await accounts.release(self._db, unused.id)  # never used: the node is stopping
+            reservations, limited = [], {}
+        given = iter(reservations)
+        waiting: list[Job] = []
+        over: dict[datetime, list[Job]] = {}  # by when: their campaign is at its limits, no account was taken
+        for i, job in enumerate(batch):
+            if i in limited:
+                over.setdefault(limited[i], []).append(job)
+                continue
+            reservation = next(given, None)
+            if reservation is None:
+                waiting.append(job)
+                continue
             if reservation.recipients < len(job.deliveries):  # what the account's caps allow now: the rest waits
                 rest = job.deliveries[reservation.recipients :]
                 job.deliveries = job.deliveries[: reservation.recipients]
                 waiting.append(jobs.split(job, rest, self._holdings))
             self._spawn(self._through(job, group, reservation))
+        for until, limited_jobs in over.items():  # back to the spool until then
+            why = {"reason": "campaign_limit", "until": until.isoformat()}
+            waiting += await self._recorder.hand_back(limited_jobs, group.account_pool, until, why)
 
         due = self._hand_back_due(taken) if isinstance(taken, relay.Wait) and not self._stopped.is_set() else None
         if due is not None:  # a long wait: this node's mail of the pool goes back to the spool

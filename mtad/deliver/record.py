@@ -14,7 +14,7 @@ import collections
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -231,13 +231,16 @@ class Recorder:
         self._let_go_of_some()
         return True
 
-    async def hand_back(self, jobs: list[Job], account_pool: str | None, due: datetime) -> list[Job]:
-        """Mail that would wait long for a mailbox back to the spool, queued and due at
-        `due` (any node may take it then), so that it holds no room on this node
-        meanwhile: MX mail is not stuck behind it. Returns the jobs kept (a delivery
-        that may have been sent before a crash is not handed back)."""
+    async def hand_back(
+        self, jobs: list[Job], account_pool: str | None, due: datetime, why: Mapping[str, Any] | None = None
+    ) -> list[Job]:
+        """Mail that would wait long for a mailbox (or for its campaign's limits: `why`)
+        back to the spool, queued and due at `due` (any node may take it then), so that
+        it holds no room on this node meanwhile: MX mail is not stuck behind it. Returns
+        the jobs kept (a delivery that may have been sent before a crash is not handed
+        back)."""
         ids = [d.id for job in jobs for d in job.deliveries]
-        why = {"reason": "account_pool_busy", "account_pool": account_pool, "until": due.isoformat()}
+        why = why or {"reason": "account_pool_busy", "account_pool": account_pool, "until": due.isoformat()}
         try:
             released = await leases.release(self._db, self.settings.node, ids, self._now(), due, why)
         except errors.SpoolError as exc:
@@ -252,7 +255,8 @@ class Recorder:
             else:
                 self._holdings.job_done(job.message)
         if released:
-            log.info("handed_back", account_pool=account_pool, count=len(released), due=due.isoformat())
+            log.info("handed_back", account_pool=account_pool, count=len(released), due=due.isoformat(),
+                     reason=why["reason"])  # fmt: skip
         self._let_go_of_some()
         return kept
 

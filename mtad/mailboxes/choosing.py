@@ -14,7 +14,7 @@ import dataclasses
 import json
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +36,8 @@ class Chosen:
     reservations: list[accounts.Reservation]
     rested: list[accounts.Rested]
     contended: bool  # with no reservation: an account was skipped because another caller was reserving on it
+    # Wants (by index) passed over, with no account taken: their campaign is at its limits until then.
+    limited: Mapping[int, datetime] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,20 +112,26 @@ async def choose_healthy(
     """`choose_many` among the healthy accounts: one whose health is below `floor`
     (0: none) when its turn comes is rested instead (RESTING, with its
     account_state event, until its health is back at the floor) and the next one is
-    tried. Reservations (none: the pool is busy) and rests, in one round trip."""
+    tried. A want whose delivery's campaign is at its limits takes no account: it is
+    passed over (`limited`), and the reservations are those of the other wants served,
+    in order. Reservations (none: the pool is busy), rests and wants passed over, in
+    one round trip."""
     rows = await database.fetch(
         "accounts/choose", pool, now, [w.recipients for w in wants], [rng.random() for _ in wants],
         [w.delivery for w in wants], node, floor,
     )  # fmt: skip
     made: list[accounts.Reservation] = []
     rested: list[accounts.Rested] = []
+    limited: dict[int, datetime] = {}
     for row in rows:
         if row["rested_until"] is not None:
             rested.append(accounts.Rested(accounts.of_row(row), row["health"], row["rested_until"]))
+        elif row["limited_until"] is not None:
+            limited[row["wanted"] - 1] = row["limited_until"]
         elif row["reservation"] is not None:
             account = accounts.of_row(row)  # as it was before the reservation: a lapsed state is over
             lapsed = accounts.State(row["lapsed"]) if row["lapsed"] is not None else None
             if lapsed is not None:
                 account = dataclasses.replace(account, state=accounts.State.ACTIVE, state_until=None)
             made.append(accounts.Reservation(row["reservation"], account, row["reserved_at"], lapsed, row["granted"]))
-    return Chosen(made, rested, not made and bool(rows[-1]["contended"]))
+    return Chosen(made, rested, not made and bool(rows[-1]["contended"]), limited)

@@ -135,6 +135,16 @@ class Wait:
 
 
 @dataclass(frozen=True, slots=True)
+class Taken:
+    """What `take` reserved, for the first wants it served in order: a reservation each,
+    but those passed over for their campaign's limits (`limited`: by index, until when;
+    they took no account)."""
+
+    reservations: list[accounts.Reservation]
+    limited: Mapping[int, datetime]
+
+
+@dataclass(frozen=True, slots=True)
 class Unknown:
     """How a send through a mailbox that may have gone out is held: until `until`,
     then sent again unless found in the account's Sent folder; FOREVER when no inbox
@@ -250,10 +260,11 @@ class Mailboxes:
 
     async def take(
         self, pool: str, wants: Sequence[choosing.Want] = (choosing.Want(1),), node: str | None = None
-    ) -> list[accounts.Reservation] | Wait:
+    ) -> Taken | Wait:
         """Reservations on the pool's least-used accounts that may send now, for the
-        first of `wants` (at least one; each may carry fewer recipients than it asked
-        for), sent by `node`; or how long to wait. One round trip, unless other callers
+        first of `wants` (at least one, or one passed over for its campaign's limits;
+        each may carry fewer recipients than it asked for, within its campaign's limits
+        too), sent by `node`; or how long to wait. One round trip, unless other callers
         hold the accounts tried (then again at once, a few times) or none is free (then
         the pool's status, for its pause). The pool's pause and resumption are logged,
         evented and counted."""
@@ -271,7 +282,8 @@ class Mailboxes:
                     self._changed(reservation.account, State.ACTIVE, f"{reservation.lapsed.value} ended")
             if pool in self._paused:
                 await self._pause(pool, False, now, None)
-            return chosen.reservations
+        if chosen.reservations or chosen.limited:
+            return Taken(chosen.reservations, chosen.limited)
         status = await choosing.pool_status(self._db, pool, self._at())
         poll = timedelta(seconds=self.settings.poll)
         if status.paused:

@@ -10,10 +10,11 @@ import asyncio
 import dataclasses
 import ipaddress
 import json
+import random
 import threading
 import uuid
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,13 @@ from mtad.feedback import consumers, signals, webhooks
 from mtad.feedback.webhook_outbox import Outbox
 from mtad.feedback.webhook_sender import Sender
 from mtad.feedback.webhook_sender import Settings as SenderSettings
-from mtad.mailboxes import accounts, relay
+from mtad.mailboxes import accounts, choosing, relay
 from mtad.spool import campaigns, commit, leases, retention
 from tests import waiting
 from tests.hooks import Receiver
 from tests.integration.admin_api import serving
 from tests.integration.delivering import accept, engine
-from tests.integration.mailboxes import add, relayed, relaying
+from tests.integration.mailboxes import add, make, relayed, relaying
 from tests.integration.spooling import message
 from tests.integration.submitting import Factory
 from tests.pg import query
@@ -402,3 +403,63 @@ async def test_webhooks_carry_the_campaign_of_its_mails_events(database: db.Data
     said = Counter((r["type"], r["data"].get("campaign")) for r in got if r["data"]["tenant"] == "t1")
     theirs = ("received", "delivered", "bounced", "complained", "unsubscribed", "opened", "clicked")
     assert said == {**{(kind, "news"): 1 for kind in theirs}, ("received", None): 1, ("delivered", None): 1}
+
+
+async def test_a_relayed_sends_campaign_slot_is_reserved_with_its_mailboxs_or_neither(database: db.Database) -> None:
+    at = datetime(2026, 12, 3, 10, 30, tzinfo=UTC)
+    await make(database, "a", min_gap=3600)  # a slot taken would keep it from sending for an hour
+    await make(database, "b", pool="q")
+    await campaigns.add(database, "t1", "full", at, campaigns.Limits(per_hour=1))
+    await campaigns.add(database, "t1", "room", at, campaigns.Limits(per_hour=5, per_day=5))
+    await accept(database, in_campaign("full", "f@example.net"), message("free@example.net"),
+                 in_campaign("room", "r1@example.net"), in_campaign("room", "r2@example.net"))  # fmt: skip
+    ids = {r["recipient"]: r["id"] for r in await query(database, "SELECT id, recipient FROM deliveries")}
+    full = (await campaigns.get(database, "t1", "full", at)).id
+    await query(database, "INSERT INTO campaign_sends VALUES ($1, $2, 1)", full, at.replace(minute=0))
+
+    async def sends(name: str) -> int:
+        found = await query(database, "SELECT coalesce(sum(s.sends), 0) AS n FROM campaign_sends s "
+                                      "JOIN campaigns c ON c.id = s.campaign WHERE c.name = $1", name)  # fmt: skip
+        return int(found[0]["n"])
+
+    async def choose(pool: str, *recipients: str) -> choosing.Chosen:
+        wants = [choosing.Want(1, ids[r]) for r in recipients]
+        return await choosing.choose_healthy(database, pool, wants, at, random.Random(1), "n0")
+
+    # The campaign at its limit takes no account: the mail of no campaign behind it gets account a.
+    chosen = await choose("p", "f@example.net", "free@example.net")
+    assert chosen.limited == {0: datetime(2026, 12, 3, 11, 0, tzinfo=UTC)}
+    [taken] = chosen.reservations
+    [reserved] = await query(database, "SELECT delivery, campaign FROM account_reservations")
+    assert (taken.account.name, reserved["delivery"], reserved["campaign"]) == ("a", ids["free@example.net"], None)
+    assert await sends("full") == 1
+
+    # Account a is in its gap now: the campaign with room takes no slot either.
+    chosen = await choose("p", "r1@example.net")
+    assert (chosen.reservations, chosen.limited, await sends("room")) == ([], {}, 0)
+
+    # Through account b both are taken, the campaign's within its limits, and given back together.
+    [first] = (await choose("q", "r1@example.net")).reservations
+    assert await sends("room") == 1
+    assert await accounts.release(database, first.id)
+    assert await sends("room") == 0
+
+
+async def test_a_relayed_campaign_at_its_limit_waits_for_the_next_hour_holding_no_account(
+    database: db.Database, smarthost: Sink, tls_files: tuple[Path, Path]
+) -> None:
+    await add(database, smarthost, "a")
+    await campaigns.add(database, "t1", "outreach", datetime.now(UTC), campaigns.Limits(per_hour=1))
+    await accept(database, *(dataclasses.replace(relayed(f"r{i}@example.net"), campaign="outreach") for i in range(3)),
+                 relayed("other@example.net"))  # fmt: skip
+    await relaying(database, tls_files).run_until_idle()
+    assert len(smarthost.transactions) == 2  # one of the campaign's, and the mail of no campaign
+    reserved = await query(database, "SELECT campaign FROM account_reservations ORDER BY id")
+    assert sorted(r["campaign"] is not None for r in reserved) == [False, True]  # no slot for the two set aside
+    waiting = await query(database, "SELECT state::text, next_attempt_at FROM deliveries WHERE state <> 'delivered'")
+    [(state, due)] = {(r["state"], r["next_attempt_at"]) for r in waiting}  # both until the next hour
+    assert (len(waiting), state) == (2, "queued")
+    assert due.minute == due.second == due.microsecond == 0
+    assert datetime.now(UTC) < due <= datetime.now(UTC) + timedelta(hours=1)
+    said = await query(database, "SELECT data FROM events WHERE kind = 'requeued'")
+    assert [json.loads(e["data"])["reason"] for e in said] == ["campaign_limit"] * 2

@@ -73,7 +73,7 @@ EXPECTED_COLUMNS = {
         "oauth_client_secret", "oauth_scope", "health_since",
     },
     "account_reservations": {"id", "account", "reserved_at", "next_gap", "state", "delivery", "settled_at", "node",
-                             "recipients"},
+                             "recipients", "campaign"},
     "suppressions": {"tenant", "address", "reason", "detail", "event", "delivery", "created_at", "expires_at"},
     "soft_bounces": {"event", "tenant", "address", "delivery", "at"},
     "account_days": {"account", "day", "sends"},

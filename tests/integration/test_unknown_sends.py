@@ -229,7 +229,9 @@ async def test_a_send_whose_node_died_is_held_and_looked_for_in_its_accounts_sen
     now = datetime.now(UTC)
     [leased] = await leases.lease(database, "n0", 10, now, now + timedelta(minutes=5))
     mailboxes = relay.Mailboxes(database, relay.Settings(), SEALER)
-    [reservation] = await mailboxes.take("p", [choosing.Want(1, leased.id)], "n0")
+    taken = await mailboxes.take("p", [choosing.Want(1, leased.id)], "n0")
+    assert isinstance(taken, relay.Taken)
+    [reservation] = taken.reservations
     begun = await leases.begin(database, "n0", [leases.Attempt(uuid.uuid4(), (leased.id,), "accounts:p", "t1")], now)
     assert begun.owned == {leased.id}
     assert await leases.reclaim(database, "n0", now) == 1  # its restart takes it back: queued, maybe sent

@@ -12,11 +12,17 @@
 -- within a batch. The cheap tests come first (an index probe per account for its
 -- latest send, its day's count from account_days). In the first pass an account
 -- whose health is below p_floor (0: none is judged) is rested instead of tried
--- (mtad_account_rest: one more index probe per account tried).
+-- (mtad_account_rest: one more index probe per account tried). Wants are served in
+-- order: a want whose campaign is at its limits (mtad_reserve's
+-- 'skipped-campaign-limit') takes no account and is passed over, and the account
+-- tries the next. The campaigns with limits of the wants are locked first, in id
+-- order, as leases/begin.sql locks them: the accounts' locks are only ever tried.
 --
 -- One row per reservation (account, reservation, lapsed, granted, reserved_at as
--- mtad_reserve answers) and one per account rested (account, health and
--- rested_until, reservation NULL); when no reservation was made, a last row with
+-- mtad_reserve answers, and wanted: the want's index, from 1), one per want passed
+-- over for its campaign's limits (wanted, and limited_until: the next hour or day),
+-- and one per account rested (account, health and rested_until, reservation NULL);
+-- when no reservation was made, a last row with
 -- account NULL and contended: whether an account was skipped because another
 -- caller held its lock (trying again at once may succeed). Call it alone, in a
 -- transaction of its own: the locks mtad_reserve takes on the accounts it tries
@@ -26,7 +32,8 @@ CREATE OR REPLACE FUNCTION mtad_choose(
     p_node text, p_floor integer
 )
 RETURNS TABLE (account integer, reservation bigint, lapsed text, contended boolean, granted integer,
-               reserved_at timestamptz, health integer, rested_until timestamptz)
+               reserved_at timestamptz, health integer, rested_until timestamptz, wanted integer,
+               limited_until timestamptz)
 LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     at timestamptz := coalesce(p_now, clock_timestamp());
@@ -38,8 +45,14 @@ DECLARE
     rest record;
     first_pass boolean := true;
     got integer := 0;
+    next_want integer := 1;  -- the want being served
     was_contended boolean := false;
 BEGIN
+    PERFORM 1 FROM campaigns c
+    WHERE c.id IN (SELECT d.campaign FROM deliveries d WHERE d.id = ANY(p_deliveries))
+      AND (c.max_per_hour IS NOT NULL OR c.max_per_day IS NOT NULL) AND c.state = 'active'
+    ORDER BY c.id
+    FOR UPDATE OF c;
     candidates := ARRAY(
         WITH free AS MATERIALIZED (
             SELECT a.id, latest.reserved_at AS last_send
@@ -61,10 +74,10 @@ BEGIN
         WHERE a.daily_cap IS NULL OR today.sends < a.daily_cap
         ORDER BY today.sends, free.last_send NULLS FIRST, a.id
     );
-    WHILE got < want AND cardinality(candidates) > 0 LOOP
+    WHILE next_want <= want AND cardinality(candidates) > 0 LOOP
         next_pass := '{}';
         FOREACH candidate IN ARRAY candidates LOOP
-            EXIT WHEN got >= want;
+            EXIT WHEN next_want > want;
             IF first_pass AND p_floor > 0 THEN
                 SELECT * INTO rest FROM mtad_account_rest(candidate, at, p_floor, false);
                 IF FOUND THEN
@@ -76,14 +89,35 @@ BEGIN
                     reserved_at := NULL;
                     health := rest.health;
                     rested_until := rest.until;
+                    wanted := NULL;
+                    limited_until := NULL;
                     RETURN NEXT;
                     CONTINUE;
                 END IF;
             END IF;
-            SELECT * INTO tried FROM mtad_reserve(candidate, at, coalesce(p_draws[got + 1], 0), p_wants[got + 1],
-                                                  p_deliveries[got + 1], p_node);
+            LOOP
+                SELECT * INTO tried FROM mtad_reserve(candidate, at, coalesce(p_draws[next_want], 0),
+                                                      p_wants[next_want], p_deliveries[next_want], p_node);
+                EXIT WHEN tried.answer <> 'skipped-campaign-limit';
+                account := NULL;
+                reservation := NULL;
+                lapsed := NULL;
+                contended := false;
+                granted := NULL;
+                reserved_at := NULL;
+                health := NULL;
+                rested_until := NULL;
+                wanted := next_want;
+                limited_until := tried.retry_at;
+                RETURN NEXT;
+                next_want := next_want + 1;
+                EXIT WHEN next_want > want;
+            END LOOP;
             IF tried.answer = 'reserved' THEN
                 got := got + 1;
+                wanted := next_want;
+                limited_until := NULL;
+                next_want := next_want + 1;
                 next_pass := next_pass || candidate;
                 account := candidate;
                 reservation := tried.reservation;
@@ -110,6 +144,8 @@ BEGIN
         reserved_at := NULL;
         health := NULL;
         rested_until := NULL;
+        wanted := NULL;
+        limited_until := NULL;
         RETURN NEXT;
     END IF;
 END

@@ -2,8 +2,9 @@
 -- PostgreSQL's clock, clock_timestamp(), the one clock every node shares), or say
 -- why not. Call it alone, in a transaction of its own (autocommit), at READ
 -- COMMITTED: each statement below then reads what was committed when it started,
--- and the lock is released when the call's transaction ends. It never waits for a
--- lock.
+-- and the lock is released when the call's transaction ends. It waits for no lock
+-- but its delivery's campaign's row, when that has limits (mtad_choose locks those
+-- first, in id order).
 --
 -- p_draw: a uniform random number in [0, 1] drawn by the caller; this send's jitter
 -- is gap_jitter_low + p_draw * (gap_jitter_high - gap_jitter_low). p_delivery,
@@ -26,6 +27,8 @@
 --                          has not passed yet
 --   'skipped-rate'         per_second, per_minute or per_hour recipients in the
 --                          window that ends at p_now; retry_at is when one leaves it
+--   'skipped-campaign-limit'  the campaign of p_delivery is at its max_per_day or
+--                          max_per_hour (UTC); retry_at is the next day or hour
 --   'reserved'             a reservation was inserted: reservation is its id,
 --                          granted (1..p_want) the recipients it reserved, as many
 --                          as the daily and rate caps allow (the caller sends that
@@ -35,6 +38,11 @@
 -- the stored state back to 'active' with its account_state event, and says so in
 -- `lapsed` (the state that ended), so that an account's return is recorded like
 -- its departure.
+--
+-- A send of a campaign with limits takes its campaign's slot in the same reservation,
+-- after the mailbox's checks, under the campaign's row lock (as leases/begin.sql
+-- counts MX sends): neither slot is taken when the other is refused, and `granted`
+-- is within both. A released reservation gives both back (accounts/release.sql).
 --
 -- What counts: every reservation but released ones, confirmed or not. Reservations
 -- stamped later than p_now (by a node whose clock runs ahead) count against the
@@ -61,6 +69,8 @@ DECLARE
     jitter double precision := 0;
     rate record;
     allowed integer := greatest(1, coalesce(p_want, 1));  -- the recipients the caps leave room for
+    limited record;
+    counted_campaign bigint;  -- the campaign whose slot this reservation takes
 BEGIN
     IF NOT pg_try_advisory_xact_lock(lock_class, p_account) THEN
         answer := 'skipped-locked';
@@ -135,6 +145,33 @@ BEGIN
         END LOOP;
     END IF;
 
+    IF p_delivery IS NOT NULL THEN  -- its campaign's slot, when it has limits
+        SELECT c.id, c.max_per_hour, c.max_per_day,
+               (SELECT coalesce(sum(s.sends) FILTER (WHERE s.hour = date_trunc('hour', at, 'UTC')), 0)
+                FROM campaign_sends s
+                WHERE s.campaign = c.id AND s.hour >= date_trunc('day', at, 'UTC')) AS hour,
+               (SELECT coalesce(sum(s.sends), 0) FROM campaign_sends s
+                WHERE s.campaign = c.id AND s.hour >= date_trunc('day', at, 'UTC')) AS day
+        INTO limited
+        FROM campaigns c
+        WHERE c.id = (SELECT d.campaign FROM deliveries d WHERE d.id = p_delivery)
+          AND (c.max_per_hour IS NOT NULL OR c.max_per_day IS NOT NULL) AND c.state = 'active'
+        FOR UPDATE OF c;
+        IF FOUND THEN
+            IF limited.day >= limited.max_per_day THEN
+                answer := 'skipped-campaign-limit';
+                retry_at := date_trunc('day', at, 'UTC') + interval '1 day';
+                RETURN;
+            ELSIF limited.hour >= limited.max_per_hour THEN
+                answer := 'skipped-campaign-limit';
+                retry_at := date_trunc('hour', at, 'UTC') + interval '1 hour';
+                RETURN;
+            END IF;
+            allowed := least(allowed, limited.max_per_day - limited.day, limited.max_per_hour - limited.hour);
+            counted_campaign := limited.id;
+        END IF;
+    END IF;
+
     IF a.state <> 'active' THEN  -- a timed state that has ended (else the account was refused above)
         UPDATE accounts SET state = 'active', state_until = NULL, updated_at = at,
                             state_reason = format('%s ended at %s', a.state, a.state_until)
@@ -148,9 +185,14 @@ BEGIN
     IF a.gap_jitter_low IS NOT NULL THEN
         jitter := a.gap_jitter_low + greatest(0, least(1, p_draw)) * (a.gap_jitter_high - a.gap_jitter_low);
     END IF;
-    INSERT INTO account_reservations (account, reserved_at, next_gap, delivery, node, recipients)
-    VALUES (p_account, at, coalesce(a.min_gap, 0) + jitter, p_delivery, p_node, allowed)
+    INSERT INTO account_reservations (account, reserved_at, next_gap, delivery, node, recipients, campaign)
+    VALUES (p_account, at, coalesce(a.min_gap, 0) + jitter, p_delivery, p_node, allowed, counted_campaign)
     RETURNING id INTO reservation;
+    IF counted_campaign IS NOT NULL THEN
+        INSERT INTO campaign_sends AS s (campaign, hour, sends)
+        VALUES (counted_campaign, date_trunc('hour', at, 'UTC'), allowed)
+        ON CONFLICT (campaign, hour) DO UPDATE SET sends = s.sends + excluded.sends;
+    END IF;
     INSERT INTO account_days AS d (account, day, sends)
     VALUES (p_account, (at AT TIME ZONE a.time_zone)::date, allowed)
     ON CONFLICT ON CONSTRAINT account_days_pkey DO UPDATE SET sends = d.sends + allowed;

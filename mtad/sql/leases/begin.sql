@@ -11,9 +11,10 @@
 --    suspensions/hold.sql does, due when the suspension ends;
 --  - one from a suspended address, through a disabled account, or from another
 --    pool than its group's reroute: queued again, due now, to leave another way;
---  - one that would take its campaign over its max_per_hour or max_per_day: set
---    aside until the next hour or day (UTC). The sends begun of a campaign with
---    limits are counted here, under its row's lock (FOR UPDATE, in id order).
+--  - one to MX that would take its campaign over its max_per_hour or max_per_day:
+--    set aside until the next hour or day (UTC). The sends begun to MX of a campaign
+--    with limits are counted here, under its row's lock (FOR UPDATE, in id order);
+--    a relayed one's slot was taken with its account's reservation (mtad_reserve).
 -- Each with its event. The paused tenants', stopped campaigns' and the suspensions'
 -- rows are locked FOR SHARE, so a resume waits for this statement or this one for
 -- the resume.
@@ -32,10 +33,14 @@ stopped AS MATERIALIZED (
       AND c.id IN (SELECT d.campaign FROM deliveries d WHERE d.id = ANY($2::bigint[]) AND d.campaign IS NOT NULL)
     FOR SHARE OF c
 ),
+to_mx AS MATERIALIZED (  -- the deliveries not relayed
+    SELECT a.id FROM unnest($2::bigint[], $9::bigint[]) AS a (id, account) WHERE a.account IS NULL
+),
 limited AS MATERIALIZED (
     SELECT c.id, c.max_per_hour, c.max_per_day FROM campaigns c
     WHERE (c.max_per_hour IS NOT NULL OR c.max_per_day IS NOT NULL) AND c.state = 'active'
-      AND c.id IN (SELECT d.campaign FROM deliveries d WHERE d.id = ANY($2::bigint[]) AND d.campaign IS NOT NULL)
+      AND c.id IN (SELECT d.campaign FROM deliveries d
+                   WHERE d.id = ANY(ARRAY(SELECT id FROM to_mx)) AND d.campaign IS NOT NULL)
     ORDER BY c.id
     FOR UPDATE OF c
 ),
@@ -56,7 +61,7 @@ over AS MATERIALIZED (
                                         'until', date_trunc('hour', $5::timestamptz, 'UTC') + interval '1 hour')
            END AS why
     FROM (SELECT d.id, d.campaign, row_number() OVER (PARTITION BY d.campaign ORDER BY d.id) AS nth
-          FROM deliveries d WHERE d.id = ANY($2::bigint[]) AND d.campaign IN (SELECT id FROM sent)) r
+          FROM deliveries d WHERE d.id = ANY(ARRAY(SELECT id FROM to_mx)) AND d.campaign IN (SELECT id FROM sent)) r
     JOIN sent s ON s.id = r.campaign
     WHERE s.day + r.nth > s.max_per_day OR s.hour + r.nth > s.max_per_hour
 ),
@@ -151,7 +156,7 @@ cancelled AS (
 counted AS (
     INSERT INTO campaign_sends AS s (campaign, hour, sends)
     SELECT b.campaign, date_trunc('hour', $5::timestamptz, 'UTC'), count(*) FROM begun b
-    WHERE b.campaign IN (SELECT id FROM limited)
+    WHERE b.campaign IN (SELECT id FROM limited) AND b.id = ANY(ARRAY(SELECT id FROM to_mx))
     GROUP BY b.campaign
     ON CONFLICT (campaign, hour) DO UPDATE SET sends = s.sends + excluded.sends
 ),
