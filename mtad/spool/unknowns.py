@@ -99,8 +99,8 @@ async def found(database: db.Database, ids: Sequence[int], how: Mapping[str, Any
 
 async def again(database: db.Database, ids: Sequence[int], why: Mapping[str, Any], now: datetime) -> set[int]:
     """These sends were not found sent by the end of their wait: queued, due now, to
-    be sent again, each with a `requeued` event saying `why`; the delivering nodes
-    are woken."""
+    be sent again, each with a `requeued` event saying `why` (those of a cancelled
+    campaign are cancelled instead); the delivering nodes are woken."""
     queued = set(await database.fetchval("unknowns/again", list(ids), now, events.encode(dict(why))))
     if queued:
         await wakeups.consumers(database)

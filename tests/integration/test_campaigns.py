@@ -28,7 +28,7 @@ from mtad.feedback.webhook_outbox import Outbox
 from mtad.feedback.webhook_sender import Sender
 from mtad.feedback.webhook_sender import Settings as SenderSettings
 from mtad.mailboxes import accounts, choosing, relay
-from mtad.spool import campaigns, commit, leases, retention
+from mtad.spool import campaigns, commit, leases, retention, unknowns
 from tests import waiting
 from tests.hooks import Receiver
 from tests.integration.admin_api import serving
@@ -463,3 +463,22 @@ async def test_a_relayed_campaign_at_its_limit_waits_for_the_next_hour_holding_n
     assert datetime.now(UTC) < due <= datetime.now(UTC) + timedelta(hours=1)
     said = await query(database, "SELECT data FROM events WHERE kind = 'requeued'")
     assert [json.loads(e["data"])["reason"] for e in said] == ["campaign_limit"] * 2
+
+
+async def test_a_send_held_unknown_when_its_campaign_was_cancelled_is_cancelled_not_sent_again(
+    database: db.Database, smarthost: Sink, tls_files: tuple[Path, Path]
+) -> None:
+    await add(database, smarthost, "a")
+    await accept(database, dataclasses.replace(relayed("lost-once-1@example.net"), campaign="spring"))
+    await relaying(database, tls_files).run_until_idle()
+    assert await scanned(database, "t1", "spring") == {"unknown": 1}  # it may have gone out: not cancelled
+    assert await campaigns.cancel(database, "t1", "spring", "the wrong list", datetime.now(UTC)) == (0, False)
+    [row] = await query(database, "SELECT id FROM deliveries")
+    changed = await unknowns.again(database, [row["id"]], {"reason": "not_in_sent_folder"}, datetime.now(UTC))
+    assert changed == {row["id"]}
+    await relaying(database, tls_files).run_until_idle()
+    assert len(smarthost.transactions) == 1  # not sent again
+    assert await scanned(database, "t1", "spring") == {"cancelled:admin": 1}
+    assert (await campaigns.get(database, "t1", "spring", datetime.now(UTC))).view(datetime.now(UTC))["done"]
+    said = await query(database, "SELECT tenant, data FROM events WHERE kind IN ('cancelled', 'requeued')")
+    assert [(e["tenant"], json.loads(e["data"])["reason"]) for e in said] == [("t1", "campaign_cancelled")]
