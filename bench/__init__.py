@@ -40,6 +40,10 @@
   and `mtad suppress import` / `export` of those 1,000,000 (goal: under a minute each).
 - cli: `mtad --help`, `check-config`, `reload`, `queue ls` and `events tail`, each timed as
   a whole process against a running node: wall time and CPU (goal: each under 0.3 s).
+- page: the status page in headless Chromium against a node with 1,000,000 deliveries
+  not yet final and 100 campaigns: first paint, first contentful paint, every section
+  filled, the bytes of its files, and each API read it makes (goal: first paint under
+  200 ms).
 
 In the parts against Postfix every server is driven by the same client, Postfix's
 `smtp-source`, and each run starts from empty queues (the drained-then-burst case).
@@ -53,7 +57,7 @@ which smtp-source cannot pace.
 
 Modules: `client` (smtp-source, timed), `sink` (smtp-sink, counted), `mtad_server`,
 `postfix`, `opendkim`, `bare` (the servers), `accept`, `inject`, `delivery`, `outbound`, `spool_memory`,
-`shaping`, `accounts`, `relay`, `dkim`, `signed`, `retention`, `feedback`, `cli` (the parts; `inbound_client`
+`shaping`, `accounts`, `relay`, `dkim`, `signed`, `retention`, `feedback`, `cli`, `page` (the parts; `inbound_client`
 sends the feedback part's reports, `inject_client` the inject part's requests), `report`
 (the machine, the tables, RESULTS.md), `__main__` (options, the run), `cpu` (CPU per party).
 """

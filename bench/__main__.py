@@ -2,7 +2,7 @@
 
 The parts run one after the other, each with its own servers in a temp dir (started
 and stopped by the part): accept, inject, delivery, sessions, memory, shaping, accounts,
-relay, dkim, signed, retention, feedback, webhooks, bounces, cli. Each prints its table, and bench/RESULTS.md
+relay, dkim, signed, retention, feedback, webhooks, bounces, cli, page. Each prints its table, and bench/RESULTS.md
 gets one section per part (a part left out with --only keeps its old section). Exit
 status: 0 when every measurement succeeded, 1 when one failed, 2 when the benchmark
 cannot run.
@@ -34,6 +34,7 @@ from bench import (
     inject,
     opendkim,
     outbound,
+    page,
     postfix,
     relay,
     report,
@@ -72,6 +73,7 @@ PARTS: dict[str, tuple[str, Run, tuple[type[Exception], ...]]] = {
     ),
     "bounces": ("Reading real bounces: mtad's verdicts against Sisimai's", bounces.run, bounces.ERRORS),
     "cli": ("The command line: each command's time as a whole process", cli.run, cli.ERRORS),
+    "page": ("The status page with a million queued and 100 campaigns", page.run, page.ERRORS),
 }
 
 
@@ -234,7 +236,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def cannot_run(args: argparse.Namespace) -> str | None:
     """Why the chosen parts cannot run here, or None."""
     needs_postfix = not args.skip_postfix and {"accept", "delivery", "signed"} & set(args.only)
-    if client.smtp_source() is None and not set(args.only) <= {"bounces", "cli"}:
+    if client.smtp_source() is None and not set(args.only) <= {"bounces", "cli", "page"}:
         return (
             "smtp-source and smtp-sink are missing. They come with Debian's postfix package; `make bench` installs it\n"
             "when run as root, or: DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postfix"

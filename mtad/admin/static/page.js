@@ -59,9 +59,17 @@ function age(iso, now = Date.now()) {
   return `${Math.round(s / 86400)} d`;
 }
 
+// A section shown from its read: data-filled on it, and a mark "filled:ID" the first time.
+function filled(id) {
+  const section = $(id);
+  if (section.dataset.filled === undefined) performance.mark(`filled:${id}`);
+  section.dataset.filled = "";
+}
+
 // --- the sections ---------------------------------------------------------------
 
 function showQueue(overview) {
+  filled("queue");
   const now = Date.parse(overview.now); // the server's clock: ages read right from a browser whose clock is off
   const total = overview.total;
   $("queue-total").textContent = total.total.toLocaleString("en");
@@ -82,6 +90,7 @@ function showQueue(overview) {
 }
 
 function showRate(rate) {
+  filled("rate");
   const first = Date.parse(rate.since);
   const delivered = new Array(MINUTES).fill(0);
   const deferred = new Array(MINUTES).fill(0);
@@ -134,6 +143,7 @@ function campaignLabel(c) {
 }
 
 function showCampaigns(answer) {
+  filled("campaigns");
   $("campaigns").hidden = answer === null;
   if (answer === null) return;
   const found = Array.isArray(answer) ? answer : answer.campaigns || [];
@@ -158,6 +168,7 @@ function showCampaigns(answer) {
 }
 
 function showHeld(suspended, accounts, campaigns) {
+  filled("held");
   const items = [];
   for (const c of campaigns.filter((c) => c.state === "paused")) {
     items.push(el("li", { "data-campaign": `${c.tenant}:${c.name}` }, badge("PAUSED"), ` campaign ${c.name} of ${c.tenant}${c.reason ? `: ${c.reason}` : ""}`));
@@ -179,6 +190,7 @@ function showHeld(suspended, accounts, campaigns) {
 }
 
 function showBuckets(answer) {
+  filled("buckets");
   table(
     $("bucket-list"),
     ["group", "source", "rate /s", "sessions", "in flight", "nodes"],
@@ -188,6 +200,7 @@ function showBuckets(answer) {
 }
 
 function showWarmup(answer) {
+  filled("warmup");
   table(
     $("warmup-list"),
     ["address", "provider", "day", "sent", "deferred", "complaints"],
@@ -197,6 +210,7 @@ function showWarmup(answer) {
 }
 
 function showAccounts(answer) {
+  filled("accounts");
   table(
     $("account-list"),
     ["account", "pool", "state", "health", "today", "sending"],
@@ -206,6 +220,7 @@ function showAccounts(answer) {
 }
 
 function showReputation(answer, suspended) {
+  filled("reputation");
   const auto = new Set(suspended.paused_tenants.filter((t) => t.paused_by === "auto").map((t) => t.tenant));
   const rate = (n, of) => (of ? `${((100 * n) / of).toFixed(2)}%` : "-");
   table(
@@ -221,6 +236,7 @@ function showReputation(answer, suspended) {
 }
 
 function showNodes(answer) {
+  filled("nodes");
   const now = Date.parse(answer.now);
   table(
     $("node-list"),
