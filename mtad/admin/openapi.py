@@ -140,7 +140,8 @@ DOCUMENT: dict[str, Any] = {
             _path("name", "account"), _path("action", "enable or disable")])},
         "/v1/buckets": {"get": _op("The shaping buckets per (provider group, source address)")},
         "/v1/queue/overview": {"get": _op("The deliveries still to be done by state and by provider group, with "
-                                          "the oldest and the next due: one pass over deliveries alone")},
+                                          "the oldest and the next due, as counted at its now: one pass over "
+                                          "deliveries alone, at most once every 10 s for every reader")},
         "/v1/rate": {"get": _op("Delivered, deferred and hard-bounced per minute over every tenant, oldest first",
                                 params=[_query("minutes", "how many minutes back, 1 to 1440 (default 60)")])},
         "/v1/nodes": {"get": _op("The registered nodes, each live or not by its heartbeat")},

@@ -1,9 +1,12 @@
 """What the status page reads beside the rest of /v1: the queue by state and provider
 group, the sending rate per minute, the nodes, the warm-up days. Each takes the query and returns what the API answers
-(JSON-able), with one statement on a small table."""
+(JSON-able), with one statement on a small table; the queue's, one pass over the deliveries, is shared by every
+reader for COUNTED_FOR seconds."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,12 +18,16 @@ from mtad.feedback import reputation
 from mtad.spool import nodes, queue
 
 MINUTES, MAX_MINUTES = 60, 24 * 60  # the rate's history unless told, and at most (what reputation keeps)
+COUNTED_FOR = 10.0  # seconds the queue's overview is answered again before it is counted again
 
 
 class Status:
-    def __init__(self, database: db.Database, node_timeout: float) -> None:
+    def __init__(self, database: db.Database, node_timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._db = database
         self._node_timeout = node_timeout
+        self._clock = clock
+        self._counting = asyncio.Lock()  # one pass at a time: who comes meanwhile gets its result
+        self._counted: tuple[float, dict[str, Any]] | None = None  # (clock, the overview)
 
     def routes(self) -> dict[str, Callable[[Mapping[str, str]], Awaitable[dict[str, Any]]]]:
         """The GET routes, by path."""
@@ -33,10 +40,17 @@ class Status:
 
     async def queue(self, query: Mapping[str, str]) -> dict[str, Any]:
         """GET /v1/queue/overview: the deliveries still to be done by state and by provider
-        group, each group's by state too, with the oldest and the next due, most first
-        (sql/queue/overview.sql: one pass over deliveries alone)."""
+        group, each group's by state too, with the oldest and the next due, most first,
+        as counted at its "now": at most COUNTED_FOR seconds ago, for every reader."""
         _known(query, set())
-        total = _empty()
+        async with self._counting:
+            if self._counted is None or self._clock() - self._counted[0] >= COUNTED_FOR:
+                self._counted = (self._clock(), await self._count())
+            return self._counted[1]
+
+    async def _count(self) -> dict[str, Any]:
+        """The overview now (sql/queue/overview.sql: one pass over deliveries alone)."""
+        now, total = datetime.now(UTC), _empty()
         groups: dict[str, dict[str, Any]] = {}
         for row in await queue.overview(self._db):
             for counted in (total, groups.setdefault(row["key"], {"key": row["key"], **_empty()})):
@@ -45,7 +59,7 @@ class Status:
                 counted["oldest"] = _earliest(counted["oldest"], row["oldest"])
                 counted["next_due"] = _earliest(counted["next_due"], _due(row["next_due"]))
         ordered = sorted(groups.values(), key=lambda g: (-g["total"], g["key"]))
-        return {"now": datetime.now(UTC), "total": total, "groups": ordered}
+        return {"now": now, "total": total, "groups": ordered}
 
     async def rate(self, query: Mapping[str, str]) -> dict[str, Any]:
         """GET /v1/rate?minutes=60: delivered, deferred and hard-bounced per minute, the

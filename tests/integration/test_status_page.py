@@ -4,11 +4,12 @@ what it reads beside the rest of /v1 (the rate per minute, the nodes, the warm-u
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mtad import db
-from mtad.admin import page
+from mtad.admin import page, status
 from mtad.spool import nodes, tenants
 from tests.integration.admin_api import TOKEN, Client, serving
 from tests.pg import query
@@ -122,3 +123,22 @@ async def test_the_queue_overview_counts_as_the_summary_does(database: db.Databa
             (line["key"], line["total"], {"queued": 3, "held": 3}) for line in by_group["lines"]
         ]
         assert (await client.call("GET", "/v1/queue/overview?by=state"))[0] == 400
+
+
+async def test_the_queue_overview_is_counted_once_for_every_reader_a_while(database: db.Database) -> None:
+    clock = [0.0]
+    shared = status.Status(database, 30.0, clock=lambda: clock[0])
+    async with serving(database) as client:
+        first, same = await asyncio.gather(shared.queue({}), shared.queue({}))
+        assert same is first  # one pass for both
+        assert first["total"]["total"] == 0
+        status_code, _ = await client.call("POST", "/v1/messages", json={
+            "envelope_sender": "app@example.org", "recipients": ["a@one.test", "b@two.test"],
+            "content": "From: app@example.org\nSubject: counted\n\nhello\n"})  # fmt: skip
+        assert status_code == 202
+        clock[0] = status.COUNTED_FOR - 0.1
+        assert await shared.queue({}) is first  # as counted at its "now"
+        clock[0] = status.COUNTED_FOR
+        again = await shared.queue({})
+        assert (again["total"]["total"], again["total"]["states"]) == (2, {"queued": 2})
+        assert again["now"] > first["now"]

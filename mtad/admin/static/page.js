@@ -3,7 +3,7 @@
 "use strict";
 
 const EVERY = 5000; // ms between two refreshes of what is cheap to read
-const SLOW_EVERY = 15000; // ms between two reads of the queue (a pass over the deliveries not yet final) and the reputation windows (24 h of minutes)
+const SLOW_EVERY = 15000; // ms between two reads of the queue (counted for every viewer at most every 10 s: a pass over the deliveries not yet final) and the reputation windows (24 h of minutes)
 const MINUTES = 60; // the rate chart's history
 
 class SignedOut extends Error {}
@@ -75,7 +75,7 @@ function showQueue(overview) {
   $("queue-total").textContent = total.total.toLocaleString("en");
   $("queue-total").dataset.total = total.total;
   $("queue-oldest").textContent = age(total.oldest, now);
-  $("queue-read").textContent = `(read ${new Date().toLocaleTimeString("en-GB")})`;
+  $("queue-read").textContent = `(counted ${new Date(now).toLocaleTimeString("en-GB")})`;
   $("queue-states").replaceChildren(
     ...Object.entries(total.states).map(([state, n]) => el("li", { "data-state": state, "data-count": n }, `${state} ${n.toLocaleString("en")}`)),
   );
@@ -252,9 +252,10 @@ async function refresh() {
   timer = null;
   const now = Date.now();
   const slow = now - slowReadAt >= SLOW_EVERY;
-  // The slow reads go out with the others; the rest is shown without waiting for them.
-  const slowly = slow ? Promise.all([get("/v1/queue/overview"), get("/v1/reputation?scope=tenant")]) : null;
-  slowly?.catch(() => {}); // awaited below, unless a read before it failed
+  // The slow reads go out with the others; each is shown when it comes, the rest without waiting for them.
+  const overview = slow ? get("/v1/queue/overview") : null;
+  const reputation = slow ? get("/v1/reputation?scope=tenant") : null;
+  for (const read of [overview, reputation]) read?.catch(() => {}); // awaited below, unless a read before failed
   try {
     const [suspended, accounts, buckets, warmup, nodes, rate, campaigns] = await Promise.all([
       get("/v1/suspensions"),
@@ -277,10 +278,8 @@ async function refresh() {
     showNodes(nodes);
     showRate(rate);
     signedIn(true);
-    if (slowly !== null) {
-      const [overview, reputation] = await slowly;
-      showQueue(overview);
-      showReputation(reputation, suspended);
+    if (slow) {
+      await Promise.all([overview.then(showQueue), reputation.then((r) => showReputation(r, suspended))]);
       slowReadAt = now;
     }
     $("updated").textContent = `updated ${new Date().toLocaleTimeString("en-GB")}`;
