@@ -54,16 +54,6 @@ OWN_BOUNCE_KEY = "bounces.key"  # the same for the VERP addresses' HMAC
 OWN_UNSUBSCRIBE_KEY = "unsubscribe.key"  # the same for the unsubscribe links' tokens
 MIN_TOKEN = 16  # characters of an admin token at least
 
-DatabaseSettings = db_settings.Database
-SpoolSettings = spool_settings.Spool
-NodeSettings = spool_settings.Node
-DnsSettings = outbound_settings.Dns
-AccountsSettings = mailboxes_settings.Accounts
-BouncesSettings = feedback_settings.Bounces
-UnsubscribeSettings = feedback_settings.Unsubscribe
-TrackingSettings = feedback_settings.Tracking
-shipped_table = deliver_settings.shipped_table
-
 
 # Every section of the file, by the package that declares it.
 SECTIONS: Mapping[str, type[Any]] = {
@@ -99,10 +89,10 @@ SCHEMA: Mapping[str, Mapping[str, declared.Key]] = {name: declared.keys(cls) for
 class Basics:
     """The part of the configuration a command-line tool needs (load_basics)."""
 
-    database: DatabaseSettings
-    node: NodeSettings
-    accounts: AccountsSettings
-    dns: DnsSettings
+    database: db_settings.Database
+    node: spool_settings.Node
+    accounts: mailboxes_settings.Accounts
+    dns: outbound_settings.Dns
     tenants: TenantLimits
     source: Path | None
     default_tenant: str = submission_settings.DEFAULT_TENANT  # [submission] default_tenant: with or without a row
@@ -127,21 +117,21 @@ BASIC_SECTIONS = ("database", "node", "accounts", "dns")
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    database: DatabaseSettings
+    database: db_settings.Database
     submission: submission_settings.Settings
-    spool: SpoolSettings
+    spool: spool_settings.Spool
     http: observing.Http
     admin: admin_settings.Admin
     log: observing.Log
-    node: NodeSettings
+    node: spool_settings.Node
     delivery: configured.DeliverySettings
-    accounts: AccountsSettings
+    accounts: mailboxes_settings.Accounts
     dkim: signing_settings.Rotation
     retention: retention.Settings
     suppression: suppression.Settings
-    bounces: BouncesSettings
-    unsubscribe: UnsubscribeSettings
-    tracking: TrackingSettings
+    bounces: feedback_settings.Bounces
+    unsubscribe: feedback_settings.Unsubscribe
+    tracking: feedback_settings.Tracking
     inbound: feedback_settings.InboundPort
     inbox: inbox.Settings
     webhooks: feedback_settings.WebhookSending

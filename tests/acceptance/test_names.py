@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mtad import config
+from mtad.deliver import settings as deliver_settings
 from tests.running import Mtad
 
 pytestmark = pytest.mark.slow
@@ -47,7 +47,7 @@ def test_unknown_names_are_refused_with_the_name_meant(mtad_factory: Any, dsn: s
     key = tmp_path / "accounts.key"
     extra = (f'[pools.main]\naddresses = ["127.0.0.11"]\n[pools.spare]\naddresses = ["127.0.0.10"]\n'
              f'[account_pools.outreach]\n[accounts]\nkey_file = "{key}"\n')  # fmt: skip
-    cli: Mtad = mtad_factory(f'dsn = "{dsn}"', extra, providers=config.shipped_table("providers"))
+    cli: Mtad = mtad_factory(f'dsn = "{dsn}"', extra, providers=deliver_settings.shipped_table("providers"))
     key.write_text(cli.cli("accounts", "key").stdout)
     assert cli.cli("tenants", "add", "shop", stdin="pw\n").returncode == 0
     added = cli.cli("accounts", "add", "alice", "--address", "alice@example.com", "--pool", "outreach", "--host",

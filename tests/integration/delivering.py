@@ -8,8 +8,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mtad import config, db
+from mtad import db
 from mtad.deliver import delivery, egress, shaping
+from mtad.deliver import settings as deliver_settings
 from mtad.outbound import outcomes, routing, sessions
 from mtad.signing import dkim
 from mtad.spool import commit
@@ -19,7 +20,7 @@ from tests.sink import Sink
 from tests.zones import ZoneResolver
 
 PROVIDERS = routing.load_providers(Path(__file__).parents[1] / "providers.toml")
-RULES = outcomes.load_rules(config.shipped_table("replies"))
+RULES = outcomes.load_rules(deliver_settings.shipped_table("replies"))
 ZONE = """
 sink.test.        MX 10 mx1.sink.test.
 sink.test.        MX 20 mx2.sink.test.

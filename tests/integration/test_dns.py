@@ -6,15 +6,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from mtad import config
 from mtad.base import errors
 from mtad.base.endpoints import HostPort
+from mtad.deliver import settings as deliver_settings
 from mtad.outbound import routing
 from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq, ServfailServer
 
 pytestmark = NEEDS_DNSMASQ
 
-PROVIDERS = routing.load_providers(config.shipped_table("providers"))
+PROVIDERS = routing.load_providers(deliver_settings.shipped_table("providers"))
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from mtad import config
 from mtad.base import errors
 from mtad.base.endpoints import HostPort
+from mtad.deliver import settings as deliver_settings
 from mtad.outbound import routing
 from tests.dnsserver import PickyServer
 
-PROVIDERS = routing.load_providers(config.shipped_table("providers"))
+PROVIDERS = routing.load_providers(deliver_settings.shipped_table("providers"))
 
 
 @pytest.mark.parametrize("failure", ["REFUSED", "SERVFAIL", "silent"])

@@ -9,6 +9,7 @@ import pytest
 from mtad import config, submission
 from mtad.base import errors, values
 from mtad.base.endpoints import HostPort
+from mtad.deliver import settings as deliver_settings
 from tests.certs import self_signed
 
 REFERENCE = Path(__file__).parents[2] / "conf" / "mtad.toml"
@@ -262,8 +263,8 @@ def test_delivery_settings_routes_and_files(tmp_path: Path) -> None:
         tmp_path,
         f"""
 [delivery]
-providers = "{config.shipped_table("providers")}"
-replies = "{config.shipped_table("replies")}"
+providers = "{deliver_settings.shipped_table("providers")}"
+replies = "{deliver_settings.shipped_table("replies")}"
 retry = "1m, 5m*2, 1h"
 source_address = "127.0.0.7"
 [tls]
@@ -596,7 +597,7 @@ def test_relative_paths_are_relative_to_the_file_and_the_tables_ship_with_mtad(
 ) -> None:
     home = tmp_path / "etc" / "mtad"
     (home / "tables").mkdir(parents=True)
-    (home / "tables" / "providers.toml").write_text(config.shipped_table("providers").read_text())
+    (home / "tables" / "providers.toml").write_text(deliver_settings.shipped_table("providers").read_text())
     (home / "ca.pem").write_text(tls_files[0].read_text())
     path = home / "mtad.toml"
     path.write_text(

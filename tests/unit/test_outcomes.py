@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from mtad import config
 from mtad.base import errors
 from mtad.base.lifecycle import Reason, State
 from mtad.base.replies import Reply
+from mtad.deliver import settings as deliver_settings
 from mtad.outbound import outcomes
 from mtad.outbound.outcomes import Class, Failure
 
-RULES = outcomes.load_rules(config.shipped_table("replies"))
+RULES = outcomes.load_rules(deliver_settings.shipped_table("replies"))
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from mtad import config
 from mtad.base import errors
 from mtad.base.endpoints import HostPort
+from mtad.deliver import settings as deliver_settings
 from mtad.outbound import limits, routing
 from tests.zones import ZoneResolver
 
@@ -33,7 +33,7 @@ nothing.example.        300 TXT "v=spf1 -all"
 dangling.example.       300 MX 10 nowhere.dangling.example.
 """
 
-PROVIDERS = routing.load_providers(config.shipped_table("providers"))
+PROVIDERS = routing.load_providers(deliver_settings.shipped_table("providers"))
 
 
 class Clock:
