@@ -2,8 +2,9 @@
 
 - accept: how many messages per second a server accepts *durably* (it answers 250
   only once the message is on disk) from a burst of SMTP sessions on 127.0.0.1, for
-  1 KB and 20 KB messages and 1, 10 and 50 concurrent sessions that each send several
-  messages over one connection; mtad only accepts, Postfix keeps mail on hold.
+  1 KB, 20 KB and 100 KB messages and 1, 10 and 50 concurrent sessions that each send
+  several messages over one connection; mtad only accepts, Postfix keeps mail on hold.
+  At 1 and 10 sessions also the latency from the end of DATA to the reply, p50 and p99.
 - inject: HTTP injection (`POST /v1/messages`, raw messages of 1 KB and 20 KB, 10
   and 50 requests at once over keep-alive connections) beside SMTP submission on the
   same node, both durable, in turns: msgs/s, CPU per message, the ratio HTTP/SMTP;
@@ -47,13 +48,18 @@
 
 In the parts against Postfix every server is driven by the same client, Postfix's
 `smtp-source`, and each run starts from empty queues (the drained-then-burst case).
-`mtad blast` does not replace it there: it pipelines where smtp-source waits for
+`mtad blast` does not replace it for rates: it pipelines where smtp-source waits for
 each reply (as most submitting apps do, and as the results so far were measured),
 and against smtp-sink it took 0.07 ms of CPU per message to smtp-source's 0.035
 (10,000 x 1 KB over 10 sessions), on a machine of two cores whose CPU per message
-the parts compare. Nor `inbound_client`: the feedback part sends prepared reports,
-and blast makes its own messages. Use blast by hand for latency at a chosen rate,
-which smtp-source cannot pace.
+the parts compare. It is the client for the accept part's latency, in bursts of
+their own after the rate bursts: it times each message from handing the final dot
+to the socket to the reply (`data_latency_ms`), the server's accept alone, which
+pipelining before it does not change, and smtp-source reports no latency; timing
+in a client of the part's own would have been a second SMTP client to keep. Nor
+`inbound_client`: the feedback part sends prepared reports, and blast makes its
+own messages. Use blast by hand for latency at a chosen rate, which smtp-source
+cannot pace.
 
 Modules: `client` (smtp-source, timed), `sink` (smtp-sink, counted), `mtad_server`,
 `postfix`, `opendkim`, `bare` (the servers), `accept`, `inject`, `delivery`, `outbound`, `spool_memory`,

@@ -121,7 +121,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-results", action="store_true", help="print the tables only")
     group = parser.add_argument_group("accept")
     group.add_argument(
-        "--sizes", type=_ints, default=accept.SIZES, help="message body sizes in octets (default 1024,20480)"
+        "--sizes", type=_ints, default=accept.SIZES, help="message body sizes in octets (default 1024,20480,102400)"
     )
     group.add_argument("--sessions", type=_ints, default=accept.SESSIONS, help="concurrent sessions (default 1,10,50)")
     group.add_argument("--messages", type=int, default=None, help="messages per burst in every cell")

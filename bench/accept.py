@@ -4,7 +4,9 @@ The plan: start the servers once; warm each up with one small burst; then, for e
 run, go through every cell (size x sessions) and measure every server on it, one
 after the other (which one goes first alternates between runs), each time from
 empty spools: reset every server, sync the file systems, burst, check that the
-server stored exactly the messages it acknowledged. mtad only accepts here
+server stored exactly the messages it acknowledged; at 10 sessions and fewer, then
+the same from empty spools again with `mtad blast` for the latency of the end of
+DATA to its reply. mtad only accepts here
 (`[delivery] enabled = false`); Postfix keeps what it accepts on hold.
 """
 
@@ -24,6 +26,8 @@ from bench.mtad_server import MtadError, MtadServer
 SIZES = (1024, 20 * 1024, 100 * 1024)
 SESSIONS = (1, 10, 50)
 RATIO = 3.0  # msgs/s, mtad/Postfix at 10 sessions and more, where the machine has cores to spare (issue 19)
+ALONE = 1.0  # 1 session, 1 KB and 100 KB: mtad/Postfix at least (issue 35)
+LATENCY_SESSIONS = 10  # latency bursts at this many sessions and fewer
 LARGE = (100 * 1024, 2.0)  # 100 KB: mtad/Postfix at 10 and 50 sessions at least
 CPU_SHARE = (20 * 1024, 0.5)  # 20 KB: mtad + PostgreSQL CPU per message at most this share of Postfix's
 RUNS = 5
@@ -87,6 +91,64 @@ def measure(server: Server, cell: report.Cell, run: int, servers: list[Server]) 
         f" = {burst.rate:7,.0f} msgs/s",
         flush=True,
     )
+    if cell.sessions <= LATENCY_SESSIONS:
+        measure_latency(server, cell, run, servers)
+
+
+def latency_messages(cell: report.Cell) -> int:
+    return max(cell.sessions * 2, cell.messages // 2)
+
+
+def measure_latency(server: Server, cell: report.Cell, run: int, servers: list[Server]) -> None:
+    """One `mtad blast` burst on empty spools, as measure()'s: its p50 and p99 of the
+    end of DATA to the reply go into the cell, or the error does."""
+    messages = latency_messages(cell)
+    try:
+        for each in servers:
+            each.reset()
+        os.sync()
+        took = client.latency(server.host, server.port, sessions=cell.sessions, messages=messages, size=cell.size,
+                              timeout=burst_timeout(messages))  # fmt: skip
+        stored = server.stored()
+        if stored is not None and stored != messages:
+            raise client.ClientError(f"latency: {messages} messages acknowledged but {stored} stored")
+    except ERRORS as exc:
+        cell.errors.setdefault(server.name, []).append(str(exc))
+        print(f"  run {run}  {cell.label():22}  {server.name:8} latency FAILED: {exc}", flush=True)
+        return
+    cell.latency.setdefault(server.name, []).append((took.p50, took.p99))
+    print(f"  run {run}  {cell.label():22}  {server.name:8} {messages:>6,} msgs, end of DATA to reply "
+          f"p50 {took.p50:.2f} ms, p99 {took.p99:.2f} ms", flush=True)  # fmt: skip
+
+
+def latency_table(cells: list[report.Cell], names: list[str]) -> str:
+    """The end-of-DATA latency of every cell that has it: the median over the runs of
+    each run's p50 and of its p99, per server, and mtad's over Postfix's."""
+
+    def median(cell: report.Cell, name: str, which: int) -> float | None:
+        runs = cell.latency.get(name)
+        return statistics.median(run[which] for run in runs) if runs else None
+
+    def shown(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    compare = "mtad" in names and "Postfix" in names
+    head = ["size", "sessions", "msgs/run", *(f"{name} p50 / p99 ms" for name in names)]
+    head += ["mtad/Postfix p50 / p99"] if compare else []
+    rows = []
+    for cell in cells:
+        if cell.sessions > LATENCY_SESSIONS:
+            continue
+        row = [report.size_label(cell.size), str(cell.sessions), f"{latency_messages(cell):,}"]
+        row += [f"{shown(median(cell, name, 0))} / {shown(median(cell, name, 1))}" for name in names]
+        if compare:
+            ratios = []
+            for which in (0, 1):
+                mine, theirs = median(cell, "mtad", which), median(cell, "Postfix", which)
+                ratios.append(None if mine is None or not theirs else mine / theirs)
+            row.append(" / ".join(shown(r) for r in ratios))
+        rows.append(row)
+    return report.markdown_table(head, rows)
 
 
 def cpu_share(cell: report.Cell) -> float | None:
@@ -116,7 +178,12 @@ def goals(cells: list[report.Cell]) -> str:
 
     large = [c for c in busy if c.size == LARGE[0]]
     share = [c for c in busy if c.size == CPU_SHARE[0]]
-    lines = [
+    alone = [c for c in cells if c.sessions == 1 and c.size in (1024, LARGE[0])]
+    lines = []
+    if alone:
+        lines += [f"At 1 session, rate mtad/Postfix >= {ALONE:.1f}: {verdict(alone, at_least(ALONE))}. "
+                  f"{shown(alone, report.ratio)}.", ""]  # fmt: skip
+    lines += [
         f"On {cores} cores, at 10 sessions and more:",
         "",
         f"- CPU per message, mtad + PostgreSQL over Postfix: {shown(busy, cpu_share)}.",
@@ -169,7 +236,17 @@ first alternates between runs.
 - bare aiosmtpd (a reference, not a peer): stock aiosmtpd on uvloop whose handler
   answers 250 at once and stores nothing: how fast an aiosmtpd server goes on this
   machine before durability is paid for.
-- Client, servers and PostgreSQL share the same cores."""
+- Client, servers and PostgreSQL share the same cores.
+
+Latency: at 10 sessions and fewer, after each rate burst, both spools are emptied
+and synced again and `mtad blast` sends half as many messages over as many
+sessions, as fast as the server answers, each of SIZE octets in all (headers
+included; smtp-source's SIZE is its body's), one recipient at example.com. A
+message's latency runs from handing its final dot to the socket to reading the
+reply (mtad: the 250 after COMMIT; Postfix: after cleanup's fsync); blast
+pipelines MAIL, RCPT and DATA where the server offers it, which this latency does
+not include. Each run gives a p50 and a p99; the table shows the median of each
+over the runs. The burst fails unless every message is accepted and stored."""
 
 
 def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple[str, list[str], bool]:
@@ -220,10 +297,13 @@ def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple
     verdict = goals(cells) if "Postfix" in names else None
     print()
     print(report.table(cells, names))
+    print(latency_table(cells, names))
     if verdict:
         print(verdict)
     print(cpu.table([u for cell in cells for u in cell.cpu.values()]))
     body = "### Method\n\n" + METHOD + "\n\n### Results\n\n" + report.table(cells, names) + "\n\n"
+    body += "### Latency, end of DATA to the reply (ms, median of the runs' p50 and p99)\n\n"
+    body += latency_table(cells, names) + "\n\n"
     body += f"{verdict}\n\n" if verdict else ""
     usage = cpu.table([u for cell in cells for u in cell.cpu.values()])
     body += "### CPU per message (ms, median of the runs)\n\n" + cpu.NOTE + "\n\n" + usage + "\n\n"

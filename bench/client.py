@@ -1,4 +1,5 @@
-"""The load generator: Postfix's `smtp-source`, the same for both servers.
+"""The load generators: Postfix's `smtp-source` for rates, `mtad blast` for latency,
+each the same for every server.
 
 `send()` runs one burst and measures its wall time: `sessions` parallel SMTP sessions
 that stay connected (-d) and share `messages` messages, each with a `size`-octet body
@@ -8,12 +9,19 @@ smtp-source has no pipelining: every command waits for its reply, like most
 submitting applications.
 Any reply other than the expected 2xx/3xx makes smtp-source stop with an error,
 which `send()` raises as ClientError.
+
+`latency()` runs one burst of `mtad blast` (as a process of its own, like
+smtp-source) and returns its end-of-DATA latencies: from handing the final dot to
+the socket to reading the reply, which is the server's accept whether or not the
+commands before were pipelined.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -72,3 +80,36 @@ def send(
         said = (done.stderr or done.stdout).strip().splitlines()
         raise ClientError(f"smtp-source exited {done.returncode}: {said[-1] if said else 'no message'}")
     return Burst(messages, seconds, started)
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """End of DATA to its reply, in ms, over one burst of `messages`."""
+
+    messages: int
+    p50: float
+    p99: float
+
+
+def latency(host: str, port: int, *, sessions: int, messages: int, size: int, timeout: float) -> Latency:
+    """One burst of `mtad blast` as fast as the server answers: `sessions` connections
+    sharing `messages` messages of `size` octets (headers included), one recipient
+    each, at example.com like smtp-source's. ClientError unless every one was accepted."""
+    if not host.startswith("127."):
+        raise ClientError(f"refusing to send to {host}: the benchmark stays on loopback")
+    argv = [sys.executable, "-m", "mtad", "blast", f"{host}:{port}", "-n", str(messages), "-c", str(sessions),
+            "--size", str(size), "--domains", "example.com", "--from", SENDER, "--json", "-q"]  # fmt: skip
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise ClientError(f"mtad blast did not finish within {timeout:.0f} s") from None
+    try:
+        summary = json.loads(done.stdout)
+    except ValueError:
+        said = done.stderr.strip().splitlines()
+        raise ClientError(f"mtad blast exited {done.returncode}: {said[-1] if said else 'no summary'}") from None
+    if done.returncode != 0 or summary["accepted"] != messages:
+        raise ClientError(f"mtad blast: {summary['accepted']} of {messages} accepted; replies {summary['replies']}, "
+                          f"failures {summary['failures']}")  # fmt: skip
+    marks = summary["data_latency_ms"]
+    return Latency(messages, marks["p50"], marks["p99"])

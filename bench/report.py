@@ -30,6 +30,7 @@ class Cell:
     rates: dict[str, list[float]] = field(default_factory=dict)
     errors: dict[str, list[str]] = field(default_factory=dict)
     cpu: dict[str, Usage] = field(default_factory=dict)  # by server: the CPU its runs used
+    latency: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # by server: each run's p50, p99 ms
 
     def label(self) -> str:
         return f"{size_label(self.size)}, {self.sessions} session{'s' if self.sessions > 1 else ''}"

@@ -5,8 +5,10 @@ message, domains; STARTTLS and AUTH when asked.
 Message i is due at start + i / rate (a token schedule: a connection that falls
 behind sends its next message at once, and nothing drifts); a message's latency is
 the time from writing MAIL to reading the reply that settles it (the end of DATA's,
-or the refusal that ends it). Commands are pipelined when the server offers
-PIPELINING. Progress goes to stderr about every second, the summary to stdout.
+or the refusal that ends it); a message's end-of-DATA latency, from handing the
+final dot to the socket to reading its reply, is counted apart (the server's
+accept: what a client that does not pipeline also waits for). Commands are
+pipelined when the server offers PIPELINING. Progress goes to stderr about every second, the summary to stdout.
 Needs no configuration and no database.
 """
 
@@ -239,6 +241,7 @@ class Tally:
     recipients: Counter[str] = field(default_factory=Counter)  # accepted, deferred, refused
     failures: Counter[str] = field(default_factory=Counter)  # why, for messages and connections
     seconds: array[float] = field(default_factory=lambda: array("d"))
+    data_seconds: array[float] = field(default_factory=lambda: array("d"))  # end of DATA to its reply
     window: list[float] = field(default_factory=list)  # latencies since the last progress line
 
     @property
@@ -304,6 +307,7 @@ class Tally:
             "recipients": {k: self.recipients[k] for k in ("accepted", "deferred", "refused")},
             "failures": dict(sorted(self.failures.items())),
             "latency_ms": {"count": len(self.seconds), **latencies(self.seconds)},
+            "data_latency_ms": {"count": len(self.data_seconds), **latencies(self.data_seconds)},
         }
 
 
@@ -313,7 +317,7 @@ def summary_text(summary: dict[str, Any]) -> str:
     replies = "; ".join(f"{key}: {n}" for key, n in summary["replies"].items()) or "none"
     failures = "; ".join(f"{why}: {n}" for why, n in summary["failures"].items())
     people = summary["recipients"]
-    marks = summary["latency_ms"]
+    marks, data = summary["latency_ms"], summary["data_latency_ms"]
     lines = [
         f"mtad blast: {summary['messages']} messages to {summary['target']} over {summary['connections']} "
         f"connection(s) in {summary['seconds']:.2f} s: {summary['rate']:.1f}/s{target}",
@@ -323,6 +327,8 @@ def summary_text(summary: dict[str, Any]) -> str:
         f"replies:    {replies}",
         f"latency:    p50 {marks['p50']:.2f} ms, p90 {marks['p90']:.2f} ms, p99 {marks['p99']:.2f} ms, "
         f"max {marks['max']:.2f} ms (MAIL to the reply that settles it, {marks['count']} messages)",
+        f"            p50 {data['p50']:.2f} ms, p90 {data['p90']:.2f} ms, p99 {data['p99']:.2f} ms, "
+        f"max {data['max']:.2f} ms (end of DATA to its reply, {data['count']} messages)",
     ]
     return "\n".join(lines + ([f"failures:   {failures}"] if failures else []))
 
@@ -457,7 +463,10 @@ class Session:
             await self.command(".")
             return refusal or ready
         self.writer.write(data + b".\r\n")
-        return await self.reply()
+        began = time.perf_counter()
+        reply = await self.reply()
+        tally.data_seconds.append(time.perf_counter() - began)
+        return reply
 
     async def quit(self) -> None:
         with contextlib.suppress(SessionLost):

@@ -37,6 +37,9 @@ def test_the_sink_defers_and_bounces_at_the_rates_given_and_blast_counts_them() 
     assert set(summary["replies"]) <= {"250 2.0.0", "451 4.3.0", "550 5.1.1"}  # type: ignore[arg-type]
     assert (summary["failed"], summary["not_sent"]) == (0, 0)
     assert summary["latency_ms"]["count"] == 1000  # type: ignore[index]
+    # One recipient each: only the accepted ones reach the end of DATA.
+    assert summary["data_latency_ms"]["count"] == people["accepted"]  # type: ignore[index]
+    assert summary["data_latency_ms"]["p50"] <= summary["latency_ms"]["max"]  # type: ignore[index]
     # What the sink says it answered is what blast heard; each message is 1 KiB exactly.
     assert received == {
         "messages": str(people["accepted"]), "recipients": "1000", "accepted": str(people["accepted"]),
