@@ -103,6 +103,5 @@ async def again(database: db.Database, ids: Sequence[int], why: Mapping[str, Any
     campaign are cancelled instead); the delivering nodes are woken."""
     queued = set(await database.fetchval("unknowns/again", list(ids), now, events.encode(dict(why))))
     if queued:
-        await wakeups.consumers(database)
-        await wakeups.delivering_nodes(database)
+        await wakeups.consumers_and_nodes(database, due=True)
     return queued

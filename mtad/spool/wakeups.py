@@ -26,13 +26,14 @@ async def consumers(database: db.Database) -> None:
     await _notify(database, "events/wake")
 
 
-async def delivering_nodes(database: db.Database) -> None:
-    """The delivering nodes (NOTIFY mtad_due): queued deliveries were committed."""
-    await _notify(database, "leases/notify_due")
+async def consumers_and_nodes(database: db.Database, due: bool) -> None:
+    """The event consumers, and the delivering nodes when `due` (queued deliveries
+    were committed), in one transaction."""
+    await _notify(database, "spool/wake", due)
 
 
-async def _notify(database: db.Database, statement: str) -> None:
+async def _notify(database: db.Database, statement: str, *args: object) -> None:
     try:
-        await database.execute(statement)
+        await database.execute(statement, *args)
     except errors.SpoolError as exc:
         log.info("wake_failed", statement=statement, error=str(exc))
