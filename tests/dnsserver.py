@@ -39,6 +39,11 @@ def free_udp_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def txt_record(name: str, record: str) -> str:
+    """dnsmasq's `txt-record=NAME,...` value (no leading --) for a long record: strings of at most 255 octets."""
+    return f"txt-record={name}," + ",".join(record[i : i + 250] for i in range(0, len(record), 250))
+
+
 class Dnsmasq:
     def __init__(self, local_domain: str, options: Sequence[str]) -> None:
         binary = shutil.which("dnsmasq") or shutil.which("dnsmasq", path="/usr/sbin:/sbin")

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mtad.signing import dkim
+from tests.dnsserver import txt_record
 
 SCRIPT = """set -u
 ip link set lo up
@@ -45,9 +46,7 @@ def verify(directory: Path, messages: Mapping[str, bytes], keys: Sequence[dkim.K
     (directory / "resolv.conf").write_text("nameserver 127.0.0.1\n")
     records = []
     for key in keys:
-        record = key.record()
-        chunks = [record[i : i + 250] for i in range(0, len(record), 250)]  # TXT strings of at most 255 octets
-        records.append(f"txt-record={key.name}," + ",".join(chunks) + "\n")
+        records.append(txt_record(key.name, key.record()) + "\n")
     (directory / "dnsmasq.conf").write_text("".join(records))
     for name, message in messages.items():
         (directory / f"{name}.eml").write_bytes(message)

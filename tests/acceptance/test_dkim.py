@@ -16,7 +16,7 @@ import dkim as dkimpy
 import pytest
 
 from mtad.base import vault
-from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq, txt_record
 from tests.mail import email
 from tests.running import Mtad
 from tests.sink import ThreadedSink
@@ -50,9 +50,7 @@ def test_a_key_from_keygen_becomes_active_when_dns_publishes_it_and_signs_what_t
     assert (key["selector"], key["state"], key["record"]) == ("s2026", "pending", published[1])
     assert key["dns"].startswith("lookup failed")
 
-    record = published[1]
-    chunks = [record[i : i + 250] for i in range(0, len(record), 250)]
-    server = Dnsmasq("example.org", [f"--txt-record={published[0].rstrip('.')}," + ",".join(chunks)])
+    server = Dnsmasq("example.org", ["--" + txt_record(published[0].rstrip("."), published[1])])
     try:
         dns = f'nameservers = ["127.0.0.1:{server.port}"]\ntimeout = "2s"'
         node: Mtad = mtad_factory(f'dsn = "{dsn}"', extra.replace(silent, dns), delivery=delivery)

@@ -22,7 +22,7 @@ import pytest
 
 from mtad.base import vault
 from tests import pg, waiting
-from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq, txt_record
 from tests.running import Mtad, free_port
 from tests.sink import ThreadedSink
 
@@ -79,9 +79,7 @@ def test_a_tracked_message_is_rewritten_before_signing_and_its_fetches_become_ev
     made = keygen.cli("dkim", "keygen", "example.org", "--selector", "s2026")
     assert made.returncode == 0, made.stderr
     [published] = re.findall(r'^(s2026\._domainkey\.example\.org\.) IN TXT "(.+)"$', made.stdout, re.MULTILINE)
-    record = published[1]
-    chunks = [record[i : i + 250] for i in range(0, len(record), 250)]
-    server = Dnsmasq("example.org", [f"--txt-record={published[0].rstrip('.')}," + ",".join(chunks)])
+    server = Dnsmasq("example.org", ["--" + txt_record(published[0].rstrip("."), published[1])])
     try:
         dns = f'nameservers = ["127.0.0.1:{server.port}"]\ntimeout = "2s"'
         node: Mtad = mtad_factory(f'dsn = "{dsn}"', extra.replace(silent, dns), delivery=delivery)
@@ -92,7 +90,9 @@ def test_a_tracked_message_is_rewritten_before_signing_and_its_fetches_become_ev
         [received] = sink.wait_for(1)
 
         verifier = dkimpy.DKIM(received.data)
-        assert verifier.verify(dnsfunc=lambda name, timeout=5: {published[0].encode(): record.encode()}.get(name, b""))
+        assert verifier.verify(
+            dnsfunc=lambda name, timeout=5: {published[0].encode(): published[1].encode()}.get(name, b"")
+        )
         parsed = email.message_from_bytes(received.data, policy=policy.default)
         assert parsed["List-Unsubscribe"].startswith("<https://unsub.example.org/unsubscribe/")
         text = parsed.get_body(("plain",))

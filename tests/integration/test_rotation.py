@@ -13,7 +13,7 @@ from mtad.base.endpoints import HostPort
 from mtad.outbound import routing
 from mtad.signing import dkim, rotation
 from mtad.signing.dkim import Algorithm, KeyState
-from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq
+from tests.dnsserver import NEEDS_DNSMASQ, Dnsmasq, txt_record
 from tests.integration.mailboxes import SEALER
 from tests.pg import query
 
@@ -29,8 +29,7 @@ def publishing(*records: tuple[str, str]) -> Iterator[routing.DnsResolver]:
     of example.org, with a TTL of 300 s; and a resolver that asks it."""
     options = []
     for name, record in records:
-        chunks = [record[i : i + 250] for i in range(0, len(record), 250)]  # strings of at most 255 octets
-        options.append(f"--txt-record={name}," + ",".join(chunks))
+        options.append("--" + txt_record(name, record))
     server = Dnsmasq("example.org", options)
     try:
         yield routing.DnsResolver([HostPort("127.0.0.1", server.port)], timeout=2.0)
