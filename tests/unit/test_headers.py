@@ -12,6 +12,10 @@ from mtad.base import headers
         (b"body\r\n\n.\r\n", True),  # a smuggled end of data
         (b"body\r\n.\n", True),
         (b"\n", True),
+        (b"a\rb\nc", True),  # a bare CR and a bare LF, in CR-then-LF order
+        (b"a\r\n\x0b\x0c\x1c\x85\r\n", False),  # what str.splitlines would also break at
+        (b"a\r\n", False),
+        (b"a", False),
         (b"", False),
     ],
 )
