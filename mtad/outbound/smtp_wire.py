@@ -98,7 +98,9 @@ async def send_body(client: aiosmtplib.SMTP, body: bytes, reply_timeout: float) 
         raise aiosmtplib.SMTPServerDisconnected("Connection lost")
     if body and not body.endswith(b"\r\n"):
         body += b"\r\n"
-    stuffed = (b"." + body if body.startswith(b".") else body).replace(b"\r\n.", b"\r\n..")
+    stuffed = body
+    if b"." in body:  # a memchr: base64 has none, and the search for CRLF "." is slower
+        stuffed = (b"." + body if body.startswith(b".") else body).replace(b"\r\n.", b"\r\n..")
     async with protocol._command_lock:
         protocol._response_pending = True
         protocol.write(stuffed + b".\r\n")
