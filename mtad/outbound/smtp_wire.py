@@ -98,9 +98,10 @@ async def send_body(client: aiosmtplib.SMTP, body: bytes, reply_timeout: float) 
         raise aiosmtplib.SMTPServerDisconnected("Connection lost")
     if body and not body.endswith(b"\r\n"):
         body += b"\r\n"
-    stuffed = body
-    if b"." in body:  # a memchr: base64 has none, and the search for CRLF "." is slower
-        stuffed = (b"." + body if body.startswith(b".") else body).replace(b"\r\n.", b"\r\n..")
+    # Only up to the last dot (a reverse memchr: often in the header, base64 has none)
+    # can a line start with one; the search for CRLF "." is slower than a copy.
+    last = body.rfind(b".") + 1
+    stuffed = (b"." if body.startswith(b".") else b"") + body[:last].replace(b"\r\n.", b"\r\n..") + body[last:]
     async with protocol._command_lock:
         protocol._response_pending = True
         protocol.write(stuffed + b".\r\n")
