@@ -76,7 +76,6 @@ HIT_EVERY = 100  # 1 % of a burst's recipients on the list, in the "1 %" variant
 BOUNCE_DOMAIN = "bounces.example.org"
 MAX_PER_MINUTE = 1_000_000
 CONSUMER_TIMEOUT = 120.0
-GOAL_RATE = 1_000  # DSNs a second on one core
 GOAL_SLOWER = 0.05  # accept with a million suppressed at most 5 % slower
 GOAL_SECONDS = 60.0  # import and export of a million
 ERRORS = (client.ClientError, MtadError, sink.SinkError, TimeoutError)
@@ -341,15 +340,17 @@ def bounces_table(cells: list[BounceCell]) -> str:
 
 
 def bounces_goal(cells: list[BounceCell]) -> str:
+    """The reports a second, measured; issue 16's goal of 1,000 is retired (issue 35: far
+    beyond any sender's bounce volume)."""
     shown = []
-    met = True
     for cell in cells:
         runs = cell.usage.runs
         rate = 1000 / statistics.median(r.ms["mtad"] for r in runs) if runs else 0.0
-        met &= bool(runs) and not cell.errors and rate >= GOAL_RATE
         shown.append(f"{cell.mix.label}: {rate:,.0f}")
-    verdict = "met" if met else "not met"
-    return f"Goal, at least {GOAL_RATE:,} reports a second on one core of mtad: {verdict}. {'; '.join(shown)}."
+    return (
+        "Reports a second on one core of mtad (issue 16's goal of 1,000 retired by issue 35: far beyond "
+        f"any sender's bounce volume): {'; '.join(shown)}."
+    )
 
 
 def measure_bounces(root: Path, count: int, runs: int, versions: dict[str, str], notes: list[str]) -> list[BounceCell]:

@@ -265,16 +265,19 @@ def serving_table(cells: Sequence[Cell], names: Sequence[str]) -> str:
 
 
 def goal(cells: Sequence[Cell], nodes: Sequence[Node]) -> str:
+    """HTTP over SMTP, measured; issue 18's goal (at least level) is retired (issue 35: level
+    within this machine's noise)."""
     parts = []
     for node in nodes:
         ratios = [ratio(cell, node.processes) for cell in cells]
-        met = sum(1 for r in ratios if r is not None and r >= 1.0)
         shown = ", ".join(
             f"{c.label()}: {'-' if r is None else f'{r:.2f}'}" for c, r in zip(cells, ratios, strict=True)
         )
-        verdict = "met" if met == len(cells) else f"not met ({met} of {len(cells)} cells)"
-        parts.append(f"with `processes = {node.processes}` {verdict} ({shown})")
-    return "Goal, HTTP injection at least as many msgs/s as SMTP submission (medians): " + "; ".join(parts) + "."
+        parts.append(f"with `processes = {node.processes}` {shown}")
+    return (
+        "HTTP injection's msgs/s over SMTP submission's (medians; issue 18's goal of at least 1.0 retired by "
+        "issue 35: level within this machine's noise): " + "; ".join(parts) + "."
+    )
 
 
 def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple[str, list[str], bool]:
