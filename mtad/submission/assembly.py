@@ -108,7 +108,7 @@ def spoolable(
         recipients=tuple(recipients),
         message_id=message_id,
         idempotency_key=idempotency_key(found.get(b"idempotency-key"), given_id, sender, recipients),
-        body=b"".join((trace, block, added, content[end:])),
+        body=b"".join((trace, block, added, memoryview(content)[end:])),  # the body copied once
         client_address=origin.client,
         received_at=datetime.fromtimestamp(now, UTC),
         smtputf8=smtputf8,
