@@ -96,15 +96,19 @@ async def send_body(client: aiosmtplib.SMTP, body: bytes, reply_timeout: float) 
     protocol = client.protocol
     if protocol is None or protocol._command_lock is None:
         raise aiosmtplib.SMTPServerDisconnected("Connection lost")
-    if body and not body.endswith(b"\r\n"):
-        body += b"\r\n"
     # Only up to the last dot (a reverse memchr: often in the header, base64 has none)
-    # can a line start with one; the search for CRLF "." is slower than a copy.
+    # can a line start with one; the search for CRLF "." is slower than a copy. One
+    # join makes what goes on the wire: the rest of the body is copied once.
     last = body.rfind(b".") + 1
-    stuffed = (b"." if body.startswith(b".") else b"") + body[:last].replace(b"\r\n.", b"\r\n..") + body[last:]
+    stuffed = b"".join((
+        b"." if body.startswith(b".") else b"",
+        body[:last].replace(b"\r\n.", b"\r\n.."),
+        memoryview(body)[last:],
+        b".\r\n" if not body or body.endswith(b"\r\n") else b"\r\n.\r\n",
+    ))  # fmt: skip
     async with protocol._command_lock:
         protocol._response_pending = True
-        protocol.write(stuffed + b".\r\n")
+        protocol.write(stuffed)
         response = await read_reply(client, protocol, reply_timeout)
     return reply_of(response.code, response.message)
 

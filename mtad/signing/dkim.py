@@ -221,7 +221,7 @@ class Draft:
             b = base64.b64encode(signature)
             folded = b"\r\n ".join(b[i : i + 72] for i in range(0, len(b), 72))
             fields.append(b"DKIM-Signature: " + unsigned + b"\r\n " + folded + b"\r\n")
-        return b"".join(fields) + self.message
+        return b"".join((*fields, self.message))  # the message copied once
 
 
 def _fields(head: bytes) -> list[tuple[bytes, bytes]]:
