@@ -6,8 +6,9 @@ its commit and holds it until its WAL is flushed (PostgreSQL sends notifications
 in commit order): writers that each notified would commit one at a time instead
 of sharing a flush. The accept, begin and record statements make none (they set
 mtad.wake_after_commit, which the events trigger reads); their callers call these
-once the statement is committed. A transaction that only notifies writes no WAL,
-so it holds that lock for a moment. A wake that fails only leaves the sleepers to
+once the statement is committed. A transaction that only notifies writes its
+commit record alone (40 octets), which PostgreSQL does not wait to flush when
+nothing else was written, so it holds that lock for a moment. A wake that fails only leaves the sleepers to
 their next poll.
 """
 
