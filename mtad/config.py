@@ -73,6 +73,7 @@ SECTIONS: Mapping[str, type[Any]] = {
     "delivery": deliver_settings.Delivery,
     "retention": spool_settings.Retention,
     "suppression": feedback_settings.Suppression,
+    "consumers": feedback_settings.Consumers,
     "reputation": feedback_settings.Reputation,
     "reports": feedback_settings.Reports,
     "bounces": feedback_settings.Bounces,
@@ -129,6 +130,7 @@ class Settings:
     dkim: signing_settings.Rotation
     retention: retention.Settings
     suppression: suppression.Settings
+    consumers: feedback_settings.Consumers
     bounces: feedback_settings.Bounces
     unsubscribe: feedback_settings.Unsubscribe
     tracking: feedback_settings.Tracking
@@ -442,6 +444,7 @@ def _build(sections: dict[str, Any], extras: dict[str, Any], path: Path | None) 
         ),
         retention=sections["retention"],
         suppression=sections["suppression"],
+        consumers=sections["consumers"],
         bounces=sections["bounces"],
         unsubscribe=sections["unsubscribe"],
         tracking=sections["tracking"],
@@ -545,6 +548,7 @@ _RESTART_ONLY: tuple[tuple[str, Callable[[Settings], Any]], ...] = (
     ("[dkim]", lambda s: s.dkim),
     ("[retention]", lambda s: s.retention),
     ("[suppression]", lambda s: s.suppression),
+    ("[consumers]", lambda s: s.consumers),
     ("[bounces]", lambda s: s.bounces),
     ("[unsubscribe]", lambda s: s.unsubscribe),
     ("[tracking]", lambda s: s.tracking),

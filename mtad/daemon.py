@@ -481,8 +481,8 @@ def _quotas(sub: submission.Settings) -> dict[str, quotas.Quota]:
 def _feedback(settings: config.Settings) -> on_node.Sections:
     """What the feedback layer reads of the configuration."""
     return on_node.Sections(
-        settings.suppression, settings.webhooks, settings.reputation, settings.inbox, settings.delivery.relay,
-        settings.submission.hostname, settings.delayed_after,
+        settings.suppression, settings.consumers.enabled, settings.webhooks, settings.reputation, settings.inbox,
+        settings.delivery.relay, settings.submission.hostname, settings.delayed_after,
     )  # fmt: skip
 
 

@@ -29,6 +29,7 @@ class Sections:
     """What the feedback layer reads of the configuration."""
 
     suppression: suppression.Settings
+    consumers: bool  # [consumers] enabled: this node runs the event consumers
     webhooks: webhook_sender.Settings
     reputation: reputation.Settings
     inbox: inbox.Settings
@@ -65,8 +66,9 @@ def on_node(
     if feedback.reputation is not None:
         handlers.append(feedback.reputation)
         feedback.loops.append(("reputation-metrics", reputation.Publisher(database, sections.reputation.publish).run))
-    # Event consumers run on every node; each event is handled once per consumer.
-    feedback.loops.append(("event-consumers", consumers.Consumers(database, handlers).run))
+    # Each event is handled once per consumer, by whichever node that runs them holds its position.
+    if sections.consumers:
+        feedback.loops.append(("event-consumers", consumers.Consumers(database, handlers).run))
     if sending is not None:
         feedback.loops.append(("webhooks", sending.run))
     if sections.inbox.enabled and sealer is not None:  # the mailboxes' inboxes: one node reads each

@@ -22,6 +22,13 @@ class Suppression:
 
 
 @dataclass(frozen=True, slots=True)
+class Consumers:
+    """The event consumers (suppression, webhooks, reports, reputation) on this node."""
+
+    enabled: bool = key(values.boolean, True, "false: this node runs no event consumer (another node does).")
+
+
+@dataclass(frozen=True, slots=True)
 class Reputation:
     """The windows of outcomes, the auto-pause and probation ([tenants] sets the limits)."""
 
