@@ -14,6 +14,8 @@ per transaction that writes events, sent after the commit by the accept, begin
 and record writers: spool.wakeups; it lingers a moment so that a batch gathers
 what commits meanwhile), else every `poll`; it catches up by itself
 after downtime or a kill -9, since nothing moves its position but a commit. A
+handler that wants no event for now (no webhook endpoint exists: Idling) moves
+past them unread. A
 batch that fails is retried after a pause (doubling up to a minute), alone if it
 fails again, and an event that fails `max_failures` times alone is skipped with
 an error logged; one consumer's failures hold no other back.
@@ -62,6 +64,16 @@ class Handler(Protocol):
     async def handle(self, conn: db.Connection, batch: Sequence[Stored]) -> Callable[[], None] | None:
         """Act on a batch, in order; raise to have it retried. Writes on `conn` commit
         with the position; what it returns is called once they have."""
+        ...
+
+
+@runtime_checkable
+class Idling(Handler, Protocol):
+    """A handler that may want no event at all for now (no webhook endpoint exists)."""
+
+    async def idle(self, conn: db.Connection) -> bool:
+        """Whether it would do nothing with any event committed so far: then its position
+        moves past them unread."""
         ...
 
 
@@ -183,18 +195,15 @@ class Consumers:
         """One batch in one transaction; returns how many events and whether more may wait."""
         if isinstance(handler, Attempting):
             return await self._attempted(handler, size)
-        kinds = sorted(handler.kinds) if handler.kinds is not None else None
         committed = None
         async with self._db.transaction() as conn:
             position = await conn.fetchrow("consumers/lock", handler.name)
             if position is None:
                 return 0, False  # another node is at it
-            rows = await conn.fetch("consumers/read", str(position["xid"]), position["id"], kinds, size)
-            batch = [stored(r) for r in rows if r["id"] is not None]
+            batch, xid, last = await _read(conn, handler, position, size)
             if batch:
                 committed = await handler.handle(conn, batch)
             full = len(batch) == size
-            xid, last = after(batch, rows, size)
             await conn.execute("consumers/advance", handler.name, str(xid), last, self._now())
         if committed is not None:
             committed()
@@ -207,7 +216,6 @@ class Consumers:
         outside a transaction, then handled and the position moved in one, unless
         another node moved it meanwhile (one that does not claim: its batch is
         dropped, the attempt was at least once)."""
-        kinds = sorted(handler.kinds) if handler.kinds is not None else None
         conn = self._own.get(handler.name)
         if conn is None:
             conn = self._own[handler.name] = await db.connect_once(self._db.dsn)
@@ -219,8 +227,7 @@ class Consumers:
                 position = await conn.fetchrow("consumers/position", handler.name)
                 if position is None:
                     return 0, False
-                rows = await conn.fetch("consumers/read", str(position["xid"]), position["id"], kinds, size)
-                batch = [stored(r) for r in rows if r["id"] is not None]
+                batch, xid, last = await _read(conn, handler, position, size)
                 if batch:
                     await handler.attempt(conn, batch)
                 async with conn.transaction():
@@ -229,7 +236,6 @@ class Consumers:
                         return 0, False
                     if batch:
                         committed = await handler.handle(conn, batch)
-                    xid, last = after(batch, rows, size)
                     await conn.execute("consumers/advance", handler.name, str(xid), last, self._now())
             finally:
                 await conn.fetchval("consumers/unclaim", handler.name)
@@ -275,3 +281,17 @@ class Consumers:
                     lag = max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0
                     metrics.CONSUMER_LAG.labels(consumer=row["name"]).set(lag)
             await asyncio.sleep(self.settings.poll)
+
+
+async def _read(conn: db.Connection, handler: Handler, position: db.Row, size: int) -> tuple[list[Stored], int, int]:
+    """The batch after `position` (at most `size` events) and the position after it:
+    none, and the horizon, when the handler is idle (the horizon is taken first, so
+    that every event below it was committed before the handler said so)."""
+    if isinstance(handler, Idling):
+        horizon = await conn.fetchval("consumers/horizon")
+        if await handler.idle(conn):
+            return [], horizon, 0
+    kinds = sorted(handler.kinds) if handler.kinds is not None else None
+    rows = await conn.fetch("consumers/read", str(position["xid"]), position["id"], kinds, size)
+    batch = [stored(r) for r in rows if r["id"] is not None]
+    return batch, *after(batch, rows, size)

@@ -51,6 +51,10 @@ class Outbox:
             None  # a batch's, by its events
         )
 
+    async def idle(self, conn: db.Connection) -> bool:
+        """No endpoint exists: no event makes a request (consumers.Idling)."""
+        return not await conn.fetchval("webhooks/any")
+
     async def attempt(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> None:
         self._attempted = None
         if self._sender is None:

@@ -130,6 +130,21 @@ async def test_events_reach_their_endpoints_signed_and_in_order(database: db.Dat
     assert everything.id in {r["endpoint"] for r in await requests(database)}
 
 
+async def test_events_are_passed_over_unread_while_no_endpoint_exists(database: db.Database) -> None:
+    await enqueue(database)
+    before, _ = await delivered(database, "before@example.com")
+    assert await enqueue(database) == 0  # no endpoint anywhere: the position moves past, nothing is read
+    async with receiving() as receiver:
+        await webhooks.add(database, SEALER, "t1", receiver.url())
+        after, _ = await delivered(database, "after@example.com")
+        assert await enqueue(database) == 1  # its received event
+    [request] = await requests(database)
+    assert json.loads(request["payload"])["type"] == "received"
+    ids = await query(database, "SELECT message_id FROM messages m JOIN events e ON e.message = m.id WHERE e.id = $1",
+                      json.loads(request["payload"])["data"]["event_id"])  # fmt: skip
+    assert [r["message_id"] for r in ids] == [after] != [before]
+
+
 async def test_a_failing_endpoint_is_retried_then_given_up(database: db.Database) -> None:
     await enqueue(database)
     clock = [datetime.now(UTC)]
