@@ -24,7 +24,7 @@ within the limits.
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -98,20 +98,25 @@ class Reputation:
         if not counted:
             return
         origins = await self._origins(conn, [e for e, _ in counted if _KINDS[e.kind] in _LATER and e.delivery])
-        counts: dict[tuple[str, str, str, datetime], list[int]] = defaultdict(lambda: [0] * len(OUTCOMES))
-        delivered: dict[str, int] = defaultdict(int)
+        # Tallied by what they count for first: a batch's events share a few tenants,
+        # groups, sources and minutes (a record batch's events, one `at`).
+        tally: Counter[tuple[str, Any, Any, datetime, tuple[int, ...]]] = Counter()
+        minutes: dict[datetime, datetime] = {}
         for e, found in counted:
             assert e.tenant is not None
-            group, source = e.data.get("group"), e.data.get("source")
-            if e.delivery in origins:
-                group, source = origins[e.delivery]
-            minute = e.at.replace(second=0, microsecond=0)
-            for scope, key in (("tenant", e.tenant), ("provider", group), ("source", source)):
+            data = e.data
+            group, source = origins.get(e.delivery or 0) or (data.get("group"), data.get("source"))
+            minute = minutes.get(e.at) or minutes.setdefault(e.at, e.at.replace(second=0, microsecond=0))
+            tally[(e.tenant, group, source, minute, tuple(found))] += 1
+        counts: dict[tuple[str, str, str, datetime], list[int]] = defaultdict(lambda: [0] * len(OUTCOMES))
+        delivered: dict[str, int] = defaultdict(int)
+        for (tenant, group, source, minute, each), n in tally.items():
+            for scope, key in (("tenant", tenant), ("provider", group), ("source", source)):
                 if key:
-                    for outcome in found:
-                        counts[(scope, e.tenant, str(key), minute)][outcome] += 1
-            if found[0] == 0:
-                delivered[e.tenant] += 1
+                    for outcome in each:
+                        counts[(scope, tenant, str(key), minute)][outcome] += n
+            if each[0] == 0:
+                delivered[tenant] += n
         keys = list(counts)
         await conn.execute(
             "reputation/count",
