@@ -15,7 +15,8 @@ and record writers: spool.wakeups; it lingers a moment so that a batch gathers
 what commits meanwhile), else every `poll`; it catches up by itself
 after downtime or a kill -9, since nothing moves its position but a commit. A
 handler that wants no event for now (no webhook endpoint exists: Idling) moves
-past them unread. A
+past them unread; one that counts some kinds in SQL (Spanning: the reputation
+windows' delivered events) is told the span of the log its batch covers. A
 batch that fails is retried after a pause (doubling up to a minute), alone if it
 fails again, and an event that fails `max_failures` times alone is skipped with
 an error logged; one consumer's failures hold no other back.
@@ -77,6 +78,23 @@ class Idling(Handler, Protocol):
         ...
 
 
+Position = tuple[int, int]  # (xid, id): every event at or below it is done
+
+
+@runtime_checkable
+class Spanning(Handler, Protocol):
+    """A handler that acts on the events of the log its batch spans that it does not
+    read (its `kinds` leave them out), in SQL over the log itself: the consumer calls
+    `spanned`, not `handle` (never for an Attempting handler)."""
+
+    async def spanned(
+        self, conn: db.Connection, batch: Sequence[Stored], start: Position, end: Position
+    ) -> Callable[[], None] | None:
+        """As `handle`, for the batch (perhaps empty) read after position `start`, and
+        every event after `start` up to `end` (the position the consumer moves to)."""
+        ...
+
+
 @runtime_checkable
 class Attempting(Handler, Protocol):
     """A handler that acts outside any transaction first (requests that must not hold
@@ -97,6 +115,7 @@ class Settings:
     # events notifies, and a batch costs a transaction of its own).
     linger: float = 0.25
     batch: int = 500  # events per transaction at most
+    span: int = 10_000  # transactions of the log a Spanning handler's span covers at most
     max_failures: int = 5  # an event that fails this often alone is skipped
 
 
@@ -201,9 +220,14 @@ class Consumers:
             if position is None:
                 return 0, False  # another node is at it
             batch, xid, last = await _read(conn, handler, position, size)
-            if batch:
-                committed = await handler.handle(conn, batch)
             full = len(batch) == size
+            if isinstance(handler, Spanning):
+                if xid - position["xid"] > self.settings.span:  # a span as long as a transaction should be
+                    xid, last, full = position["xid"] + self.settings.span, 0, True
+                    batch = [e for e in batch if e.xid is not None and e.xid < xid]
+                committed = await handler.spanned(conn, batch, (position["xid"], position["id"]), (xid, last))
+            elif batch:
+                committed = await handler.handle(conn, batch)
             await conn.execute("consumers/advance", handler.name, str(xid), last, self._now())
         if committed is not None:
             committed()

@@ -87,16 +87,42 @@ class Reputation:
     """The `reputation` event consumer (consumers.Handler)."""
 
     name = "reputation"
-    kinds = frozenset(_KINDS)
+    # Delivered events, most of the log, are counted in SQL over the batch's span (spanned).
+    kinds = frozenset(_KINDS) - {events.Kind.DELIVERED.value}
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
     async def handle(self, conn: db.Connection, batch: Sequence[consumers.Stored]) -> None:
+        """Count a batch of events of `kinds` (consumers.Handler; a consumer calls spanned)."""
+        await self._count(conn, batch, {}, set())
+
+    async def spanned(
+        self, conn: db.Connection, batch: Sequence[consumers.Stored], start: consumers.Position,
+        end: consumers.Position,
+    ) -> None:  # fmt: skip
+        """Count the batch, and the delivered events after `start` up to `end` (consumers.Spanning)."""
+        delivered: dict[str, int] = defaultdict(int)
+        if start != end:
+            for row in await conn.fetch("reputation/count_delivered", str(start[0]), start[1], str(end[0]), end[1]):
+                delivered[row["tenant"]] += row["n"]
+        await self._count(conn, batch, delivered, set(delivered))
+
+    async def _count(
+        self, conn: db.Connection, batch: Sequence[consumers.Stored], delivered: dict[str, int], touched: set[str]
+    ) -> None:
+        """Count the batch's events, then guard the tenants they and `touched` touched;
+        `delivered`: by tenant, the delivered events counted already."""
         counted = [(e, found) for e in batch if e.tenant and (found := outcomes(e.kind, e.data))
                    and (e.kind != "complained" or signals.suppressing_complaint(e.data))]  # fmt: skip
-        if not counted:
-            return
+        if counted:
+            await self._count_events(conn, counted, delivered)
+        touched |= {e.tenant for e, _ in counted if e.tenant and e.kind != "deferred"}
+        await self._guard(conn, sorted(touched), delivered)
+
+    async def _count_events(
+        self, conn: db.Connection, counted: list[tuple[consumers.Stored, list[int]]], delivered: dict[str, int]
+    ) -> None:
         origins = await self._origins(conn, [e for e, _ in counted if _KINDS[e.kind] in _LATER and e.delivery])
         # Tallied by what they count for first: a batch's events share a few tenants,
         # groups, sources and minutes (a record batch's events, one `at`).
@@ -109,14 +135,13 @@ class Reputation:
             minute = minutes.get(e.at) or minutes.setdefault(e.at, e.at.replace(second=0, microsecond=0))
             tally[(e.tenant, group, source, minute, tuple(found))] += 1
         counts: dict[tuple[str, str, str, datetime], list[int]] = defaultdict(lambda: [0] * len(OUTCOMES))
-        delivered: dict[str, int] = defaultdict(int)
         for (tenant, group, source, minute, each), n in tally.items():
             for scope, key in (("tenant", tenant), ("provider", group), ("source", source)):
                 if key:
                     for outcome in each:
                         counts[(scope, tenant, str(key), minute)][outcome] += n
             if each[0] == 0:
-                delivered[tenant] += n
+                delivered[tenant] = delivered.get(tenant, 0) + n
         keys = list(counts)
         await conn.execute(
             "reputation/count",
@@ -130,8 +155,6 @@ class Reputation:
         if complaints:  # the warm-up of the address they left from, the health of the account they went through
             await conn.execute("reputation/complaints", [e.id for e in complaints], [e.delivery for e in complaints],
                                [e.message for e in complaints], [e.at for e in complaints])  # fmt: skip
-        touched = {e.tenant for e, _ in counted if e.tenant and e.kind != "deferred"}
-        await self._guard(conn, sorted(touched), delivered)
 
     async def _origins(
         self, conn: db.Connection, later: Sequence[consumers.Stored]

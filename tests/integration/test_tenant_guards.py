@@ -212,6 +212,18 @@ async def test_windows_count_by_tenant_provider_and_source(database: db.Database
     assert shops["24h"]["delivered"] == 4
 
 
+async def test_windows_count_the_same_in_spans_of_two_transactions(database: db.Database) -> None:
+    # Each step's own transaction takes an xid: spans of two still catch up.
+    short = consumers.Settings(span=2)
+    counting = consumers.Consumers(database, [reputation.Reputation(reputation.Settings(default=GUARD))], short)
+    await counting.catch_up()
+    await delivered(database, "shop", 5)
+    await event(database, "bounced", "shop", {"group": "gmail", "source": "192.0.2.10", "class": "recipient"})
+    assert await counting.catch_up() == 1  # the bounce read; the deliveries counted in SQL
+    [window] = await reputation.windows(database, "source", ["192.0.2.10"])
+    assert (window["1h"]["delivered"], window["1h"]["bounced"]) == (5, 1)
+
+
 async def test_complaints_pause_a_tenant_once_the_volume_is_there(database: db.Database) -> None:
     counting = consumers.Consumers(database, [reputation.Reputation(reputation.Settings(default=GUARD))])
     await counting.catch_up()
