@@ -2,8 +2,8 @@
 
 The parts run one after the other, each with its own servers in a temp dir (started
 and stopped by the part): accept, inject, delivery, sessions, memory, shaping, accounts,
-relay, dkim, signed, retention, feedback, webhooks, bounces, cli, page. Each prints its table, and bench/RESULTS.md
-gets one section per part (a part left out with --only keeps its old section). Exit
+relay, dkim, signed, retention, feedback, webhooks, bounces, cli, page, nodes. Each prints
+its table, and bench/RESULTS.md gets one section per part (a part left out with --only keeps its old section). Exit
 status: 0 when every measurement succeeded, 1 when one failed, 2 when the benchmark
 cannot run.
 """
@@ -32,6 +32,7 @@ from bench import (
     dkim,
     feedback,
     inject,
+    nodes,
     opendkim,
     outbound,
     page,
@@ -74,6 +75,7 @@ PARTS: dict[str, tuple[str, Run, tuple[type[Exception], ...]]] = {
     "bounces": ("Reading real bounces: mtad's verdicts against Sisimai's", bounces.run, bounces.ERRORS),
     "cli": ("The command line: each command's time as a whole process", cli.run, cli.ERRORS),
     "page": ("The status page with a million queued and 100 campaigns", page.run, page.ERRORS),
+    "nodes": ("The cost of scaling out: N nodes on one PostgreSQL", nodes.run, nodes.ERRORS),
 }
 
 
@@ -112,8 +114,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--runs",
         type=int,
         default=None,
-        help="runs per cell (default: accept 5, inject 5, delivery 3, shaping 5, accounts 3, relay 5, signed 3; "
-        "--quick 3, those two 1)",
+        help="runs per cell (default: accept 5, inject 5, delivery 3, shaping 5, accounts 3, relay 5, signed 3, "
+        "nodes 3; --quick 3, those two 1)",
     )
     parser.add_argument("--skip-postfix", action="store_true", help="measure mtad alone (no ratio)")
     parser.add_argument("--tmpdir", type=Path, default=None, help="where the spools go (default: the system's)")
@@ -218,13 +220,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--batches", type=_ints, default=webhooks.BATCHES, help="the endpoint's batch, a cell each (default 1,100)"
     )
     bounces.add_arguments(parser)
+    nodes.add_arguments(parser)
     args = parser.parse_args(argv)
     if "bounces" in args.only and (args.bounce_corpus is None or args.bounce_tables is None):
         if "--only" in " ".join(argv):
             parser.error("the bounces part needs --bounce-corpus DIR and --bounce-tables DIR (see bench/bounces.py)")
         args.only = tuple(part for part in args.only if part != "bounces")  # left out unless given its corpus
     names = ("runs", "messages", "delivery_messages", "outbound_sessions", "spool_deliveries", "decisions",
-             "retention_messages", "dsns", "suppressed", "webhook_messages", "signed_messages")  # fmt: skip
+             "retention_messages", "dsns", "suppressed", "webhook_messages", "signed_messages", "nodes_messages",
+             "idle_seconds")  # fmt: skip
     for name in (*names, "release_deliveries", "release_seconds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive")

@@ -15,6 +15,10 @@ benchmark wants. With a `Delivery`, it also delivers: mail for one domain goes o
 static route to a relay (the sink), with a providers file of its own that sets the
 group's concurrency, and the sessions per host to match (or, with `providers`, that
 file's text as given: the shaping benchmark's finite buckets).
+
+A guest node (`dsn`, the owner's) runs on another node's database with its own
+`node` id, as a second `mtad run` of a cluster does; only the owner starts and stops
+PostgreSQL.
 """
 
 from __future__ import annotations
@@ -98,15 +102,26 @@ class MtadServer(Managed):
 
     name = "mtad"
 
-    def __init__(self, workdir: Path, delivery: Delivery | None = None, extra: str = "", submission: str = "") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        delivery: Delivery | None = None,
+        extra: str = "",
+        submission: str = "",
+        *,
+        node: str = "",
+        dsn: str = "",
+    ) -> None:
         self.workdir = workdir
         self.delivery = delivery
         self.extra = extra  # more TOML for its configuration, appended as it is
         self.submission = submission  # more lines of its [submission] table ("processes = 0")
+        self.node = node  # its [node] id; "": mtad's default
+        self.guest = bool(dsn)  # on another node's database, whose PostgreSQL it neither starts nor stops
         self.data_dir = workdir / "pgdata"
         self.stdout_log = workdir / "stdout.log"
         self.stderr_log = workdir / "stderr.log"
-        self.dsn = f"postgresql://postgres@/mtad?host={self.data_dir}"
+        self.dsn = dsn or f"postgresql://postgres@/mtad?host={self.data_dir}"
         self.host = ""
         self.port = 0
         self.admin = ""  # host:port of the admin API, when [admin] token_file is in `extra`
@@ -124,8 +139,9 @@ class MtadServer(Managed):
         config = self.workdir / "mtad.toml"
         config.write_text(
             "[database]\n"
-            f'data_dir = "{self.data_dir}"\n'
-            "[submission]\n"
+            + (f'dsn = "{self.dsn}"\n' if self.guest else f'data_dir = "{self.data_dir}"\n')
+            + (f'[node]\nid = "{self.node}"\n' if self.node else "")
+            + "[submission]\n"
             'listen = ["127.0.0.1:0"]\n'
             'hostname = "mtad-bench.localdomain"\n'
             # There is no DNS here: recipient domains are not looked up.
@@ -232,8 +248,11 @@ class MtadServer(Managed):
         return self._outcomes
 
     def pids(self) -> tuple[int, ...]:
-        """The mtad process and its PostgreSQL's postmaster: the roots of every process of this node."""
+        """The mtad process and its PostgreSQL's postmaster: the roots of every process of this node
+        (a guest's: the mtad process alone)."""
         assert self._process is not None
+        if self.guest:
+            return (self._process.pid,)
         postmaster = (self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0]
         return (self._process.pid, int(postmaster))
 

@@ -177,7 +177,7 @@ def _git_commit() -> str:
 # The order of the sections in RESULTS.md.
 # "history" is written by hand (what made the difference); no part rewrites it.
 PARTS = ("accept", "inject", "delivery", "sessions", "memory", "shaping", "accounts", "relay", "dkim", "signed",
-         "retention", "feedback", "webhooks", "bounces", "cli", "page", "history")  # fmt: skip
+         "retention", "feedback", "webhooks", "bounces", "cli", "page", "nodes", "history")  # fmt: skip
 _MACHINE_LINE = re.compile(r"^- ([^:\n]+): (.*)$", re.M)
 _SECTION = re.compile(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->\n", re.S)
 
