@@ -10,6 +10,7 @@ errors.SpoolError.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import re
@@ -294,26 +295,93 @@ class Listener:
 
 class Listening:
     """A LISTEN kept: `keep()` opens it, and again once its connection was lost (the
-    database restarted); until then the caller's poll finds the work."""
+    database restarted); until then the caller's poll finds the work.
+
+    The Listenings of a process on one database share one connection (_Channels):
+    PostgreSQL signals every listening connection of a database at every NOTIFY,
+    whatever its channel, so each more costs every NOTIFY of every node."""
 
     def __init__(self, dsn: str, channel: str, callback: Callable[[], None]) -> None:
         self._dsn = dsn
         self._channel = channel
         self._callback = callback
-        self._listener: Listener | None = None
+        self._channels: _Channels | None = None
+
+    def _notified(self, conn: object, pid: int, channel: str, payload: str) -> None:
+        self._callback()
 
     async def keep(self) -> None:
-        if self._listener is not None and self._listener.alive:
-            return
+        if self._channels is None:
+            self._channels = _Channels.of(self._dsn)
         try:
-            self._listener = await Listener.open(self._dsn, self._channel, self._callback)
+            await self._channels.listen(self._channel, self._notified)
         except errors.DatabaseUnavailable as exc:
             structlog.get_logger("mtad.db").warning("listen_failed", channel=self._channel, error=str(exc))
 
     async def close(self) -> None:
-        if self._listener is not None:
-            await self._listener.close()
-            self._listener = None
+        if self._channels is not None:
+            await self._channels.unlisten(self._channel, self._notified)
+            self._channels = None
+
+
+Notified = Callable[[object, int, str, str], None]
+_CHANNELS: dict[str, _Channels] = {}  # by DSN: the shared LISTEN connection (of the loop that made it)
+
+
+class _Channels:
+    """The one LISTEN connection of this process's event loop on a database, with every
+    channel and callback its Listenings asked for; closed when the last lets go."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._loop = asyncio.get_running_loop()
+        self._conn: asyncpg.Connection | None = None
+        self._wanted: list[tuple[str, Notified]] = []
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def of(cls, dsn: str) -> _Channels:
+        """The shared one of this DSN on the running loop (a new one on another loop)."""
+        found = _CHANNELS.get(dsn)
+        if found is None or found._loop is not asyncio.get_running_loop():
+            found = _CHANNELS[dsn] = cls(dsn)
+        return found
+
+    async def listen(self, channel: str, callback: Notified) -> None:
+        """Listen for `callback` too, on a connection that is open (opened again if it was lost)."""
+        async with self._lock:
+            fresh = (channel, callback) not in self._wanted
+            if fresh:
+                self._wanted.append((channel, callback))
+            try:
+                with _translated():
+                    if self._conn is None or self._conn.is_closed():
+                        self._conn = await asyncpg.connect(self._dsn, timeout=CONNECT_TIMEOUT)
+                        for each, told in self._wanted:
+                            await self._conn.add_listener(each, told)
+                    elif fresh:
+                        await self._conn.add_listener(channel, callback)
+            except BaseException:
+                await self._close()  # the next listen() opens it again with every channel
+                raise
+
+    async def unlisten(self, channel: str, callback: Notified) -> None:
+        async with self._lock:
+            if (channel, callback) in self._wanted:
+                self._wanted.remove((channel, callback))
+            if not self._wanted:
+                await self._close()
+                if _CHANNELS.get(self._dsn) is self:
+                    del _CHANNELS[self._dsn]
+            elif self._conn is not None:
+                with contextlib.suppress(Exception):
+                    await self._conn.remove_listener(channel, callback)
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
 
 
 async def connect_once(dsn: str) -> Connection:
