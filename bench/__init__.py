@@ -46,10 +46,12 @@
   filled, the bytes of its files, and each API read it makes (goal: first paint under
   200 ms).
 - nodes: the cost of scaling out: 1, 2 and 4 delivering nodes on one PostgreSQL, the
-  delivery part's cell (1 and 5 recipients) submitted to every node at once: the end-to-end
-  rate, PostgreSQL's and each node's CPU per message, and PostgreSQL's CPU a second with
-  no mail; from it the rate one 8-core PostgreSQL would carry (goal: PostgreSQL's CPU per
-  message at 4 nodes within 20 % of one node's).
+  delivery part's cell (1 and 5 recipients) submitted to every node at once, its 48
+  sessions split among the nodes or 48 to each: the end-to-end rate, PostgreSQL's and
+  each node's CPU per message, its transactions and WAL fsyncs per message, calls per
+  statement, and PostgreSQL's CPU a second with no mail; from it the rate one 8-core
+  PostgreSQL would carry (goal: PostgreSQL's CPU per message at 4 nodes within 20 % of
+  one node's).
 
 In the parts against Postfix every server is driven by the same client, Postfix's
 `smtp-source`, and each run starts from empty queues (the drained-then-burst case).
@@ -67,8 +69,9 @@ own messages. Use blast by hand for latency at a chosen rate, which smtp-source
 cannot pace.
 
 Modules: `client` (smtp-source, timed), `sink` (smtp-sink, counted), `mtad_server`,
-`postfix`, `opendkim`, `bare` (the servers), `accept`, `inject`, `delivery`, `outbound`, `spool_memory`,
-`shaping`, `accounts`, `relay`, `dkim`, `signed`, `retention`, `feedback`, `cli`, `page`, `nodes` (the
-parts; `inbound_client` sends the feedback part's reports, `inject_client` the inject part's requests), `report`
+`postfix`, `opendkim`, `bare` (the servers), `accept`, `inject`, `delivery`, `outbound`,
+`spool_memory`, `shaping`, `accounts`, `relay`, `dkim`, `signed`, `retention`, `feedback`,
+`cli`, `page`, `nodes` (the parts; `cluster` runs the nodes part's nodes, `inbound_client`
+sends the feedback part's reports, `inject_client` the inject part's requests), `report`
 (the machine, the tables, RESULTS.md), `__main__` (options, the run), `cpu` (CPU per party).
 """
