@@ -354,6 +354,7 @@ def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple
     window = args.idle_seconds or (IDLE / 2 if args.quick else IDLE)
     cells = cells_for(counts, args.nodes_load, args.recipients, messages)
     idles: list[Idle] = []
+    load = os.getloadavg()[0]  # the machine may be shared: a busy one inflates CPU per message
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
         the_sink = stack.enter_context(sink.Sink(max_connections=2 * counts[-1] * args.concurrency))
@@ -376,6 +377,7 @@ def run(args: argparse.Namespace, root: Path, versions: dict[str, str]) -> tuple
         notes += [f"{node.node} logged {count} x `{text}`" for text, count in sorted(node.log_problems().items())]
         notes += [f"{node.node}'s log: `{line}`" for line in node.problem_lines()]
     notes += [f"{cell.label()}: {error}" for cell in cells for error in cell.errors]
+    notes.append(f"the machine's load average (1 min): {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     verdict = goal(cells, counts)
     body = "### Method\n\n" + method(messages, runs, args.concurrency, counts, window) + "\n\n"
     body += "### Results (medians of the runs; CPU in ms per message)\n\n" + results_table(cells) + "\n\n"
