@@ -59,13 +59,14 @@ def available() -> list[Migration]:
 
 
 def functions() -> list[FunctionFile]:
-    """Every function file shipped with mtad, by name (the order they are applied in)."""
-    found = [
-        FunctionFile(entry.name.removesuffix(".sql"), entry.read_text())
+    """Every function file shipped with mtad, by name (the order they are applied in),
+    with the statements it `\\include`s."""
+    names = sorted(
+        entry.name.removesuffix(".sql")
         for entry in resources.files("mtad").joinpath("sql", "functions").iterdir()
         if entry.name.endswith(".sql")
-    ]
-    return sorted(found, key=lambda f: f.name)
+    )
+    return [FunctionFile(name, db.sql(f"functions/{name}")) for name in names]
 
 
 async def current(database: db.Database) -> bool:

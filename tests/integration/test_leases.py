@@ -94,11 +94,14 @@ async def test_deliveries_found_by_id_are_found_by_primary_key_alone(database: d
     now = datetime.now(UTC)
     assert len(await leases.lease(database, "n1", 500, now, now + timedelta(minutes=5))) == 500
     text = db.sql(f"leases/{statement}")
+    settings = "SET plan_cache_mode = force_generic_plan"
+    if statement == "begin":  # the statement mtad_begin runs, with the function's settings
+        text, settings = db.sql("leases/begin_query"), f"{settings}; SET enable_seqscan = off"
     async with database.connection() as conn:
         arguments = len((await conn._conn.prepare(text)).get_parameters())
-        await conn._conn.execute(f"PREPARE probe AS {text}; SET plan_cache_mode = force_generic_plan")
+        await conn._conn.execute(f"PREPARE probe AS {text}; {settings}")
         rows = await conn._conn.fetch(f"EXPLAIN EXECUTE probe({', '.join(['NULL'] * arguments)})")
-        await conn._conn.execute("DEALLOCATE probe; RESET plan_cache_mode")
+        await conn._conn.execute("DEALLOCATE probe; RESET plan_cache_mode; RESET enable_seqscan")
     plan = "\n".join(r[0] for r in rows)
     assert "deliveries_pkey" in plan
     assert "deliveries_lease_expiry" not in plan

@@ -61,11 +61,11 @@ CREATE TRIGGER observed_kinds AFTER INSERT ON events FOR EACH ROW EXECUTE FUNCTI
 
 
 def texts(under: Path) -> dict[str, str]:
-    """name -> text without comments, of every .sql file under `under` (names as db.sql takes them)."""
-    return {
-        str(path.relative_to(SQL).with_suffix("")): re.sub(r"--[^\n]*", "", path.read_text())
-        for path in sorted(under.rglob("*.sql"))
-    }
+    """name -> text without comments, with what it includes, of every .sql file under
+    `under` (names as db.sql takes them) but the pieces others include."""
+    names = [str(path.relative_to(SQL).with_suffix("")) for path in sorted(under.rglob("*.sql"))]
+    pieces = {m for path in SQL.rglob("*.sql") for m in re.findall(r"^\\include (\S+)$", path.read_text(), re.M)}
+    return {name: re.sub(r"--[^\n]*", "", db.sql(name)) for name in names if name not in pieces}
 
 
 def set_columns(text: str, start: int) -> set[str]:
