@@ -89,7 +89,7 @@ class Delivery:
         rng = rng or random.Random()
         signatures = Signatures(signer or dkim.Signer(), database)
         self._record = record.Recorder(settings, database, self._holdings, self._stats, now=now, rng=rng,
-                                       on_idle=self._idle.set, on_room=self._room)  # fmt: skip
+                                       on_idle=self._idle.set, on_room=self._room, spawn=self._spawn)  # fmt: skip
         self._dispatch = dispatch.Dispatch(settings, self._holdings, self._shaper, self._egress, controls=controls,
                                            on_probation=on_probation, default_source=pool.settings.source_address or "",
                                            now=now)  # fmt: skip

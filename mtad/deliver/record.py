@@ -14,7 +14,7 @@ import collections
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,7 +31,7 @@ from mtad.deliver.jobs import DeliveryStats, Job, Timing
 from mtad.deliver.settings import Settings
 from mtad.mailboxes import relay
 from mtad.outbound.outcomes import Verdict
-from mtad.spool import leases, suspensions, unknowns
+from mtad.spool import leases, suspensions, unknowns, wakeups
 from mtad.spool.leases import Leased, Outcome
 
 log = structlog.get_logger("mtad.delivery")
@@ -42,7 +42,8 @@ _FINAL = frozenset({State.DELIVERED, State.BOUNCED, State.FAILED})  # no attempt
 
 class Recorder:
     """The writes of one node's engine. `on_idle` is called when the node holds no
-    delivery any more, `on_room` when it has room to lease again."""
+    delivery any more, `on_room` when it has room to lease again; `spawn` runs the
+    consumers' wake-ups after the records."""
 
     def __init__(
         self,
@@ -55,6 +56,7 @@ class Recorder:
         rng: random.Random,
         on_idle: Callable[[], None],
         on_room: Callable[[], None],
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
     ) -> None:
         self.settings = settings
         self._db = database
@@ -64,6 +66,7 @@ class Recorder:
         self._rng = rng
         self._on_idle = on_idle
         self._on_room = on_room
+        self._wake = wakeups.Spaced(database, spawn)
         # Rows per statement are capped: the statements look each row's values up in
         # the arrays, a cost that grows with the batch (42 us a row at 50 rows, 70 at
         # 350, 119 at 1,000), and a slow batch would make the next one bigger.
@@ -287,6 +290,8 @@ class Recorder:
         outcomes = [o for batch in batches for o in batch]
         recorded = await leases.record(self._db, self.settings.node, outcomes, self._now(),
                                        timedelta(seconds=expiry) if expiry is not None else None)  # fmt: skip
+        if recorded:  # their events are committed
+            self._wake.consumers()
         return [recorded.intersection(o.delivery for o in batch) for batch in batches]
 
     def _count(

@@ -11,7 +11,7 @@ maximum count or size in bytes. Durability costs one fsync per batch, not per
 message. Each message waits at most the commit timeout from its submission,
 however many batches are queued ahead of it. The event consumers and the
 delivering nodes are woken beside the writing, once for the batches committed
-within WAKE_SPACING of each other.
+within wakeups.SPACING of each other.
 
 The rest are the queries behind `mtad queue`.
 """
@@ -39,10 +39,6 @@ from mtad.spool import settings, wakeups
 log = structlog.get_logger("mtad.spool")
 
 _DECLARED = settings.Spool()  # [spool]: the group commit's keys
-# Seconds from one wake-up to the next at least: the batches committed meanwhile share
-# the next. A lone session commits a batch a message, and each wake-up is a
-# transaction; the consumers linger 0.25 s after one anyway.
-WAKE_SPACING = 0.01
 
 
 def new_queue_id(now: float | None = None) -> uuid.UUID:
@@ -281,7 +277,7 @@ class GroupCommitter:
     async def _waking(self) -> None:
         """Send the wake-ups of committed batches, beside the writing: the next batch
         never waits for them, and one wake-up covers the batches committed while the
-        previous one was on its way or within WAKE_SPACING after it was sent."""
+        previous one was on its way or within wakeups.SPACING after it was sent."""
         while True:
             await self._committed.wait()
             self._committed.clear()
@@ -289,7 +285,7 @@ class GroupCommitter:
             if self._ending and not self._to_wake:  # else a batch committed during that wake
                 return
             if not self._ending:
-                await asyncio.sleep(WAKE_SPACING)
+                await asyncio.sleep(wakeups.SPACING)
 
     async def _wake(self) -> None:
         """Wake the event consumers and, for queued deliveries, the delivering nodes

@@ -151,8 +151,9 @@ OUTCOMES = frozenset({State.DELIVERED, State.DEFERRED, State.BOUNCED, State.FAIL
 async def record(
     database: db.Database, node: str, outcomes: Sequence[Outcome], now: datetime, suppress_for: timedelta | None = None
 ) -> set[int]:
-    """Record outcomes (with their events) in one statement; returns the ids recorded.
-    A recipient an outcome suppresses stays suppressed for `suppress_for` (None: until removed)."""
+    """Record outcomes (with their events) in one statement; returns the ids recorded
+    (the caller wakes the consumers: spool.wakeups). A recipient an outcome suppresses
+    stays suppressed for `suppress_for` (None: until removed)."""
     for o in outcomes:
         lifecycle.transition(State.LEASED, o.state, o.reason)  # refuses a move the table forbids
         if o.state not in OUTCOMES:
@@ -175,10 +176,7 @@ async def record(
         [o.delivery for o in outcomes if o.suppress],
         suppress_for,
     )
-    recorded = set(row["ids"] or ()) if row is not None else set()
-    if recorded:  # their events are committed
-        await wakeups.consumers(database)
-    return recorded
+    return set(row["ids"] or ()) if row is not None else set()
 
 
 async def reap(database: db.Database, now: datetime, batch: int = 1000) -> int:

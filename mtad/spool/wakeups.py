@@ -14,12 +14,22 @@ their next poll.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
 import structlog
 
 from mtad import db
 from mtad.base import errors
 
 log = structlog.get_logger("mtad.spool")
+
+# Seconds from one wake-up to the next at least, for a writer that commits often: the
+# batches committed meanwhile share the next. The accept's wake the delivering nodes too.
+SPACING = 0.01
+# The same for wake-ups of the consumers alone: they linger 0.25 s after one anyway.
+CONSUMERS_SPACING = 0.1
 
 
 async def consumers(database: db.Database) -> None:
@@ -38,3 +48,32 @@ async def _notify(database: db.Database, statement: str, *args: object) -> None:
         await database.execute(statement, *args)
     except errors.SpoolError as exc:
         log.info("wake_failed", statement=statement, error=str(exc))
+
+
+class Spaced:
+    """The consumers' wake-ups of a writer that commits batch after batch (the record
+    of outcomes): one NOTIFY on its way at a time, CONSUMERS_SPACING apart, each
+    covering the batches committed before it; sent by a task of `spawn`'s, so no
+    writer waits."""
+
+    def __init__(self, database: db.Database, spawn: Callable[[Coroutine[Any, Any, None]], None]) -> None:
+        self._db = database
+        self._spawn = spawn
+        self._asked = False  # a batch was committed since the last wake-up went
+        self._sending = False  # the task is on its way
+
+    def consumers(self) -> None:
+        """Events were committed: the consumers are woken soon. Sync, no I/O."""
+        self._asked = True
+        if not self._sending:
+            self._sending = True
+            self._spawn(self._send())
+
+    async def _send(self) -> None:
+        try:
+            while self._asked:
+                self._asked = False
+                await consumers(self._db)
+                await asyncio.sleep(CONSUMERS_SPACING)
+        finally:
+            self._sending = False

@@ -13,7 +13,7 @@ from mtad import db
 from mtad.base import errors
 from mtad.base.lifecycle import Reason, State
 from mtad.base.replies import Reply
-from mtad.spool import actions, commit, leases
+from mtad.spool import actions, commit, leases, wakeups
 from tests.integration.spooling import Collector, message, outcome, running, spool_messages
 from tests.pg import query
 
@@ -280,8 +280,9 @@ async def test_the_busy_writers_wake_the_consumers_after_their_commit_not_in_it(
     database: db.Database, dsn: str
 ) -> None:
     """A NOTIFY holds a cluster-wide lock through its transaction's WAL flush: accept,
-    begin and record leave it out and notify once committed, with one notification
-    each (two would mean their own transaction notified too)."""
+    begin and record leave it out; accept notifies once committed, with one
+    notification (two would mean its own transaction notified too), and record's
+    caller does (wakeups.Spaced)."""
     heard, listening = Heard(), await asyncpg.connect(dsn)
     await listening.add_listener("mtad_events", heard)
     try:
@@ -292,8 +293,29 @@ async def test_the_busy_writers_wake_the_consumers_after_their_commit_not_in_it(
         await leases.begin(database, "n1", [leases.Attempt(uuid.uuid4(), (d.id,), "g")], now)
         assert await heard.until_marker(database) == []  # no event written: nobody woken
         await leases.record(database, "n1", [outcome(d.id, State.DELIVERED, None, Reply(250, "2.0.0", "ok"))], now)
-        assert await heard.until_marker(database) == [""]
+        assert await heard.until_marker(database) == []
         await query(database, "INSERT INTO events (at, kind) VALUES (now(), 'received')")  # any other writer
+        assert await heard.until_marker(database) == [""]
+    finally:
+        await listening.close()
+
+
+async def test_wakeups_asked_for_batch_after_batch_share_a_notify(database: db.Database, dsn: str) -> None:
+    """The record's wake-ups: those asked for before one goes share it, and one asked
+    for while it is on its way or spaced is sent after it, never dropped."""
+    heard, listening = Heard(), await asyncpg.connect(dsn)
+    await listening.add_listener("mtad_events", heard)
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            spaced = wakeups.Spaced(database, tasks.create_task)
+            for _ in range(100):
+                spaced.consumers()
+        assert await heard.until_marker(database) == [""]
+        async with asyncio.TaskGroup() as tasks:
+            spaced = wakeups.Spaced(database, tasks.create_task)
+            spaced.consumers()
+            assert await asyncio.wait_for(heard.payloads.get(), 10) == ""
+            spaced.consumers()  # after the first went: the next follows it
         assert await heard.until_marker(database) == [""]
     finally:
         await listening.close()
