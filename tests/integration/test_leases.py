@@ -95,8 +95,8 @@ async def test_deliveries_found_by_id_are_found_by_primary_key_alone(database: d
     assert len(await leases.lease(database, "n1", 500, now, now + timedelta(minutes=5))) == 500
     text = db.sql(f"leases/{statement}")
     settings = "SET plan_cache_mode = force_generic_plan"
-    if statement == "begin":  # the statement mtad_begin runs, with the function's settings
-        text, settings = db.sql("leases/begin_query"), f"{settings}; SET enable_seqscan = off"
+    if statement in ("begin", "record"):  # the statement its function runs, with the function's settings
+        text, settings = db.sql(f"leases/{statement}_query"), f"{settings}; SET enable_seqscan = off"
     async with database.connection() as conn:
         arguments = len((await conn._conn.prepare(text)).get_parameters())
         await conn._conn.execute(f"PREPARE probe AS {text}; {settings}")

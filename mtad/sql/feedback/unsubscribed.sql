@@ -1,4 +1,4 @@
--- An unsubscribed event at $1 ($2: 'unsubscribed'), as record.sql writes one
+-- An unsubscribed event at $1 ($2: 'unsubscribed'), as leases/record_query.sql writes one
 -- (message $3, delivery $4, tenant $5, data $6), unless the same delivery has
 -- one: an event for recipient $7 (lower case) of the same message, or, with no
 -- message known, of the same tenant. The caller holds unsubscribe_lock's lock.

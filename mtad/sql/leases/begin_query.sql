@@ -22,7 +22,7 @@
 -- Returns the ids still leased to the node (a lost lease must not be sent), each
 -- with what became of it: 'begun', 'suppressed', 'held', 'set_aside' or 'limited'
 -- (set aside for its campaign's limits). Found by primary key, no join (see
--- record.sql).
+-- record_query.sql).
 WITH paused AS MATERIALIZED (
     SELECT t.tenant FROM tenant_states t
     WHERE t.tenant = ANY($6::text[]) AND t.paused_at IS NOT NULL
@@ -114,7 +114,7 @@ mine AS (
         SELECT ($6::text[])[p.i] AS tenant, ($4::text[])[p.i] AS grp, ($7::text[])[p.i] AS pool,
                ($8::text[])[p.i] AS source, ($9::bigint[])[p.i] AS account
     ) x
-    WHERE d.id = ANY($2::bigint[]) AND d.state::text = 'leased' AND d.lease_owner = $1  -- state as text: see record.sql
+    WHERE d.id = ANY($2::bigint[]) AND d.state::text = 'leased' AND d.lease_owner = $1  -- state as text: see record_query.sql
 ),
 begun AS (
     UPDATE deliveries d

@@ -6,7 +6,7 @@ WITH released AS (
     UPDATE deliveries
     SET state = 'queued', reason = 'released', lease_owner = NULL, lease_expires_at = NULL,
         next_attempt_at = coalesce($4, least(next_attempt_at, $3)), updated_at = $3
-    WHERE id = ANY($2::bigint[]) AND state::text = 'leased' AND lease_owner = $1 AND attempt_id IS NULL  -- state as text: see record.sql
+    WHERE id = ANY($2::bigint[]) AND state::text = 'leased' AND lease_owner = $1 AND attempt_id IS NULL  -- state as text: see record_query.sql
     RETURNING id, message
 ),
 logged AS (

@@ -7,7 +7,7 @@ WITH renewed AS (
     UPDATE deliveries d SET lease_expires_at = $3
     FROM (
         SELECT id FROM deliveries
-        WHERE id = ANY($2::bigint[]) AND state::text = 'leased' AND lease_owner = $1  -- state as text: see record.sql
+        WHERE id = ANY($2::bigint[]) AND state::text = 'leased' AND lease_owner = $1  -- state as text: see record_query.sql
         FOR UPDATE SKIP LOCKED
     ) l
     WHERE d.id = l.id

@@ -14,7 +14,7 @@ WITH batch AS (
     ORDER BY d.id
     LIMIT $9
 ),
-target AS (  -- state as text: see leases/record.sql; checked again once the row is locked
+target AS (  -- state as text: see leases/record_query.sql; checked again once the row is locked
     SELECT d.id, d.state::text AS was FROM deliveries d
     WHERE d.id = ANY(ARRAY(SELECT id FROM batch)) AND d.state::text = ANY($10::text[])
       AND (d.state::text <> 'leased' OR d.attempt_id IS NULL)

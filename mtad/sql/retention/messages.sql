@@ -2,7 +2,7 @@
 -- time-ordered, so this is a range of the primary key); those received before $4
 -- whose every delivery is in a final state ($5) go, with their deliveries. A final
 -- delivery never changes again, so no lock is needed. States compare as text (see
--- leases/record.sql). Returns the last id looked at (NULL: the range is done), the
+-- leases/record_query.sql). Returns the last id looked at (NULL: the range is done), the
 -- messages and deliveries deleted, and the old messages kept for a live delivery.
 WITH batch AS MATERIALIZED (
     SELECT m.id, m.received_at < $4 AS old FROM messages m

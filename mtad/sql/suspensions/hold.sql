@@ -13,7 +13,7 @@ held AS (
         next_attempt_at = coalesce($4::timestamptz, 'infinity'), route_group = coalesce($5, route_group),
         updated_at = $3
     WHERE EXISTS (SELECT 1 FROM standing)
-      AND id = ANY($2::bigint[]) AND state::text = 'leased' AND lease_owner = $1 AND attempt_id IS NULL  -- state as text: see leases/record.sql
+      AND id = ANY($2::bigint[]) AND state::text = 'leased' AND lease_owner = $1 AND attempt_id IS NULL  -- state as text: see leases/record_query.sql
     RETURNING id, message
 ),
 logged AS (

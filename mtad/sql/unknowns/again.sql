@@ -19,7 +19,7 @@ changed AS (
                  CASE WHEN EXISTS (SELECT 1 FROM campaign c WHERE c.id = d.campaign AND c.state = 'cancelled')
                       THEN 'cancelled' ELSE 'queued' END::delivery_state AS state
           FROM deliveries d WHERE d.id = ANY($1::bigint[])) f
-    WHERE d.id = f.id AND d.state::text = 'unknown'  -- as text: see leases/record.sql
+    WHERE d.id = f.id AND d.state::text = 'unknown'  -- as text: see leases/record_query.sql
     RETURNING d.id, d.message, d.recipient, d.state::text AS state
 ),
 gone AS (

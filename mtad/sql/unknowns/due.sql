@@ -6,7 +6,7 @@ SELECT u.delivery, u.account, m.message_id, d.next_attempt_at AS until
 FROM unknown_sends u
 JOIN deliveries d ON d.id = u.delivery
 JOIN messages m ON m.id = d.message
-WHERE u.account = ANY($1::integer[]) AND d.state::text = 'unknown'  -- as text: see leases/record.sql
+WHERE u.account = ANY($1::integer[]) AND d.state::text = 'unknown'  -- as text: see leases/record_query.sql
   AND (u.looked_at IS NULL OR u.looked_at <= $2::timestamptz - make_interval(secs => $3::double precision)
        OR d.next_attempt_at <= $2::timestamptz)
 ORDER BY u.delivery

@@ -4,7 +4,7 @@
 WITH changed AS (
     UPDATE deliveries d
     SET state = 'delivered', reason = NULL, updated_at = $2
-    WHERE d.id = ANY($1::bigint[]) AND d.state::text = 'unknown'  -- as text: see leases/record.sql
+    WHERE d.id = ANY($1::bigint[]) AND d.state::text = 'unknown'  -- as text: see leases/record_query.sql
     RETURNING d.id, d.message, d.recipient, d.route_group
 ),
 gone AS (

@@ -4,7 +4,7 @@
 -- $6[i]) and the account $8[i] it may have gone out through (NULL: not known). The
 -- attempt counts and its id is cleared; group $7[i] (NULL: unchanged). Only the
 -- deliveries still leased to the node change; returns their ids. Found by primary
--- key, the state compared as text: see leases/record.sql.
+-- key, the state compared as text: see leases/record_query.sql.
 WITH changed AS (
     UPDATE deliveries d
     SET state = 'unknown', reason = 'maybe_sent',
