@@ -54,8 +54,10 @@ What grows with N is the number of transactions per message, not the background:
 node's writers (the group commit of accepts, the begin of attempts, the record of
 outcomes) each keep one statement in flight and take what waits meanwhile, so N nodes
 sharing one rate write about N times as many batches, each 1/N the size; and each
-statement costs PostgreSQL a fixed part (its commit and WAL fsync, its plan, its
-triggers, a NOTIFY that wakes every listening connection) beside its rows. With more
+statement costs PostgreSQL a fixed part (its commit and WAL fsync, its executor's
+start and end, its triggers) beside its rows; the begin and the record are planned once
+per connection, a batch no operator's action concerns is begun by one UPDATE, and the
+consumers are woken at most every 100 ms a node, to keep that part small. With more
 sessions waiting on each node (`each`) the accepts batch again; the begins and records,
 fed by a node's share of the rate, do not. Nodes that each carry one node's rate (on
 cores of their own, which this machine has not) would keep one node's batches. The
