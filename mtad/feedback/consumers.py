@@ -9,10 +9,10 @@ handler: what a handler writes there is done exactly once, and anything it does
 outside (a request) at least once. The position row is locked while a batch is
 handled (SKIP LOCKED): on several nodes each event is handled once per consumer,
 by whichever node holds the row (an Attempting handler's is claimed by a session
-lock instead while its batch is attempted outside a transaction). A consumer wakes on NOTIFY `mtad_events` (one
-per transaction that writes events, sent after the commit by the accept, begin
-and record writers: spool.wakeups; it lingers a moment so that a batch gathers
-what commits meanwhile), else every `poll`; it catches up by itself
+lock instead while its batch is attempted outside a transaction). A consumer wakes on NOTIFY `mtad_events` (sent
+after the commit of what writes events; the busy writers, accept and record, send
+one for the batches committed within 10 or 100 ms: spool.wakeups; it lingers a
+moment so that a batch gathers what commits meanwhile), else every `poll`; it catches up by itself
 after downtime or a kill -9, since nothing moves its position but a commit. A
 handler that wants no event for now (no webhook endpoint exists: Idling) moves
 past them unread; one that counts some kinds in SQL (Spanning: the reputation

@@ -14,7 +14,7 @@ import orjson
 if TYPE_CHECKING:
     from mtad import db
 
-CHANNEL = "mtad_events"  # NOTIFYed after each transaction that writes events (spool.wakeups)
+CHANNEL = "mtad_events"  # NOTIFYed after the commits that write events (spool.wakeups)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,10 +6,11 @@ its commit and holds it until its WAL is flushed (PostgreSQL sends notifications
 in commit order): writers that each notified would commit one at a time instead
 of sharing a flush. The accept, begin and record statements make none (they set
 mtad.wake_after_commit, which the events trigger reads); their callers call these
-once the statement is committed. A transaction that only notifies writes its
-commit record alone (40 octets), which PostgreSQL does not wait to flush when
-nothing else was written, so it holds that lock for a moment. A wake that fails only leaves the sleepers to
-their next poll.
+once the statement is committed, the busy ones spaced: the group commit every
+SPACING at most, the record of outcomes every CONSUMERS_SPACING (Spaced). A
+transaction that only notifies writes its commit record alone (40 octets), which
+PostgreSQL does not wait to flush when nothing else was written, so it holds that
+lock for a moment. A wake that fails only leaves the sleepers to their next poll.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from mtad.base import errors
 
 log = structlog.get_logger("mtad.spool")
 
-# Seconds from one wake-up to the next at least, for a writer that commits often: the
-# batches committed meanwhile share the next. The accept's wake the delivering nodes too.
+# Seconds from one wake-up to the next at least, for the group commit: the batches
+# committed meanwhile share the next (a lone session commits a batch a message, and
+# each wake-up is a transaction). Its wake-ups wake the delivering nodes too.
 SPACING = 0.01
 # The same for wake-ups of the consumers alone: they linger 0.25 s after one anyway.
 CONSUMERS_SPACING = 0.1
